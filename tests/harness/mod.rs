@@ -1,0 +1,631 @@
+//! Test harness for the full-guest tests (tier 3): builds the fixture kernels
+//! in tests/fixtures/ with binutils, runs the `hvprof` binary with a
+//! wall-clock limit enforced here, and asserts on its exit status and output
+//! with messages that show everything the run printed.
+//!
+//! Each test file includes it with `#[path = "harness/mod.rs"] mod harness;`.
+//! Not every test file uses every helper.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+/// hvprof's own exit statuses (the CLI contract).
+pub mod status {
+    /// Clean end: guest reset via the i8042 or ACPI power-off.
+    pub const CLEAN: i32 = 0;
+    /// Usage or configuration error.
+    pub const USAGE: i32 = 2;
+    /// Guest crashed (triple fault, KVM shutdown, internal error).
+    pub const CRASHED: i32 = 4;
+    /// All vCPUs halted with interrupts disabled.
+    pub const HUNG: i32 = 6;
+    /// `--timeout` reached.
+    pub const TIMED_OUT: i32 = 8;
+    /// Stopped by SIGINT or SIGTERM.
+    pub const SIGNALLED: i32 = 10;
+    /// Host or KVM error.
+    pub const HOST_ERROR: i32 = 12;
+
+    /// The status of a run whose guest wrote `v` to isa-debug-exit.
+    pub fn debug_exit(v: u8) -> i32 {
+        (i32::from(v) << 1) | 1
+    }
+}
+
+/// The prefix of hvprof's one-line error messages on stderr.
+pub const ERROR_PREFIX: &str = "hvprof: error: ";
+
+/// The value the fixtures write to isa-debug-exit when all their checks pass.
+pub const FIXTURE_OK: u8 = 0x21;
+
+/// Path of the hvprof binary under test.
+pub fn hvprof_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_hvprof"))
+}
+
+fn fixtures_src_dir() -> PathBuf {
+    // Test files live in tests/ at the workspace root; the vmm package's
+    // manifest directory is vmm/.
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
+}
+
+// ---------------------------------------------------------------- temp dirs
+
+/// A directory removed (recursively) when dropped.
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    /// Creates a fresh directory under the system temp dir.
+    pub fn new(tag: &str) -> TempDir {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("hvprof-test-{}-{}-{}", tag, std::process::id(), n));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path)
+            .unwrap_or_else(|e| panic!("creating {}: {e}", path.display()));
+        TempDir { path }
+    }
+
+    /// The directory's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A path inside the directory.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// Writes `contents` to `name` inside the directory and returns its path.
+    pub fn write(&self, name: &str, contents: &[u8]) -> PathBuf {
+        let p = self.join(name);
+        std::fs::write(&p, contents).unwrap_or_else(|e| panic!("writing {}: {e}", p.display()));
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+// ----------------------------------------------------------------- fixtures
+
+/// A fixture kernel to build from tests/fixtures/.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fixture {
+    /// ELF32 PVH kernel checking hvm_start_info (pvh32.S).
+    Pvh32,
+    /// The same as an ELF64 object with a 32-bit entry (pvh64.S).
+    Pvh64,
+    /// Multiboot 1 ELF32 kernel (multiboot.S).
+    Multiboot,
+    /// Multiboot 1 flat binary using the a.out kludge, header flag bit 16.
+    MultibootAout,
+    /// PVH kernel that triple-faults (triple_fault.S).
+    TripleFault,
+    /// PVH kernel that halts with interrupts disabled (cli_hlt.S).
+    CliHlt,
+    /// PVH kernel that busy-loops forever with interrupts enabled (spin.S).
+    Spin,
+    /// PVH kernel that halts forever with interrupts enabled (idle.S).
+    Idle,
+    /// PVH kernel that resets through the i8042 (reset.S).
+    Reset,
+    /// PVH kernel that writes `value` to isa-debug-exit with a `width`-byte
+    /// access (debug_exit.S).
+    DebugExit { value: u8, width: u8 },
+}
+
+enum Format {
+    Elf32Pvh,
+    Elf64Pvh,
+    Elf32Multiboot,
+    FlatMultiboot,
+}
+
+impl Fixture {
+    fn recipe(self) -> (&'static str, Format, Vec<String>) {
+        match self {
+            Fixture::Pvh32 => ("pvh32", Format::Elf32Pvh, vec![]),
+            Fixture::Pvh64 => ("pvh64", Format::Elf64Pvh, vec![]),
+            Fixture::Multiboot => ("multiboot", Format::Elf32Multiboot, vec![]),
+            Fixture::MultibootAout => ("multiboot", Format::FlatMultiboot, vec!["AOUT=1".into()]),
+            Fixture::TripleFault => ("triple_fault", Format::Elf32Pvh, vec![]),
+            Fixture::CliHlt => ("cli_hlt", Format::Elf32Pvh, vec![]),
+            Fixture::Spin => ("spin", Format::Elf32Pvh, vec![]),
+            Fixture::Idle => ("idle", Format::Elf32Pvh, vec![]),
+            Fixture::Reset => ("reset", Format::Elf32Pvh, vec![]),
+            Fixture::DebugExit { value, width } => (
+                "debug_exit",
+                Format::Elf32Pvh,
+                vec![format!("VALUE={value:#x}"), format!("WIDTH={width}")],
+            ),
+        }
+    }
+
+    fn file_name(self) -> String {
+        let (src, format, defsyms) = self.recipe();
+        let mut name = src.to_string();
+        for d in &defsyms {
+            name.push('-');
+            name.extend(
+                d.chars()
+                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }),
+            );
+        }
+        name.push_str(match format {
+            Format::FlatMultiboot => ".bin",
+            _ => ".elf",
+        });
+        name
+    }
+}
+
+struct FixtureCache {
+    dir: TempDir,
+    built: Mutex<HashMap<Fixture, PathBuf>>,
+}
+
+fn fixture_cache() -> &'static FixtureCache {
+    static CACHE: OnceLock<FixtureCache> = OnceLock::new();
+    CACHE.get_or_init(|| FixtureCache {
+        dir: TempDir::new("fixtures"),
+        built: Mutex::new(HashMap::new()),
+    })
+}
+
+fn tool(program: &str, args: &[&std::ffi::OsStr]) {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {program} (binutils must be installed): {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {:?} failed ({}):\n{}{}",
+        args,
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Builds a fixture kernel (once per test process) and returns its path.
+///
+/// The cache lives in a temp dir that is never dropped (it is in a static),
+/// so the built kernels stay until the OS cleans the temp dir; they are a few
+/// KiB each.
+pub fn fixture(f: Fixture) -> PathBuf {
+    let cache = fixture_cache();
+    let mut built = cache.built.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = built.get(&f) {
+        return p.clone();
+    }
+    let (src, format, defsyms) = f.recipe();
+    let src_dir = fixtures_src_dir();
+    let out = cache.dir.join(&f.file_name());
+    let obj = out.with_extension("o");
+    let linked = out.with_extension("linked");
+    let source = src_dir.join(format!("{src}.S"));
+
+    let mut as_args: Vec<std::ffi::OsString> = vec![match format {
+        Format::Elf64Pvh => "--64".into(),
+        _ => "--32".into(),
+    }];
+    as_args.push("-I".into());
+    as_args.push(src_dir.clone().into());
+    for d in &defsyms {
+        as_args.push("--defsym".into());
+        as_args.push(d.into());
+    }
+    as_args.push("-o".into());
+    as_args.push(obj.clone().into());
+    as_args.push(source.into());
+    tool(
+        "as",
+        &as_args.iter().map(|s| s.as_os_str()).collect::<Vec<_>>(),
+    );
+
+    let (emulation, script) = match format {
+        Format::Elf32Pvh => ("elf_i386", "pvh.ld"),
+        Format::Elf64Pvh => ("elf_x86_64", "pvh.ld"),
+        Format::Elf32Multiboot | Format::FlatMultiboot => ("elf_i386", "multiboot.ld"),
+    };
+    let ld_target = match format {
+        Format::FlatMultiboot => &linked,
+        _ => &out,
+    };
+    let ld_args: Vec<std::ffi::OsString> = vec![
+        "-m".into(),
+        emulation.into(),
+        "-z".into(),
+        "max-page-size=0x1000".into(),
+        "--no-warn-rwx-segments".into(),
+        "-T".into(),
+        src_dir.join(script).into(),
+        "-o".into(),
+        ld_target.clone().into(),
+        obj.into(),
+    ];
+    tool(
+        "ld",
+        &ld_args.iter().map(|s| s.as_os_str()).collect::<Vec<_>>(),
+    );
+
+    if let Format::FlatMultiboot = format {
+        let args: Vec<std::ffi::OsString> = vec![
+            "-O".into(),
+            "binary".into(),
+            linked.into(),
+            out.clone().into(),
+        ];
+        tool(
+            "objcopy",
+            &args.iter().map(|s| s.as_os_str()).collect::<Vec<_>>(),
+        );
+    }
+    built.insert(f, out.clone());
+    out
+}
+
+// ------------------------------------------------------------------ running
+
+/// Default wall-clock limit for one hvprof run, enforced by the harness.
+pub const DEFAULT_LIMIT: Duration = Duration::from_secs(60);
+
+/// A builder for one hvprof invocation.
+pub struct Hvprof {
+    cmd: Command,
+    args: Vec<String>,
+    limit: Duration,
+}
+
+/// Starts building an invocation of `hvprof` with the given arguments.
+pub fn hvprof<I, S>(args: I) -> Hvprof
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut cmd = Command::new(hvprof_bin());
+    let mut shown = Vec::new();
+    for a in args {
+        shown.push(a.as_ref().to_string_lossy().into_owned());
+        cmd.arg(a.as_ref());
+    }
+    Hvprof {
+        cmd,
+        args: shown,
+        limit: DEFAULT_LIMIT,
+    }
+}
+
+/// `hvprof run --kernel KERNEL` followed by `extra`.
+pub fn hvprof_run<S: AsRef<std::ffi::OsStr>>(kernel: &Path, extra: &[S]) -> Hvprof {
+    let mut args: Vec<std::ffi::OsString> = vec!["run".into(), "--kernel".into(), kernel.into()];
+    args.extend(extra.iter().map(|s| s.as_ref().to_os_string()));
+    hvprof(args)
+}
+
+impl Hvprof {
+    /// Sets the harness's wall-clock limit: past it the run is killed and the
+    /// test fails with the output so far.
+    pub fn limit(mut self, limit: Duration) -> Hvprof {
+        self.limit = limit;
+        self
+    }
+
+    /// Starts hvprof without waiting for it.
+    pub fn spawn(mut self) -> Running {
+        self.cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let started = Instant::now();
+        let mut child = self
+            .cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", hvprof_bin().display()));
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let readers = vec![
+            pump(child.stdout.take().expect("piped stdout"), stdout.clone()),
+            pump(child.stderr.take().expect("piped stderr"), stderr.clone()),
+        ];
+        Running {
+            child,
+            args: self.args,
+            limit: self.limit,
+            started,
+            stdout,
+            stderr,
+            readers,
+        }
+    }
+
+    /// Runs hvprof to completion (within the limit) and returns the result.
+    pub fn run(self) -> Output {
+        self.spawn().wait()
+    }
+}
+
+fn pump<R: Read + Send + 'static>(mut r: R, buf: Arc<Mutex<Vec<u8>>>) -> JoinHandle<()> {
+    thread::spawn(move || {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match r.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => buf
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+}
+
+/// A running hvprof process.
+pub struct Running {
+    child: Child,
+    args: Vec<String>,
+    limit: Duration,
+    started: Instant,
+    stdout: Arc<Mutex<Vec<u8>>>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Stdout captured so far.
+    pub fn stdout_so_far(&self) -> String {
+        String::from_utf8_lossy(&self.stdout.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
+    }
+
+    /// Stderr captured so far.
+    pub fn stderr_so_far(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
+    }
+
+    /// Waits until stdout contains `needle`; kills hvprof and fails the test
+    /// if it exits first or `within` passes.
+    pub fn wait_for_stdout(&mut self, needle: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            if self.stdout_so_far().contains(needle) {
+                return;
+            }
+            if let Ok(Some(st)) = self.child.try_wait() {
+                let out = self.finish(Some(st), false);
+                panic!("hvprof exited before printing {needle:?}\n{out}");
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let out = self.finish(None, true);
+                panic!("hvprof did not print {needle:?} within {within:?}\n{out}");
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends a signal (e.g. `libc::SIGTERM`) to hvprof.
+    pub fn signal(&self, sig: i32) {
+        let pid = i32::try_from(self.child.id()).expect("pid fits in pid_t");
+        // SAFETY: kill(2) takes no pointers; the pid is our own child, which
+        // has not been reaped yet (we hold its `Child` and have not waited on
+        // it), so it cannot name another process.
+        let rc = unsafe { libc::kill(pid, sig) };
+        assert_eq!(
+            rc,
+            0,
+            "kill({pid}, {sig}): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+
+    /// Waits for hvprof to exit. Past the limit it is killed and the test fails.
+    pub fn wait(mut self) -> Output {
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(st)) => return self.finish(Some(st), false),
+                Ok(None) => {}
+                Err(e) => panic!("waiting for hvprof: {e}"),
+            }
+            if self.started.elapsed() >= self.limit {
+                let _ = self.child.kill();
+                let out = self.finish(None, true);
+                panic!(
+                    "hvprof still running after the harness limit of {:?}; killed it\n{out}",
+                    self.limit
+                );
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn finish(&mut self, status: Option<ExitStatus>, killed: bool) -> Output {
+        let status = match status {
+            Some(s) => s,
+            None => self.child.wait().expect("reaping hvprof"),
+        };
+        let elapsed = self.started.elapsed();
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        Output {
+            args: self.args.clone(),
+            status,
+            killed,
+            elapsed,
+            stdout: self.stdout_so_far(),
+            stderr: self.stderr_so_far(),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // A test that panicked mid-run must not leave a guest spinning.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The result of one hvprof run.
+pub struct Output {
+    /// Arguments hvprof was given.
+    pub args: Vec<String>,
+    /// How it exited.
+    pub status: ExitStatus,
+    /// Whether the harness killed it.
+    pub killed: bool,
+    /// Wall time from spawn to exit.
+    pub elapsed: Duration,
+    /// Everything it wrote to stdout.
+    pub stdout: String,
+    /// Everything it wrote to stderr.
+    pub stderr: String,
+}
+
+impl fmt::Display for Output {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "---- hvprof {}", self.args.join(" "))?;
+        writeln!(
+            f,
+            "---- exit: {} after {:.2?}{}",
+            self.status,
+            self.elapsed,
+            if self.killed {
+                " (killed by the harness)"
+            } else {
+                ""
+            }
+        )?;
+        writeln!(f, "---- stdout:\n{}", self.stdout)?;
+        write!(f, "---- stderr:\n{}\n---- end", self.stderr)
+    }
+}
+
+impl Output {
+    /// The exit code, or None if hvprof died of a signal.
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+
+    /// Asserts the exit code.
+    pub fn assert_status(&self, expected: i32) -> &Output {
+        assert_eq!(
+            self.code(),
+            Some(expected),
+            "expected hvprof to exit with status {expected}\n{self}"
+        );
+        self
+    }
+
+    /// Asserts that the guest wrote `v` to isa-debug-exit.
+    pub fn assert_debug_exit(&self, v: u8) -> &Output {
+        assert_eq!(
+            self.code(),
+            Some(status::debug_exit(v)),
+            "expected status (({v:#x} << 1) | 1) = {} from isa-debug-exit\n{self}",
+            status::debug_exit(v)
+        );
+        self
+    }
+
+    /// Asserts that stdout contains `needle`.
+    pub fn assert_stdout_contains(&self, needle: &str) -> &Output {
+        assert!(
+            self.stdout.contains(needle),
+            "stdout lacks {needle:?}\n{self}"
+        );
+        self
+    }
+
+    /// Asserts that stdout does not contain `needle`.
+    pub fn assert_stdout_lacks(&self, needle: &str) -> &Output {
+        assert!(
+            !self.stdout.contains(needle),
+            "stdout unexpectedly has {needle:?}\n{self}"
+        );
+        self
+    }
+
+    /// Asserts that stderr contains `needle`.
+    pub fn assert_stderr_contains(&self, needle: &str) -> &Output {
+        assert!(
+            self.stderr.contains(needle),
+            "stderr lacks {needle:?}\n{self}"
+        );
+        self
+    }
+
+    /// Asserts that stderr has an `hvprof: error: ` line containing every
+    /// one of `needles`, and returns that line.
+    pub fn assert_error_line(&self, needles: &[&str]) -> String {
+        let line = self
+            .stderr
+            .lines()
+            .find(|l| l.starts_with(ERROR_PREFIX) && needles.iter().all(|n| l.contains(n)));
+        match line {
+            Some(l) => l.to_string(),
+            None => panic!(
+                "stderr has no line starting {ERROR_PREFIX:?} and containing all of {needles:?}\n{self}"
+            ),
+        }
+    }
+
+    /// Asserts that stderr has some `hvprof: error: ` line.
+    pub fn assert_some_error_line(&self) -> String {
+        self.assert_error_line(&[])
+    }
+
+    /// Asserts that the run ended within `bound` of wall time.
+    pub fn assert_elapsed_below(&self, bound: Duration) -> &Output {
+        assert!(
+            self.elapsed < bound,
+            "run took {:.2?}, expected under {bound:?}\n{self}",
+            self.elapsed
+        );
+        self
+    }
+
+    /// The text after `prefix` on the first stdout line that starts with it.
+    pub fn stdout_field(&self, prefix: &str) -> Option<&str> {
+        self.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .map(str::trim_end)
+    }
+
+    /// The `0x…` number after `prefix` on the first stdout line starting with it.
+    pub fn stdout_hex(&self, prefix: &str) -> u64 {
+        let field = self
+            .stdout_field(prefix)
+            .unwrap_or_else(|| panic!("stdout has no line starting {prefix:?}\n{self}"));
+        let digits = field
+            .split_whitespace()
+            .next()
+            .and_then(|w| w.strip_prefix("0x"))
+            .unwrap_or_else(|| panic!("no 0x number after {prefix:?}\n{self}"));
+        u64::from_str_radix(digits, 16)
+            .unwrap_or_else(|e| panic!("bad hex {digits:?} after {prefix:?}: {e}\n{self}"))
+    }
+}
