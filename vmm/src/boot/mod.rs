@@ -1,0 +1,187 @@
+//! Loading a kernel into guest memory and describing how its first vCPU enters it.
+//!
+//! Three boot protocols are recognised from the file's bytes: PVH ELF kernels (the Xen
+//! `PHYS32_ENTRY` note), multiboot v1 kernels, and Linux bzImages.
+
+pub mod bytes;
+pub mod elf;
+mod image;
+mod linux;
+mod mbinfo;
+pub mod multiboot;
+mod pvh;
+
+use std::path::{Path, PathBuf};
+
+use vm_memory::GuestMemoryMmap;
+
+pub use image::PlacementError;
+
+/// How the boot vCPU starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryPoint {
+    /// 32-bit protected mode, paging off, flat segments (PVH and multiboot).
+    Protected32 {
+        /// Instruction pointer.
+        eip: u32,
+        /// EAX at entry.
+        eax: u32,
+        /// EBX at entry.
+        ebx: u32,
+    },
+    /// 64-bit long mode with identity-mapped page tables (Linux's 64-bit boot protocol).
+    Long64 {
+        /// Instruction pointer.
+        rip: u64,
+        /// RSI at entry (the zero page).
+        rsi: u64,
+    },
+}
+
+/// The protocol a kernel was booted with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// PVH ELF.
+    Pvh,
+    /// Multiboot v1.
+    Multiboot,
+    /// Linux bzImage.
+    Linux,
+}
+
+impl std::fmt::Display for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Protocol::Pvh => "PVH",
+            Protocol::Multiboot => "multiboot",
+            Protocol::Linux => "Linux bzImage",
+        })
+    }
+}
+
+/// The result of loading a kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BootSetup {
+    /// The protocol used.
+    pub protocol: Protocol,
+    /// How the boot vCPU enters the kernel.
+    pub entry: EntryPoint,
+}
+
+/// What to boot.
+#[derive(Clone, Debug)]
+pub struct KernelSpec {
+    /// The kernel file (for an embedded kernel, the name used in messages).
+    pub kernel: PathBuf,
+    /// The kernel's bytes when it is built into hvprof rather than read from `kernel`.
+    pub embedded: Option<&'static [u8]>,
+    /// An optional initrd / first module.
+    pub initrd: Option<PathBuf>,
+    /// The kernel command line.
+    pub cmdline: String,
+}
+
+/// Errors while loading a kernel.
+#[derive(Debug, thiserror::Error)]
+pub enum BootError {
+    /// A file could not be read.
+    #[error("cannot read {}", .0.display())]
+    Read(PathBuf, #[source] std::io::Error),
+    /// The kernel is not in any format we boot.
+    #[error(
+        "{}: not a bootable kernel (no ELF, multiboot or bzImage header)",
+        .0.display()
+    )]
+    NotBootable(PathBuf),
+    /// An ELF file without a PVH note or multiboot header.
+    #[error(
+        "{}: ELF kernel has neither a PVH entry note (XEN_ELFNOTE_PHYS32_ENTRY) nor a multiboot header",
+        .0.display()
+    )]
+    NoEntryPoint(PathBuf),
+    /// The ELF file is malformed.
+    #[error("{}: malformed ELF kernel", .0.display())]
+    Elf(PathBuf, #[source] elf::ElfError),
+    /// The multiboot header is malformed.
+    #[error("{}: malformed multiboot kernel", .0.display())]
+    Multiboot(PathBuf, #[source] multiboot::MultibootError),
+    /// A kernel, initrd or boot structure does not fit guest memory.
+    #[error("{}: does not fit in guest memory", .0.display())]
+    Placement(PathBuf, #[source] PlacementError),
+    /// The command line is too long.
+    #[error("kernel command line is {0} bytes; the limit is {max}", max = crate::layout::CMDLINE_MAX - 1)]
+    CmdlineTooLong(usize),
+    /// The command line has a NUL byte.
+    #[error("kernel command line contains a NUL byte")]
+    CmdlineNul,
+    /// linux-loader refused the bzImage.
+    #[error("{}: cannot load the bzImage", .0.display())]
+    Linux(PathBuf, #[source] linux_loader::loader::Error),
+    /// The bzImage is too old for the 64-bit boot protocol.
+    #[error("{}: the bzImage does not support the 64-bit boot protocol (needs 2.12+ with XLF_KERNEL_64)", .0.display())]
+    LinuxTooOld(PathBuf),
+}
+
+impl KernelSpec {
+    /// A kernel read from a file.
+    pub fn from_file(kernel: PathBuf, initrd: Option<PathBuf>, cmdline: String) -> Self {
+        KernelSpec {
+            kernel,
+            embedded: None,
+            initrd,
+            cmdline,
+        }
+    }
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, BootError> {
+    std::fs::read(path).map_err(|e| BootError::Read(path.to_owned(), e))
+}
+
+/// Loads `spec` into `mem` and returns how to enter it. `rsdp` is the ACPI RSDP address.
+pub fn load_kernel(
+    mem: &GuestMemoryMmap,
+    mem_size: u64,
+    spec: &KernelSpec,
+    rsdp: u64,
+) -> Result<BootSetup, BootError> {
+    let kernel = match spec.embedded {
+        Some(bytes) => bytes.to_vec(),
+        None => read_file(&spec.kernel)?,
+    };
+    let initrd = match &spec.initrd {
+        Some(p) => Some((p.as_path(), read_file(p)?)),
+        None => None,
+    };
+    if spec.cmdline.len() >= crate::layout::CMDLINE_MAX {
+        return Err(BootError::CmdlineTooLong(spec.cmdline.len()));
+    }
+    if spec.cmdline.contains('\0') {
+        return Err(BootError::CmdlineNul);
+    }
+    let ctx = image::LoadContext {
+        mem,
+        mem_size,
+        path: &spec.kernel,
+    };
+    let initrd = initrd.as_ref().map(|(p, b)| (*p, b.as_slice()));
+
+    if elf::is_elf(&kernel) {
+        let img = elf::parse(&kernel).map_err(|e| BootError::Elf(spec.kernel.clone(), e))?;
+        if let Some(eip) = img.pvh_entry {
+            return pvh::boot(&ctx, &kernel, &img, eip, initrd, &spec.cmdline, rsdp);
+        }
+    }
+    let mb = multiboot::find_header(&kernel)
+        .map_err(|e| BootError::Multiboot(spec.kernel.clone(), e))?;
+    if let Some(header) = mb {
+        return mbinfo::boot(&ctx, &kernel, &header, initrd, &spec.cmdline);
+    }
+    if elf::is_elf(&kernel) {
+        return Err(BootError::NoEntryPoint(spec.kernel.clone()));
+    }
+    if linux::is_bzimage(&kernel) {
+        return linux::boot(&ctx, &kernel, initrd, &spec.cmdline);
+    }
+    Err(BootError::NotBootable(spec.kernel.clone()))
+}

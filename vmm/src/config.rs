@@ -1,0 +1,115 @@
+//! What a VM is made of, as the user asked for it, and the checks on it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::boot::KernelSpec;
+use crate::memory::MIN_MEMORY_MIB;
+
+/// Most vCPUs a VM may have: xAPIC ids are 8 bits and 0xff is the broadcast id.
+pub const MAX_VCPUS: usize = 254;
+/// Most guest memory hvprof accepts, in MiB (1 TiB).
+pub const MAX_MEMORY_MIB: u64 = 1 << 20;
+
+/// Where COM1's output goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SerialOutput {
+    /// The VMM's standard output.
+    Stdout,
+    /// A file, created or truncated.
+    File(PathBuf),
+    /// Discarded.
+    Null,
+}
+
+/// A VM to run.
+#[derive(Clone, Debug)]
+pub struct VmConfig {
+    /// The kernel, initrd and command line.
+    pub kernel: KernelSpec,
+    /// Number of vCPUs.
+    pub cpus: usize,
+    /// Guest RAM in MiB.
+    pub memory_mib: u64,
+    /// COM1 output.
+    pub serial: SerialOutput,
+    /// Forward standard input to COM1.
+    pub serial_input: bool,
+    /// Log file for the 0x402 debug console; None discards it.
+    pub debugcon: Option<PathBuf>,
+    /// End the run after this long.
+    pub timeout: Option<Duration>,
+    /// How often the watchdog looks for a hung guest.
+    pub watchdog_period: Duration,
+}
+
+impl VmConfig {
+    /// A configuration with defaults: 1 vCPU, 256 MiB, serial on stdout.
+    pub fn new(kernel: KernelSpec) -> Self {
+        VmConfig {
+            kernel,
+            cpus: 1,
+            memory_mib: 256,
+            serial: SerialOutput::Stdout,
+            serial_input: true,
+            debugcon: None,
+            timeout: None,
+            watchdog_period: Duration::from_millis(500),
+        }
+    }
+
+    /// Checks the values a user can get wrong.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.cpus == 0 || self.cpus > MAX_VCPUS {
+            return Err(ConfigError::Cpus(self.cpus));
+        }
+        if !(MIN_MEMORY_MIB..=MAX_MEMORY_MIB).contains(&self.memory_mib) {
+            return Err(ConfigError::Memory(self.memory_mib));
+        }
+        if self.timeout.is_some_and(|t| t.is_zero()) {
+            return Err(ConfigError::Timeout);
+        }
+        Ok(())
+    }
+}
+
+/// A configuration value out of range.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// vCPU count.
+    #[error("--cpus must be between 1 and {MAX_VCPUS}, not {0}")]
+    Cpus(usize),
+    /// Memory size.
+    #[error("--memory must be between {MIN_MEMORY_MIB} and {MAX_MEMORY_MIB} MiB, not {0}")]
+    Memory(u64),
+    /// Timeout.
+    #[error("--timeout must be more than zero seconds")]
+    Timeout,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> VmConfig {
+        VmConfig::new(KernelSpec::from_file("k".into(), None, String::new()))
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        assert_eq!(cfg().validate(), Ok(()));
+    }
+
+    #[test]
+    fn zero_cpus_and_tiny_memory_are_refused() {
+        let mut c = cfg();
+        c.cpus = 0;
+        assert_eq!(c.validate(), Err(ConfigError::Cpus(0)));
+        let mut c = cfg();
+        c.memory_mib = 0;
+        assert_eq!(c.validate(), Err(ConfigError::Memory(0)));
+        let mut c = cfg();
+        c.timeout = Some(Duration::ZERO);
+        assert_eq!(c.validate(), Err(ConfigError::Timeout));
+    }
+}

@@ -1,0 +1,207 @@
+//! An address-range bus: port I/O and MMIO accesses are routed to the device whose range
+//! covers the address. Accesses nobody claims read as all ones and are logged once per address.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+/// A device that answers reads and writes on a bus. `offset` is relative to the start of the
+/// range the device was inserted at.
+pub trait BusDevice: Send {
+    /// Fills `data` for a read at `offset`.
+    fn read(&mut self, offset: u64, data: &mut [u8]);
+    /// Handles a write of `data` at `offset`.
+    fn write(&mut self, offset: u64, data: &[u8]);
+}
+
+/// Errors building a bus.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BusError {
+    /// The new range overlaps an existing one.
+    #[error("{name}: range {base:#x}+{len:#x} overlaps an existing device")]
+    Overlap {
+        /// The device being inserted.
+        name: &'static str,
+        /// Its base.
+        base: u64,
+        /// Its length.
+        len: u64,
+    },
+    /// An empty or wrapping range.
+    #[error("{0}: empty or wrapping range")]
+    BadRange(&'static str),
+}
+
+struct Entry {
+    len: u64,
+    name: &'static str,
+    device: Arc<Mutex<dyn BusDevice>>,
+}
+
+/// What happened to an access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// A device handled it.
+    Handled,
+    /// Nobody claims the address; a read returned all ones.
+    Unclaimed,
+}
+
+/// A bus of devices keyed by their base address.
+pub struct Bus {
+    kind: &'static str,
+    devices: BTreeMap<u64, Entry>,
+    logged: Mutex<HashSet<u64>>,
+}
+
+impl Bus {
+    /// An empty bus; `kind` ("port" or "MMIO") names it in logs.
+    pub fn new(kind: &'static str) -> Self {
+        Bus {
+            kind,
+            devices: BTreeMap::new(),
+            logged: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Puts `device` at `[base, base + len)`.
+    pub fn insert(
+        &mut self,
+        name: &'static str,
+        device: Arc<Mutex<dyn BusDevice>>,
+        base: u64,
+        len: u64,
+    ) -> Result<(), BusError> {
+        let end = base
+            .checked_add(len)
+            .filter(|_| len > 0)
+            .ok_or(BusError::BadRange(name))?;
+        let overlaps_prev = self
+            .devices
+            .range(..=base)
+            .next_back()
+            .is_some_and(|(b, e)| b + e.len > base);
+        let overlaps_next = self.devices.range(base..end).next().is_some();
+        if overlaps_prev || overlaps_next {
+            return Err(BusError::Overlap { name, base, len });
+        }
+        self.devices.insert(base, Entry { len, name, device });
+        Ok(())
+    }
+
+    fn find(&self, addr: u64, size: usize) -> Option<(u64, &Entry)> {
+        let (base, entry) = self.devices.range(..=addr).next_back()?;
+        let end = addr.checked_add(size as u64)?;
+        (end <= base + entry.len).then_some((addr - base, entry))
+    }
+
+    /// Routes a read.
+    pub fn read(&self, addr: u64, data: &mut [u8]) -> Access {
+        match self.find(addr, data.len()) {
+            Some((offset, entry)) => {
+                entry
+                    .device
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .read(offset, data);
+                Access::Handled
+            }
+            None => {
+                data.fill(0xff);
+                self.log_unclaimed("read", addr, data.len());
+                Access::Unclaimed
+            }
+        }
+    }
+
+    /// Routes a write.
+    pub fn write(&self, addr: u64, data: &[u8]) -> Access {
+        match self.find(addr, data.len()) {
+            Some((offset, entry)) => {
+                entry
+                    .device
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .write(offset, data);
+                Access::Handled
+            }
+            None => {
+                self.log_unclaimed("write", addr, data.len());
+                Access::Unclaimed
+            }
+        }
+    }
+
+    fn log_unclaimed(&self, what: &str, addr: u64, size: usize) {
+        let first = self
+            .logged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(addr);
+        if first {
+            log::info!(
+                "unclaimed {} {what} at {addr:#x} ({size} bytes); further ones not logged",
+                self.kind
+            );
+        }
+    }
+
+    /// The names and ranges of the devices, in address order.
+    pub fn devices(&self) -> impl Iterator<Item = (&'static str, u64, u64)> + '_ {
+        self.devices.iter().map(|(b, e)| (e.name, *b, e.len))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Echo(Vec<(u64, Vec<u8>)>);
+    impl BusDevice for Echo {
+        fn read(&mut self, offset: u64, data: &mut [u8]) {
+            data.fill(u8::try_from(offset).unwrap());
+        }
+        fn write(&mut self, offset: u64, data: &[u8]) {
+            self.0.push((offset, data.to_vec()));
+        }
+    }
+
+    #[test]
+    fn accesses_reach_the_device_with_offsets() {
+        let dev = Arc::new(Mutex::new(Echo(Vec::new())));
+        let mut bus = Bus::new("port");
+        bus.insert("echo", dev.clone(), 0x3f8, 8).unwrap();
+        let mut b = [0u8; 1];
+        assert_eq!(bus.read(0x3fa, &mut b), Access::Handled);
+        assert_eq!(b, [2]);
+        assert_eq!(bus.write(0x3ff, &[7]), Access::Handled);
+        assert_eq!(dev.lock().unwrap().0, vec![(7, vec![7])]);
+    }
+
+    #[test]
+    fn unclaimed_reads_are_all_ones() {
+        let bus = Bus::new("port");
+        let mut b = [0u8; 2];
+        assert_eq!(bus.read(0x80, &mut b), Access::Unclaimed);
+        assert_eq!(b, [0xff, 0xff]);
+    }
+
+    #[test]
+    fn access_straddling_the_end_is_unclaimed() {
+        let mut bus = Bus::new("port");
+        bus.insert("echo", Arc::new(Mutex::new(Echo(Vec::new()))), 0x10, 2)
+            .unwrap();
+        let mut b = [0u8; 4];
+        assert_eq!(bus.read(0x10, &mut b), Access::Unclaimed);
+    }
+
+    #[test]
+    fn overlapping_ranges_are_refused() {
+        let mut bus = Bus::new("port");
+        let d = || Arc::new(Mutex::new(Echo(Vec::new())));
+        bus.insert("a", d(), 0x10, 0x10).unwrap();
+        assert!(bus.insert("b", d(), 0x18, 0x10).is_err());
+        assert!(bus.insert("c", d(), 0x08, 0x09).is_err());
+        assert!(bus.insert("d", d(), 0x20, 0x10).is_ok());
+        assert_eq!(bus.insert("e", d(), 0x40, 0), Err(BusError::BadRange("e")));
+    }
+}

@@ -1,0 +1,52 @@
+//! isa-debug-exit: a write of `v` ends the run with exit status `(v << 1) | 1`, exactly as
+//! QEMU's device, so test kernels written for QEMU work unchanged.
+
+use std::sync::Arc;
+
+use super::BusDevice;
+use crate::outcome::{RunOutcome, StopSignal};
+
+/// The conventional port.
+pub const DEBUG_EXIT_PORT: u64 = 0xf4;
+/// Ports it claims (accesses of 1, 2 or 4 bytes at the base).
+pub const DEBUG_EXIT_LEN: u64 = 4;
+
+/// The device.
+pub struct DebugExit {
+    stop: Arc<StopSignal>,
+}
+
+impl DebugExit {
+    /// A device that ends the run through `stop`.
+    pub fn new(stop: Arc<StopSignal>) -> Self {
+        DebugExit { stop }
+    }
+}
+
+impl BusDevice for DebugExit {
+    fn read(&mut self, _offset: u64, data: &mut [u8]) {
+        data.fill(0);
+    }
+
+    fn write(&mut self, _offset: u64, data: &[u8]) {
+        let mut v = [0u8; 4];
+        let n = data.len().min(4);
+        v[..n].copy_from_slice(&data[..n]);
+        self.stop
+            .request(RunOutcome::DebugExit(u32::from_le_bytes(v)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_requests_debug_exit_with_the_value() {
+        let stop = Arc::new(StopSignal::new().unwrap());
+        let mut d = DebugExit::new(stop.clone());
+        d.write(0, &[0x10, 0x00]);
+        assert_eq!(stop.outcome(), Some(RunOutcome::DebugExit(0x10)));
+        assert_eq!(stop.outcome().unwrap().exit_status(), 0x21);
+    }
+}

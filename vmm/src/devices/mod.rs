@@ -1,0 +1,10 @@
+//! Emulated devices and the address-range buses they sit on.
+
+pub mod bus;
+pub mod cmos;
+pub mod debug_exit;
+pub mod debugcon;
+pub mod i8042;
+pub mod serial;
+
+pub use bus::{Bus, BusDevice, BusError};

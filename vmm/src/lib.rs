@@ -1,0 +1,17 @@
+//! hvprof: a KVM virtual machine monitor that profiles its guests from outside.
+//!
+//! The library holds everything; the `hvprof` binary only parses arguments. See
+//! docs/architecture.md for the threads, the data flow and where each piece lives.
+#![warn(missing_docs)]
+
+pub mod acpi;
+pub mod arch;
+pub mod boot;
+pub mod config;
+pub mod demo;
+pub mod devices;
+pub mod layout;
+pub mod memory;
+pub mod outcome;
+pub mod vcpu;
+pub mod vm;

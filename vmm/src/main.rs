@@ -1,0 +1,148 @@
+//! The `hvprof` command line: parses arguments and calls the `vmm` library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use vmm::boot::KernelSpec;
+use vmm::config::{SerialOutput, VmConfig};
+use vmm::outcome::STATUS_CONFIG_ERROR;
+
+/// hvprof: a KVM hypervisor that profiles its guests from outside.
+#[derive(Parser)]
+#[command(name = "hvprof", version, about)]
+struct Cli {
+    /// More log output on stderr (-v info, -vv debug, -vvv trace).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Boot a kernel (PVH ELF, multiboot or Linux bzImage) and run it to its end.
+    Run(RunArgs),
+    /// Run the bundled reference guest's default scenario.
+    Demo(DemoArgs),
+}
+
+#[derive(Args)]
+struct VmArgs {
+    /// Number of vCPUs.
+    #[arg(long, default_value_t = 1)]
+    cpus: usize,
+    /// Guest memory in MiB.
+    #[arg(long, default_value_t = 256)]
+    memory: u64,
+    /// Where COM1's output goes: `stdout` or a file path.
+    #[arg(long, default_value = "stdout")]
+    serial: String,
+    /// Log file for the debug console at port 0x402.
+    #[arg(long)]
+    debugcon: Option<PathBuf>,
+    /// End the run (exit status 8) after this many seconds.
+    #[arg(long)]
+    timeout: Option<f64>,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The kernel to boot.
+    #[arg(long)]
+    kernel: PathBuf,
+    /// An initrd (Linux) or first module (multiboot, PVH).
+    #[arg(long)]
+    initrd: Option<PathBuf>,
+    /// The kernel command line.
+    #[arg(long, default_value = "")]
+    cmdline: String,
+    #[command(flatten)]
+    vm: VmArgs,
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    /// The reference guest's command line (selects the scenario).
+    #[arg(long, default_value = vmm::demo::DEFAULT_CMDLINE)]
+    cmdline: String,
+    #[command(flatten)]
+    vm: VmArgs,
+}
+
+impl VmArgs {
+    fn into_config(self, kernel: KernelSpec) -> Result<VmConfig, String> {
+        let mut c = VmConfig::new(kernel);
+        c.cpus = self.cpus;
+        c.memory_mib = self.memory;
+        c.serial = match self.serial.as_str() {
+            "stdout" => SerialOutput::Stdout,
+            "null" => SerialOutput::Null,
+            path => SerialOutput::File(path.into()),
+        };
+        c.debugcon = self.debugcon;
+        c.timeout = match self.timeout {
+            None => None,
+            Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
+            Some(s) => {
+                return Err(format!(
+                    "--timeout must be a positive number of seconds, not {s}"
+                ))
+            }
+        };
+        Ok(c)
+    }
+}
+
+fn exit_code(status: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(status & 0xff).unwrap_or(u8::MAX))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let level = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
+        .format_timestamp(None)
+        .init();
+
+    let (config, demo) = match cli.command {
+        Command::Run(a) => {
+            let kernel = KernelSpec::from_file(a.kernel, a.initrd, a.cmdline);
+            (a.vm.into_config(kernel), false)
+        }
+        Command::Demo(a) => (a.vm.into_config(vmm::demo::kernel_spec(&a.cmdline)), true),
+    };
+    let config = match config {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("hvprof: error: {e}");
+            return exit_code(STATUS_CONFIG_ERROR);
+        }
+    };
+
+    match vmm::vm::run(&config) {
+        Ok(report) => {
+            eprint!("{}", report.summary());
+            if report.outcome.is_error() {
+                eprintln!("hvprof: error: {}", report.outcome);
+            }
+            let status = if demo {
+                vmm::demo::exit_status(&report.outcome)
+            } else {
+                report.outcome.exit_status()
+            };
+            exit_code(status)
+        }
+        Err(e) => {
+            let status = e.exit_status();
+            eprintln!("hvprof: error: {:#}", anyhow::Error::from(e));
+            exit_code(status)
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! Mapping one KVM exit to what the vCPU does next. Kept free of the vCPU fd so it can be
+//! tested with made-up exits.
+
+use kvm_ioctls::VcpuExit;
+
+use super::stats::{ExitCounters, ExitKind};
+use crate::devices::bus::{Access, Bus};
+use crate::outcome::RunOutcome;
+
+/// KVM_SYSTEM_EVENT_SHUTDOWN.
+const SYSTEM_EVENT_SHUTDOWN: u32 = 1;
+/// KVM_SYSTEM_EVENT_RESET.
+const SYSTEM_EVENT_RESET: u32 = 2;
+
+/// What the vCPU loop does after an exit.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ExitAction {
+    /// Re-enter the guest.
+    Continue,
+    /// KVM_RUN was interrupted by a kick: look at pending requests.
+    Kicked,
+    /// The run ends with this outcome.
+    Stop(RunOutcome),
+    /// KVM reported an internal error; the caller adds the details it can read.
+    InternalError,
+    /// The vCPU hit a shutdown (triple fault).
+    Shutdown,
+}
+
+/// The buses a vCPU dispatches to.
+pub struct Buses<'a> {
+    /// Port I/O.
+    pub pio: &'a Bus,
+    /// MMIO.
+    pub mmio: &'a Bus,
+}
+
+/// Handles one exit.
+pub fn handle_exit(exit: VcpuExit<'_>, buses: &Buses<'_>, stats: &ExitCounters) -> ExitAction {
+    let access = |a: Access| {
+        if a == Access::Unclaimed {
+            stats.count_unclaimed();
+        }
+        ExitAction::Continue
+    };
+    match exit {
+        VcpuExit::IoIn(port, data) => {
+            stats.count(ExitKind::IoIn);
+            access(buses.pio.read(u64::from(port), data))
+        }
+        VcpuExit::IoOut(port, data) => {
+            stats.count(ExitKind::IoOut);
+            access(buses.pio.write(u64::from(port), data))
+        }
+        VcpuExit::MmioRead(addr, data) => {
+            stats.count(ExitKind::MmioRead);
+            access(buses.mmio.read(addr, data))
+        }
+        VcpuExit::MmioWrite(addr, data) => {
+            stats.count(ExitKind::MmioWrite);
+            access(buses.mmio.write(addr, data))
+        }
+        VcpuExit::Intr => {
+            stats.count(ExitKind::Kick);
+            ExitAction::Kicked
+        }
+        VcpuExit::Hlt => {
+            stats.count(ExitKind::Hlt);
+            ExitAction::Continue
+        }
+        other => {
+            stats.count(ExitKind::Other);
+            match other {
+                VcpuExit::Shutdown => ExitAction::Shutdown,
+                VcpuExit::InternalError => ExitAction::InternalError,
+                VcpuExit::SystemEvent(SYSTEM_EVENT_SHUTDOWN, _) => {
+                    ExitAction::Stop(RunOutcome::PowerOff)
+                }
+                VcpuExit::SystemEvent(SYSTEM_EVENT_RESET, _) => ExitAction::Stop(RunOutcome::Reset),
+                VcpuExit::FailEntry(reason, cpu) => ExitAction::Stop(RunOutcome::HostError(
+                    format!("KVM could not enter the guest (reason {reason:#x}, host cpu {cpu})"),
+                )),
+                e => ExitAction::Stop(RunOutcome::HostError(format!("unexpected KVM exit {e:?}"))),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::devices::BusDevice;
+    use std::sync::{Arc, Mutex};
+
+    struct Latch(Vec<u8>);
+    impl BusDevice for Latch {
+        fn read(&mut self, _: u64, data: &mut [u8]) {
+            data.fill(0x5a);
+        }
+        fn write(&mut self, _: u64, data: &[u8]) {
+            self.0.extend_from_slice(data);
+        }
+    }
+
+    fn buses() -> (Bus, Bus, Arc<Mutex<Latch>>) {
+        let latch = Arc::new(Mutex::new(Latch(Vec::new())));
+        let mut pio = Bus::new("port");
+        pio.insert("latch", latch.clone(), 0x3f8, 8).unwrap();
+        (pio, Bus::new("MMIO"), latch)
+    }
+
+    #[test]
+    fn port_write_reaches_the_device_and_continues() {
+        let (pio, mmio, latch) = buses();
+        let stats = ExitCounters::default();
+        let b = Buses {
+            pio: &pio,
+            mmio: &mmio,
+        };
+        assert_eq!(
+            handle_exit(VcpuExit::IoOut(0x3f8, &[b'x']), &b, &stats),
+            ExitAction::Continue
+        );
+        assert_eq!(latch.lock().unwrap().0, b"x");
+        assert_eq!(stats.get(ExitKind::IoOut), 1);
+    }
+
+    #[test]
+    fn unclaimed_port_reads_all_ones_and_is_counted() {
+        let (pio, mmio, _) = buses();
+        let stats = ExitCounters::default();
+        let mut data = [0u8; 2];
+        let b = Buses {
+            pio: &pio,
+            mmio: &mmio,
+        };
+        assert_eq!(
+            handle_exit(VcpuExit::IoIn(0x80, &mut data), &b, &stats),
+            ExitAction::Continue
+        );
+        assert_eq!(data, [0xff, 0xff]);
+        assert_eq!(stats.unclaimed(), 1);
+    }
+
+    #[test]
+    fn shutdown_and_internal_error_are_reported() {
+        let (pio, mmio, _) = buses();
+        let stats = ExitCounters::default();
+        let b = Buses {
+            pio: &pio,
+            mmio: &mmio,
+        };
+        assert_eq!(
+            handle_exit(VcpuExit::Shutdown, &b, &stats),
+            ExitAction::Shutdown
+        );
+        assert_eq!(
+            handle_exit(VcpuExit::InternalError, &b, &stats),
+            ExitAction::InternalError
+        );
+        assert_eq!(stats.get(ExitKind::Other), 2);
+    }
+
+    #[test]
+    fn system_events_end_the_run() {
+        let (pio, mmio, _) = buses();
+        let stats = ExitCounters::default();
+        let b = Buses {
+            pio: &pio,
+            mmio: &mmio,
+        };
+        assert_eq!(
+            handle_exit(VcpuExit::SystemEvent(SYSTEM_EVENT_RESET, &[]), &b, &stats),
+            ExitAction::Stop(RunOutcome::Reset)
+        );
+        assert_eq!(
+            handle_exit(
+                VcpuExit::SystemEvent(SYSTEM_EVENT_SHUTDOWN, &[]),
+                &b,
+                &stats
+            ),
+            ExitAction::Stop(RunOutcome::PowerOff)
+        );
+    }
+
+    #[test]
+    fn kick_is_counted() {
+        let (pio, mmio, _) = buses();
+        let stats = ExitCounters::default();
+        let b = Buses {
+            pio: &pio,
+            mmio: &mmio,
+        };
+        assert_eq!(handle_exit(VcpuExit::Intr, &b, &stats), ExitAction::Kicked);
+        assert_eq!(stats.get(ExitKind::Kick), 1);
+    }
+}

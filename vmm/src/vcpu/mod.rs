@@ -1,0 +1,331 @@
+//! vCPUs: each runs on its own thread as a small state machine driven by requests and kicks.
+//!
+//! A vCPU thread loops: take pending requests, enter the guest, map the exit to an action
+//! (`exit::handle_exit`). Other threads talk to it through a [`VcpuHandle`]: a request goes on
+//! the channel, then a kick (signal + `immediate_exit`) makes KVM_RUN return so the thread
+//! sees it.
+
+pub mod exit;
+pub mod kick;
+mod setup;
+pub mod stats;
+
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use kvm_ioctls::{SyncReg, VcpuFd};
+use std::os::unix::thread::JoinHandleExt;
+
+use vm_memory::GuestMemoryMmap;
+
+use crate::devices::Bus;
+use crate::outcome::{RunOutcome, StopSignal};
+use exit::{handle_exit, Buses, ExitAction};
+pub use setup::{configure_vcpu, SetupError};
+use stats::ExitCounters;
+
+/// KVM_MP_STATE_UNINITIALIZED: an application processor waiting for INIT/SIPI.
+pub const MP_STATE_UNINITIALIZED: u32 = 1;
+/// KVM_MP_STATE_HALTED.
+pub const MP_STATE_HALTED: u32 = 3;
+const RFLAGS_IF: u64 = 1 << 9;
+
+/// What a vCPU was doing when probed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Probe {
+    /// vCPU index.
+    pub index: usize,
+    /// KVM_MP_STATE_*.
+    pub mp_state: u32,
+    /// RFLAGS.IF.
+    pub interrupts_enabled: bool,
+    /// RIP.
+    pub rip: u64,
+}
+
+impl Probe {
+    /// True when nothing but an NMI, INIT or SIPI can make this vCPU run again.
+    pub fn is_stuck(&self) -> bool {
+        self.mp_state == MP_STATE_UNINITIALIZED
+            || (self.mp_state == MP_STATE_HALTED && !self.interrupts_enabled)
+    }
+}
+
+/// True when every vCPU is stuck and at least one halted with interrupts off: the guest can
+/// never run again.
+pub fn guest_is_hung(probes: &[Probe]) -> bool {
+    probes.iter().all(Probe::is_stuck) && probes.iter().any(|p| p.mp_state == MP_STATE_HALTED)
+}
+
+/// Requests to a vCPU thread.
+#[derive(Debug)]
+pub enum Request {
+    /// Report the vCPU's state on the channel.
+    Probe(Sender<Probe>),
+    /// Leave the run loop.
+    Stop,
+}
+
+/// What the VM shares with every vCPU thread.
+#[derive(Clone)]
+pub struct SharedState {
+    /// Port I/O bus.
+    pub pio: Arc<Bus>,
+    /// MMIO bus.
+    pub mmio: Arc<Bus>,
+    /// Ends the run.
+    pub stop: Arc<StopSignal>,
+    /// Guest RAM (for reading instruction bytes in error reports).
+    pub mem: GuestMemoryMmap,
+}
+
+/// A configured vCPU, ready to start on its own thread.
+pub struct Vcpu {
+    index: usize,
+    fd: VcpuFd,
+    shared: SharedState,
+    requests: Receiver<Request>,
+    sender: Sender<Request>,
+    counters: Arc<ExitCounters>,
+    sync_regs: bool,
+}
+
+/// The run loop's states.
+enum State {
+    Running,
+    Exited,
+}
+
+impl Vcpu {
+    /// Wraps a configured vCPU fd. `sync_regs` says whether KVM_CAP_SYNC_REGS is available.
+    pub fn new(index: usize, mut fd: VcpuFd, shared: SharedState, sync_regs: bool) -> Self {
+        if sync_regs {
+            fd.set_sync_valid_reg(SyncReg::Register);
+            fd.set_sync_valid_reg(SyncReg::SystemRegister);
+        }
+        let (sender, requests) = channel();
+        let counters = Arc::new(ExitCounters::default());
+        Vcpu {
+            index,
+            fd,
+            shared,
+            requests,
+            sender,
+            counters,
+            sync_regs,
+        }
+    }
+
+    /// Starts the vCPU thread.
+    pub fn start(self) -> std::io::Result<VcpuHandle> {
+        let index = self.index;
+        let tx = self.sender.clone();
+        let counters = self.counters.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("vcpu{index}"))
+            .spawn(move || self.run())?;
+        let requester = VcpuRequester {
+            index,
+            tx,
+            thread: thread.as_pthread_t(),
+        };
+        Ok(VcpuHandle {
+            requester,
+            counters,
+            thread,
+        })
+    }
+
+    fn run(mut self) {
+        kick::bind(self.fd.get_kvm_run());
+        let mut state = State::Running;
+        while let State::Running = state {
+            state = self.step();
+        }
+        kick::unbind();
+    }
+
+    /// One turn of the state machine: requests, then one KVM_RUN.
+    fn step(&mut self) -> State {
+        while let Ok(req) = self.requests.try_recv() {
+            match req {
+                Request::Probe(reply) => {
+                    // The requester may have given up waiting; that is fine.
+                    let _ = reply.send(self.probe());
+                }
+                Request::Stop => return State::Exited,
+            }
+        }
+        if self.shared.stop.is_requested() {
+            return State::Exited;
+        }
+        let buses = Buses {
+            pio: &self.shared.pio,
+            mmio: &self.shared.mmio,
+        };
+        let action = match self.fd.run() {
+            Ok(exit) => handle_exit(exit, &buses, &self.counters),
+            Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
+                self.counters.count(stats::ExitKind::Kick);
+                ExitAction::Kicked
+            }
+            Err(e) => ExitAction::Stop(RunOutcome::HostError(format!(
+                "KVM_RUN failed on vCPU {}: {e}",
+                self.index
+            ))),
+        };
+        match action {
+            ExitAction::Continue => State::Running,
+            ExitAction::Kicked => {
+                // Clear before looking at requests, so a kick that arrives from now on is
+                // seen either by the request loop or by the next KVM_RUN.
+                self.fd.set_kvm_immediate_exit(0);
+                State::Running
+            }
+            ExitAction::Stop(outcome) => self.finish(outcome),
+            ExitAction::Shutdown => {
+                let rip = self.rip();
+                self.finish(RunOutcome::TripleFault {
+                    vcpu: self.index,
+                    rip,
+                })
+            }
+            ExitAction::InternalError => {
+                let detail = setup::describe_internal_error(&mut self.fd, &self.shared.mem);
+                self.finish(RunOutcome::InternalError {
+                    vcpu: self.index,
+                    detail,
+                })
+            }
+        }
+    }
+
+    fn finish(&self, outcome: RunOutcome) -> State {
+        self.shared.stop.request(outcome);
+        State::Exited
+    }
+
+    fn rip(&self) -> Option<u64> {
+        if self.sync_regs {
+            Some(self.fd.sync_regs().regs.rip)
+        } else {
+            self.fd.get_regs().ok().map(|r| r.rip)
+        }
+    }
+
+    fn probe(&self) -> Probe {
+        let regs = if self.sync_regs {
+            Some(self.fd.sync_regs().regs)
+        } else {
+            self.fd.get_regs().ok()
+        };
+        Probe {
+            index: self.index,
+            mp_state: self.fd.get_mp_state().map_or(0, |s| s.mp_state),
+            interrupts_enabled: regs.is_some_and(|r| r.rflags & RFLAGS_IF != 0),
+            rip: regs.map_or(0, |r| r.rip),
+        }
+    }
+}
+
+/// A cloneable way to send requests to a vCPU thread and kick it.
+#[derive(Clone)]
+pub struct VcpuRequester {
+    index: usize,
+    tx: Sender<Request>,
+    thread: libc::pthread_t,
+}
+
+impl VcpuRequester {
+    /// The vCPU index.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Sends a request and kicks the vCPU so it sees it promptly. False if the thread has
+    /// left its run loop.
+    pub fn request(&self, req: Request) -> bool {
+        let sent = self.tx.send(req).is_ok();
+        if sent {
+            self.kick();
+        }
+        sent
+    }
+
+    /// Kicks the vCPU out of KVM_RUN.
+    pub fn kick(&self) {
+        // SAFETY: `thread` belongs to a vCPU thread that has not been joined: requesters are
+        // only used while the VM's `VcpuHandle`s (which join) are alive. Signalling a thread
+        // that has returned but is not yet joined is harmless.
+        let rc = unsafe { libc::pthread_kill(self.thread, kick::kick_signal()) };
+        if rc != 0 {
+            log::debug!("kick of vCPU {} failed: error {rc}", self.index);
+        }
+    }
+}
+
+/// A running vCPU thread.
+pub struct VcpuHandle {
+    requester: VcpuRequester,
+    counters: Arc<ExitCounters>,
+    thread: JoinHandle<()>,
+}
+
+impl VcpuHandle {
+    /// A requester for this vCPU, valid until `stop_and_join`.
+    pub fn requester(&self) -> VcpuRequester {
+        self.requester.clone()
+    }
+
+    /// The vCPU's exit counters.
+    pub fn counters(&self) -> &Arc<ExitCounters> {
+        &self.counters
+    }
+
+    /// Stops the thread and waits for it.
+    pub fn stop_and_join(self) -> Arc<ExitCounters> {
+        self.requester.request(Request::Stop);
+        if self.thread.join().is_err() {
+            log::error!("vCPU {} thread panicked", self.requester.index);
+        }
+        self.counters
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(mp_state: u32, interrupts_enabled: bool) -> Probe {
+        Probe {
+            index: 0,
+            mp_state,
+            interrupts_enabled,
+            rip: 0,
+        }
+    }
+
+    #[test]
+    fn cli_hlt_on_every_vcpu_is_a_hang() {
+        assert!(guest_is_hung(&[
+            p(MP_STATE_HALTED, false),
+            p(MP_STATE_HALTED, false)
+        ]));
+    }
+
+    #[test]
+    fn aps_never_started_do_not_hide_a_hang() {
+        assert!(guest_is_hung(&[
+            p(MP_STATE_HALTED, false),
+            p(MP_STATE_UNINITIALIZED, false)
+        ]));
+    }
+
+    #[test]
+    fn idle_with_interrupts_on_is_not_a_hang() {
+        assert!(!guest_is_hung(&[p(MP_STATE_HALTED, true)]));
+        assert!(!guest_is_hung(&[p(MP_STATE_HALTED, false), p(0, false)]));
+        assert!(!guest_is_hung(&[p(MP_STATE_UNINITIALIZED, false)]));
+    }
+}

@@ -1,0 +1,201 @@
+//! Building a VM (KVM, memory, irqchip, devices, vCPUs) and running it to an outcome.
+
+mod event_loop;
+mod platform;
+mod run;
+mod signals;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use kvm_bindings::{
+    kvm_pit_config, kvm_userspace_memory_region, KVM_MAX_CPUID_ENTRIES, KVM_PIT_SPEAKER_DUMMY,
+};
+use kvm_ioctls::{Cap, Kvm, VmFd};
+use profile_core::abi::{cpuid as abi_cpuid, DOORBELL_PORT_BASE};
+use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+
+use crate::acpi::{create_acpi_tables, AcpiError};
+use crate::arch::cpuid::{vcpu_cpuid, Leaf};
+use crate::boot::{load_kernel, BootError, BootSetup};
+use crate::config::{ConfigError, VmConfig};
+use crate::devices::serial::SerialDevice;
+use crate::devices::BusError;
+use crate::layout::{KVM_IDENTITY_MAP_ADDRESS, KVM_TSS_ADDRESS};
+use crate::memory::{create_guest_memory, MemoryError};
+use crate::outcome::{StopSignal, STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
+use crate::vcpu::{configure_vcpu, SetupError, SharedState, Vcpu};
+
+pub use run::{run, RunReport, VcpuSummary};
+
+/// Errors building or starting a VM.
+#[derive(Debug, thiserror::Error)]
+pub enum VmError {
+    /// A bad configuration value.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// /dev/kvm could not be opened or lacks something required.
+    #[error("cannot use KVM: {0}")]
+    Kvm(&'static str, #[source] kvm_ioctls::Error),
+    /// Guest memory.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    /// The kernel could not be loaded.
+    #[error(transparent)]
+    Boot(#[from] BootError),
+    /// ACPI tables.
+    #[error(transparent)]
+    Acpi(#[from] AcpiError),
+    /// A vCPU could not be configured.
+    #[error("cannot configure vCPU {0}")]
+    Vcpu(usize, #[source] SetupError),
+    /// A device could not be placed on a bus.
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    /// The serial or debugcon output file.
+    #[error("cannot create {}", .0.display())]
+    OutputFile(PathBuf, #[source] std::io::Error),
+    /// A host resource (eventfd, thread, epoll) failed.
+    #[error("cannot create {0}")]
+    Host(&'static str, #[source] std::io::Error),
+}
+
+impl VmError {
+    /// The process exit status for this error: 2 for what the user can fix, 12 for the host.
+    pub fn exit_status(&self) -> i32 {
+        match self {
+            VmError::Config(_) | VmError::Boot(_) | VmError::OutputFile(..) => STATUS_CONFIG_ERROR,
+            VmError::Memory(MemoryError::TooSmall(_)) => STATUS_CONFIG_ERROR,
+            VmError::Acpi(AcpiError::TooManyCpus(_)) => STATUS_CONFIG_ERROR,
+            _ => STATUS_HOST_ERROR,
+        }
+    }
+}
+
+/// A built VM whose vCPUs have not started yet.
+pub struct Vm {
+    vm_fd: VmFd,
+    boot: BootSetup,
+    vcpus: Vec<Vcpu>,
+    serial: Arc<Mutex<SerialDevice>>,
+    stop: Arc<StopSignal>,
+}
+
+/// hvprof's CPUID leaves at 0x40000100 (the hypercall ABI's discovery).
+fn hvprof_leaves() -> [Leaf; 2] {
+    let leaf = |function: u32, r: abi_cpuid::CpuidRegs| Leaf {
+        function,
+        eax: r.eax,
+        ebx: r.ebx,
+        ecx: r.ecx,
+        edx: r.edx,
+    };
+    [
+        leaf(abi_cpuid::LEAF_BASE, abi_cpuid::base_leaf()),
+        leaf(
+            abi_cpuid::LEAF_INFO,
+            abi_cpuid::info_leaf(DOORBELL_PORT_BASE, 0),
+        ),
+    ]
+}
+
+impl Vm {
+    /// Builds the VM described by `config`.
+    pub fn new(config: &VmConfig) -> Result<Self, VmError> {
+        config.validate()?;
+        let kvm = Kvm::new().map_err(|e| VmError::Kvm("open /dev/kvm", e))?;
+        let vm_fd = kvm
+            .create_vm()
+            .map_err(|e| VmError::Kvm("KVM_CREATE_VM", e))?;
+        let mem = create_guest_memory(config.memory_mib)?;
+        register_memory(&vm_fd, &mem)?;
+        vm_fd
+            .set_tss_address(usize::try_from(KVM_TSS_ADDRESS).unwrap_or(0))
+            .map_err(|e| VmError::Kvm("KVM_SET_TSS_ADDR", e))?;
+        vm_fd
+            .set_identity_map_address(KVM_IDENTITY_MAP_ADDRESS)
+            .map_err(|e| VmError::Kvm("KVM_SET_IDENTITY_MAP_ADDR", e))?;
+        vm_fd
+            .create_irq_chip()
+            .map_err(|e| VmError::Kvm("KVM_CREATE_IRQCHIP", e))?;
+        let pit = kvm_pit_config {
+            flags: KVM_PIT_SPEAKER_DUMMY,
+            ..Default::default()
+        };
+        vm_fd
+            .create_pit2(pit)
+            .map_err(|e| VmError::Kvm("KVM_CREATE_PIT2", e))?;
+
+        let rsdp = create_acpi_tables(&mem, config.cpus)?;
+        let boot = load_kernel(&mem, config.memory_mib << 20, &config.kernel, rsdp)?;
+
+        let stop = Arc::new(StopSignal::new().map_err(|e| VmError::Host("an eventfd", e))?);
+        let devices = platform::create_devices(&vm_fd, config, stop.clone())?;
+        let shared = SharedState {
+            pio: Arc::new(devices.pio),
+            mmio: Arc::new(devices.mmio),
+            stop: stop.clone(),
+            mem: mem.clone(),
+        };
+
+        let supported = kvm
+            .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
+            .map_err(|e| VmError::Kvm("KVM_GET_SUPPORTED_CPUID", e))?;
+        let sync_regs = vm_fd.check_extension(Cap::SyncRegs);
+        let count = u32::try_from(config.cpus).unwrap_or(u32::MAX);
+        let mut vcpus = Vec::with_capacity(config.cpus);
+        for index in 0..config.cpus {
+            let id = u64::try_from(index).unwrap_or(u64::MAX);
+            let fd = vm_fd
+                .create_vcpu(id)
+                .map_err(|e| VmError::Kvm("KVM_CREATE_VCPU", e))?;
+            let apic_id = u32::try_from(index).unwrap_or(u32::MAX);
+            let cpuid = vcpu_cpuid(&supported, apic_id, count, &hvprof_leaves()).map_err(|_| {
+                VmError::Vcpu(
+                    index,
+                    SetupError::Kvm("CPUID table", kvm_ioctls::Error::new(libc::E2BIG)),
+                )
+            })?;
+            let entry = (index == 0).then_some(boot.entry);
+            configure_vcpu(&fd, &cpuid, &mem, entry).map_err(|e| VmError::Vcpu(index, e))?;
+            vcpus.push(Vcpu::new(index, fd, shared.clone(), sync_regs));
+        }
+        Ok(Vm {
+            vm_fd,
+            boot,
+            vcpus,
+            serial: devices.serial,
+            stop,
+        })
+    }
+
+    /// How the kernel was booted.
+    pub fn boot(&self) -> BootSetup {
+        self.boot
+    }
+}
+
+fn register_memory(vm_fd: &VmFd, mem: &GuestMemoryMmap) -> Result<(), VmError> {
+    for (slot, region) in mem.iter().enumerate() {
+        let host = region
+            .get_host_address(vm_memory::MemoryRegionAddress(0))
+            .map_err(|_| {
+                VmError::Kvm(
+                    "guest memory host address",
+                    kvm_ioctls::Error::new(libc::EINVAL),
+                )
+            })?;
+        let region_desc = kvm_userspace_memory_region {
+            slot: u32::try_from(slot).unwrap_or(u32::MAX),
+            guest_phys_addr: region.start_addr().0,
+            memory_size: region.len(),
+            userspace_addr: host as u64,
+            flags: 0,
+        };
+        // SAFETY: the region is a live mmap owned by `mem`, which the VM keeps (through the
+        // vCPUs' shared state) for as long as the VM fd exists.
+        unsafe { vm_fd.set_user_memory_region(region_desc) }
+            .map_err(|e| VmError::Kvm("KVM_SET_USER_MEMORY_REGION", e))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,95 @@
+//! The devices of the PC platform hvprof provides for direct kernel boot, and the buses they
+//! sit on.
+
+use std::fs::File;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use kvm_ioctls::VmFd;
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+use super::VmError;
+use crate::config::{SerialOutput, VmConfig};
+use crate::devices::cmos::{Cmos, CMOS_LEN, CMOS_PORT};
+use crate::devices::debug_exit::{DebugExit, DEBUG_EXIT_LEN, DEBUG_EXIT_PORT};
+use crate::devices::debugcon::{DebugCon, DEBUGCON_PORT};
+use crate::devices::i8042::{I8042, I8042_DATA_PORT, I8042_LEN};
+use crate::devices::serial::{SerialDevice, COM1_IRQ, COM1_LEN, COM1_PORT};
+use crate::devices::Bus;
+use crate::memory::low_ram_end;
+use crate::outcome::StopSignal;
+
+/// The buses and the devices other threads need to reach.
+pub struct Devices {
+    /// Port I/O bus.
+    pub pio: Bus,
+    /// MMIO bus.
+    pub mmio: Bus,
+    /// COM1, for input from the event loop.
+    pub serial: Arc<Mutex<SerialDevice>>,
+}
+
+fn output_file(path: &std::path::Path) -> Result<Box<dyn Write + Send>, VmError> {
+    File::create(path)
+        .map(|f| Box::new(f) as Box<dyn Write + Send>)
+        .map_err(|e| VmError::OutputFile(path.to_owned(), e))
+}
+
+/// Creates the platform devices and wires COM1's interrupt.
+pub fn create_devices(
+    vm_fd: &VmFd,
+    config: &VmConfig,
+    stop: Arc<StopSignal>,
+) -> Result<Devices, VmError> {
+    let out: Box<dyn Write + Send> = match &config.serial {
+        SerialOutput::Stdout => Box::new(std::io::stdout()),
+        SerialOutput::File(p) => output_file(p)?,
+        SerialOutput::Null => Box::new(std::io::sink()),
+    };
+    let irq = EventFd::new(EFD_NONBLOCK).map_err(|e| VmError::Host("an eventfd", e))?;
+    vm_fd
+        .register_irqfd(&irq, COM1_IRQ)
+        .map_err(|e| VmError::Kvm("KVM_IRQFD for COM1", e))?;
+    let serial = Arc::new(Mutex::new(
+        SerialDevice::new(irq, out).map_err(|e| VmError::Host("an eventfd", e))?,
+    ));
+    let debugcon = match &config.debugcon {
+        Some(p) => Some(output_file(p)?),
+        None => None,
+    };
+    let mem = config.memory_mib << 20;
+    let low = low_ram_end(mem);
+    let cpus = u8::try_from(config.cpus).unwrap_or(u8::MAX);
+
+    let mut pio = Bus::new("port");
+    pio.insert("com1", serial.clone(), COM1_PORT, COM1_LEN)?;
+    pio.insert(
+        "isa-debug-exit",
+        Arc::new(Mutex::new(DebugExit::new(stop.clone()))),
+        DEBUG_EXIT_PORT,
+        DEBUG_EXIT_LEN,
+    )?;
+    pio.insert(
+        "i8042",
+        Arc::new(Mutex::new(I8042::new(stop))),
+        I8042_DATA_PORT,
+        I8042_LEN,
+    )?;
+    pio.insert(
+        "cmos",
+        Arc::new(Mutex::new(Cmos::new(low, mem - low, cpus))),
+        CMOS_PORT,
+        CMOS_LEN,
+    )?;
+    pio.insert(
+        "debugcon",
+        Arc::new(Mutex::new(DebugCon::new(debugcon))),
+        DEBUGCON_PORT,
+        1,
+    )?;
+    Ok(Devices {
+        pio,
+        mmio: Bus::new("MMIO"),
+        serial,
+    })
+}

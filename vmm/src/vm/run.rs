@@ -1,0 +1,157 @@
+//! Running a VM to its outcome: start the vCPUs, run the event loop, stop and join, report.
+
+use std::time::{Duration, Instant};
+
+use super::event_loop::{run_until_stopped, LoopParams};
+use super::signals::StopSignals;
+use super::{Vm, VmError};
+use crate::boot::Protocol;
+use crate::config::VmConfig;
+use crate::outcome::RunOutcome;
+use crate::vcpu::kick;
+use crate::vcpu::stats::{ExitCounters, ExitKind};
+
+/// One vCPU's exits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VcpuSummary {
+    /// vCPU index.
+    pub index: usize,
+    /// Exit counts by kind, in `ExitKind::ALL` order.
+    pub exits: Vec<(ExitKind, u64)>,
+    /// Accesses no device claimed.
+    pub unclaimed: u64,
+}
+
+impl VcpuSummary {
+    fn from_counters(index: usize, c: &ExitCounters) -> Self {
+        VcpuSummary {
+            index,
+            exits: ExitKind::ALL.iter().map(|k| (*k, c.get(*k))).collect(),
+            unclaimed: c.unclaimed(),
+        }
+    }
+}
+
+/// How a run went.
+#[derive(Clone, Debug)]
+pub struct RunReport {
+    /// Why it ended.
+    pub outcome: RunOutcome,
+    /// The boot protocol used.
+    pub protocol: Protocol,
+    /// Wall time from start to the end of the last vCPU thread.
+    pub wall_time: Duration,
+    /// Per-vCPU exit counts.
+    pub vcpus: Vec<VcpuSummary>,
+}
+
+impl RunReport {
+    /// A few lines for people: vCPUs, exits by reason, wall time, outcome.
+    pub fn summary(&self) -> String {
+        let mut total = vec![0u64; ExitKind::ALL.len()];
+        for v in &self.vcpus {
+            for (slot, (_, n)) in total.iter_mut().zip(&v.exits) {
+                *slot += n;
+            }
+        }
+        let exits: Vec<String> = ExitKind::ALL
+            .iter()
+            .zip(&total)
+            .filter(|(_, n)| **n > 0)
+            .map(|(k, n)| format!("{} {n}", k.name()))
+            .collect();
+        let mut s = format!(
+            "hvprof: {} ({} kernel, {} vCPU{}, {:.3} s)\n",
+            self.outcome,
+            self.protocol,
+            self.vcpus.len(),
+            if self.vcpus.len() == 1 { "" } else { "s" },
+            self.wall_time.as_secs_f64()
+        );
+        s.push_str(&format!(
+            "hvprof: exits: {}\n",
+            if exits.is_empty() {
+                "none".to_string()
+            } else {
+                exits.join(", ")
+            }
+        ));
+        for v in &self.vcpus {
+            let n: u64 = v.exits.iter().map(|(_, n)| n).sum();
+            s.push_str(&format!(
+                "hvprof:   vCPU {}: {n} exits, {} unclaimed accesses\n",
+                v.index, v.unclaimed
+            ));
+        }
+        s
+    }
+}
+
+/// Builds the VM for `config`, runs it until it ends, and reports how it went.
+pub fn run(config: &VmConfig) -> Result<RunReport, VmError> {
+    let started = Instant::now();
+    // Block SIGINT/SIGTERM before any thread exists, so every thread inherits the mask.
+    let signals = StopSignals::block_and_open().map_err(|e| VmError::Host("a signalfd", e))?;
+    kick::install_handler().map_err(|e| {
+        VmError::Host(
+            "the vCPU kick handler",
+            std::io::Error::from_raw_os_error(e.errno()),
+        )
+    })?;
+    let vm = Vm::new(config)?;
+    let protocol = vm.boot.protocol;
+    let Vm {
+        vm_fd,
+        vcpus,
+        serial,
+        stop,
+        ..
+    } = vm;
+
+    let mut handles = Vec::with_capacity(vcpus.len());
+    let mut start_error = None;
+    for vcpu in vcpus {
+        match vcpu.start() {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                start_error = Some(VmError::Host("a vCPU thread", e));
+                break;
+            }
+        }
+    }
+    if start_error.is_none() {
+        let params = LoopParams {
+            stop: stop.clone(),
+            signals,
+            serial: serial.clone(),
+            serial_input: config.serial_input,
+            vcpus: handles.iter().map(|h| h.requester()).collect(),
+            timeout: config.timeout,
+            watchdog_period: config.watchdog_period,
+        };
+        if let Err(e) = run_until_stopped(params) {
+            stop.request(RunOutcome::HostError(format!("event loop failed: {e}")));
+        }
+    } else {
+        stop.request(RunOutcome::HostError("could not start every vCPU".into()));
+    }
+
+    let vcpus: Vec<VcpuSummary> = handles
+        .into_iter()
+        .enumerate()
+        .map(|(i, h)| VcpuSummary::from_counters(i, &h.stop_and_join()))
+        .collect();
+    drop(vm_fd);
+    if let Some(e) = start_error {
+        return Err(e);
+    }
+    let outcome = stop
+        .outcome()
+        .unwrap_or_else(|| RunOutcome::HostError("the run ended without an outcome".into()));
+    Ok(RunReport {
+        outcome,
+        protocol,
+        wall_time: started.elapsed(),
+        vcpus,
+    })
+}
