@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -175,27 +176,34 @@ impl Fixture {
 }
 
 struct FixtureCache {
-    dir: TempDir,
+    dir: PathBuf,
     built: Mutex<HashMap<Fixture, PathBuf>>,
 }
 
 fn fixture_cache() -> &'static FixtureCache {
     static CACHE: OnceLock<FixtureCache> = OnceLock::new();
-    CACHE.get_or_init(|| FixtureCache {
-        dir: TempDir::new("fixtures"),
-        built: Mutex::new(HashMap::new()),
+    CACHE.get_or_init(|| {
+        // Cargo's scratch dir for integration tests (under target/), one
+        // subdirectory per test binary. Kernels are renamed into place once
+        // built, so concurrent runs of the same binary cannot see half a file.
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("fixtures-{}", env!("CARGO_CRATE_NAME")));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        FixtureCache {
+            dir,
+            built: Mutex::new(HashMap::new()),
+        }
     })
 }
 
-fn tool(program: &str, args: &[&std::ffi::OsStr]) {
+fn tool(program: &str, args: &[OsString]) {
     let out = Command::new(program)
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("running {program} (binutils must be installed): {e}"));
     assert!(
         out.status.success(),
-        "{program} {:?} failed ({}):\n{}{}",
-        args,
+        "{program} {args:?} failed ({}):\n{}{}",
         out.status,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
@@ -204,9 +212,7 @@ fn tool(program: &str, args: &[&std::ffi::OsStr]) {
 
 /// Builds a fixture kernel (once per test process) and returns its path.
 ///
-/// The cache lives in a temp dir that is never dropped (it is in a static),
-/// so the built kernels stay until the OS cleans the temp dir; they are a few
-/// KiB each.
+/// Kernels go to `target/tmp/fixtures-<test binary>/`, a few KiB each.
 pub fn fixture(f: Fixture) -> PathBuf {
     let cache = fixture_cache();
     let mut built = cache.built.lock().unwrap_or_else(|e| e.into_inner());
@@ -215,67 +221,72 @@ pub fn fixture(f: Fixture) -> PathBuf {
     }
     let (src, format, defsyms) = f.recipe();
     let src_dir = fixtures_src_dir();
-    let out = cache.dir.join(&f.file_name());
-    let obj = out.with_extension("o");
-    let linked = out.with_extension("linked");
-    let source = src_dir.join(format!("{src}.S"));
+    let name = f.file_name();
+    let out = cache.dir.join(&name);
+    let tmp = |ext: &str| {
+        cache
+            .dir
+            .join(format!("{name}.{}.{ext}", std::process::id()))
+    };
+    let (obj, linked, staged) = (tmp("o"), tmp("linked"), tmp("staged"));
 
-    let mut as_args: Vec<std::ffi::OsString> = vec![match format {
-        Format::Elf64Pvh => "--64".into(),
-        _ => "--32".into(),
-    }];
-    as_args.push("-I".into());
-    as_args.push(src_dir.clone().into());
+    let mut as_args: Vec<OsString> = vec![
+        if let Format::Elf64Pvh = format {
+            "--64"
+        } else {
+            "--32"
+        }
+        .into(),
+        "-I".into(),
+        src_dir.clone().into(),
+    ];
     for d in &defsyms {
-        as_args.push("--defsym".into());
-        as_args.push(d.into());
+        as_args.extend(["--defsym".into(), d.into()]);
     }
-    as_args.push("-o".into());
-    as_args.push(obj.clone().into());
-    as_args.push(source.into());
-    tool(
-        "as",
-        &as_args.iter().map(|s| s.as_os_str()).collect::<Vec<_>>(),
-    );
+    as_args.extend([
+        "-o".into(),
+        obj.clone().into(),
+        src_dir.join(format!("{src}.S")).into(),
+    ]);
+    tool("as", &as_args);
 
     let (emulation, script) = match format {
         Format::Elf32Pvh => ("elf_i386", "pvh.ld"),
         Format::Elf64Pvh => ("elf_x86_64", "pvh.ld"),
         Format::Elf32Multiboot | Format::FlatMultiboot => ("elf_i386", "multiboot.ld"),
     };
-    let ld_target = match format {
-        Format::FlatMultiboot => &linked,
-        _ => &out,
-    };
-    let ld_args: Vec<std::ffi::OsString> = vec![
-        "-m".into(),
-        emulation.into(),
-        "-z".into(),
-        "max-page-size=0x1000".into(),
-        "--no-warn-rwx-segments".into(),
-        "-T".into(),
-        src_dir.join(script).into(),
-        "-o".into(),
-        ld_target.clone().into(),
-        obj.into(),
-    ];
     tool(
         "ld",
-        &ld_args.iter().map(|s| s.as_os_str()).collect::<Vec<_>>(),
+        &[
+            "-m".into(),
+            emulation.into(),
+            "-z".into(),
+            "max-page-size=0x1000".into(),
+            "--no-warn-rwx-segments".into(),
+            "-T".into(),
+            src_dir.join(script).into(),
+            "-o".into(),
+            linked.clone().into(),
+            obj.clone().into(),
+        ],
     );
-
     if let Format::FlatMultiboot = format {
-        let args: Vec<std::ffi::OsString> = vec![
-            "-O".into(),
-            "binary".into(),
-            linked.into(),
-            out.clone().into(),
-        ];
         tool(
             "objcopy",
-            &args.iter().map(|s| s.as_os_str()).collect::<Vec<_>>(),
+            &[
+                "-O".into(),
+                "binary".into(),
+                linked.clone().into(),
+                staged.clone().into(),
+            ],
         );
+        let _ = std::fs::remove_file(&linked);
+    } else {
+        std::fs::rename(&linked, &staged).expect("renaming the linked kernel");
     }
+    let _ = std::fs::remove_file(&obj);
+    std::fs::rename(&staged, &out)
+        .unwrap_or_else(|e| panic!("renaming {} to {}: {e}", staged.display(), out.display()));
     built.insert(f, out.clone());
     out
 }
