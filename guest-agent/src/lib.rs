@@ -1,0 +1,2 @@
+//! The guest side of the hvprof hypercall ABI.
+#![no_std]
