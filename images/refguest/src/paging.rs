@@ -1,0 +1,79 @@
+//! User address spaces. Each process has its own PML4 and PDPT; the PDPT
+//! shares the kernel's page directories for 0..1 GiB and 2..4 GiB
+//! (supervisor-only) and maps its own user window at 1 GiB:
+//!
+//! USER_BASE..  user code (.user section, read-only, same physical pages in every process)
+//! USER_DATA    one private read-write data page
+//! ..USER_STACK_TOP  private read-write stack
+
+use crate::boot;
+use crate::cpu::Page;
+use crate::sync::RacyCell;
+use crate::user::{USER_BASE, USER_DATA, USER_STACK_PAGES, USER_STACK_TOP};
+
+pub const MAX_SPACES: usize = 8;
+
+const PRESENT: u64 = 1;
+const WRITABLE: u64 = 1 << 1;
+const USER: u64 = 1 << 2;
+
+#[repr(C)]
+struct SpacePages {
+    pml4: Page,
+    pdpt: Page,
+    pd: Page,
+    pt: Page,
+    data: Page,
+    stack: [Page; USER_STACK_PAGES],
+}
+
+const EMPTY: SpacePages =
+    SpacePages { pml4: Page::ZERO, pdpt: Page::ZERO, pd: Page::ZERO, pt: Page::ZERO, data: Page::ZERO, stack: [Page::ZERO; USER_STACK_PAGES] };
+
+static SPACES: RacyCell<[SpacePages; MAX_SPACES]> = RacyCell::new([EMPTY; MAX_SPACES]);
+
+extern "C" {
+    static __user_lma: u8;
+    static __user_start: u8;
+    static __user_end: u8;
+}
+
+/// A user address space; `cr3` is its PML4's physical address.
+#[derive(Clone, Copy)]
+pub struct AddressSpace {
+    pub cr3: u64,
+    /// Physical address of the private data page (mapped at USER_DATA).
+    pub data_paddr: u64,
+}
+
+fn addr<T>(page: &T) -> u64 {
+    page as *const T as u64
+}
+
+/// Builds address space number `slot` (each slot is used once).
+pub fn create(slot: usize) -> AddressSpace {
+    // SAFETY: slots are handed out once by `sched::spawn` under its lock,
+    // and no CPU uses a slot's tables before it is created.
+    let s = unsafe { &mut (*SPACES.get())[slot] };
+    // SAFETY: SpacePages is plain data; all-zero is its empty state.
+    unsafe { core::ptr::write_bytes(s as *mut SpacePages, 0, 1) };
+    // SAFETY: the boot PDPT is initialised before Rust code runs.
+    let kernel = unsafe { &*boot::kernel_pdpt() };
+    s.pml4.0[0] = addr(&s.pdpt) | PRESENT | WRITABLE | USER;
+    s.pdpt.0 = *kernel;
+    let window = (USER_BASE >> 30) as usize;
+    s.pdpt.0[window] = addr(&s.pd) | PRESENT | WRITABLE | USER;
+    s.pd.0[0] = addr(&s.pt) | PRESENT | WRITABLE | USER;
+    let index = |va: u64| ((va - USER_BASE) >> 12) as usize;
+    let lma = (&raw const __user_lma) as u64;
+    let code_len = (&raw const __user_end) as u64 - (&raw const __user_start) as u64;
+    for offset in (0..code_len).step_by(4096) {
+        s.pt.0[index(USER_BASE + offset)] = (lma + offset) | PRESENT | USER;
+    }
+    s.pt.0[index(USER_DATA)] = addr(&s.data) | PRESENT | WRITABLE | USER;
+    let stack_bottom = USER_STACK_TOP - 4096 * USER_STACK_PAGES as u64;
+    for (i, page) in s.stack.iter().enumerate() {
+        s.pt.0[index(stack_bottom) + i] = addr(page) | PRESENT | WRITABLE | USER;
+    }
+    AddressSpace { cr3: addr(&s.pml4), data_paddr: addr(&s.data) }
+}

@@ -1,0 +1,52 @@
+//! Time: the TSC and the LAPIC timer are calibrated once against the PIT
+//! (channel 2, gated through port 0x61), which KVM emulates in the kernel.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use crate::cpu::{inb, outb, rdtsc};
+use crate::{apic, idt};
+
+const PIT_HZ: u64 = 1_193_182;
+const CALIBRATE_MS: u64 = 10;
+
+static TSC_HZ: AtomicU64 = AtomicU64::new(0);
+static APIC_HZ: AtomicU64 = AtomicU64::new(0);
+
+/// Measures TSC and APIC timer rates over a 10 ms PIT one-shot.
+pub fn calibrate() {
+    let count = PIT_HZ * CALIBRATE_MS / 1000;
+    outb(0x61, (inb(0x61) & !0x02) | 0x01); // gate on, speaker off
+    outb(0x43, 0xB0); // channel 2, lo/hi, mode 0
+    outb(0x42, (count & 0xFF) as u8);
+    apic::timer_start_free_running(idt::TIMER_VECTOR);
+    let tsc0 = rdtsc();
+    outb(0x42, (count >> 8) as u8); // counting starts now
+    while inb(0x61) & 0x20 == 0 {
+        core::hint::spin_loop();
+    }
+    let tsc = rdtsc() - tsc0;
+    let ticks = u64::from(apic::timer_elapsed());
+    TSC_HZ.store(tsc * 1000 / CALIBRATE_MS, Ordering::Relaxed);
+    APIC_HZ.store(ticks * 1000 / CALIBRATE_MS, Ordering::Relaxed);
+}
+
+pub fn tsc_hz() -> u64 {
+    TSC_HZ.load(Ordering::Relaxed)
+}
+
+pub fn apic_hz() -> u64 {
+    APIC_HZ.load(Ordering::Relaxed)
+}
+
+/// Busy-waits `us` microseconds on the TSC.
+pub fn delay_us(us: u64) {
+    let end = rdtsc() + tsc_hz() / 1_000_000 * us;
+    while rdtsc() < end {
+        core::hint::spin_loop();
+    }
+}
+
+/// TSC ticks in `ms` milliseconds.
+pub fn ms_to_tsc(ms: u64) -> u64 {
+    tsc_hz() / 1000 * ms
+}
