@@ -47,13 +47,6 @@ pub fn rdtsc() -> u64 {
     (u64::from(hi) << 32) | u64::from(lo)
 }
 
-pub fn read_cr3() -> u64 {
-    let value: u64;
-    // SAFETY: reading CR3 has no side effects.
-    unsafe { asm!("mov {}, cr3", out(reg) value, options(nomem, nostack, preserves_flags)) }
-    value
-}
-
 /// # Safety
 /// `pml4` must be a valid top-level table that maps the running kernel.
 pub unsafe fn write_cr3(pml4: u64) {

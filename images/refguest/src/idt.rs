@@ -45,7 +45,7 @@ pub struct TrapFrame {
 }
 
 impl TrapFrame {
-    pub fn from_user(&self) -> bool {
+    pub fn is_user(&self) -> bool {
         self.cs & 3 == 3
     }
 }

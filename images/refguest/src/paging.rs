@@ -42,8 +42,6 @@ extern "C" {
 #[derive(Clone, Copy)]
 pub struct AddressSpace {
     pub cr3: u64,
-    /// Physical address of the private data page (mapped at USER_DATA).
-    pub data_paddr: u64,
 }
 
 fn addr<T>(page: &T) -> u64 {
@@ -75,5 +73,5 @@ pub fn create(slot: usize) -> AddressSpace {
     for (i, page) in s.stack.iter().enumerate() {
         s.pt.0[index(stack_bottom) + i] = addr(page) | PRESENT | WRITABLE | USER;
     }
-    AddressSpace { cr3: addr(&s.pml4), data_paddr: addr(&s.data) }
+    AddressSpace { cr3: addr(&s.pml4) }
 }

@@ -113,7 +113,7 @@ extern "C" fn idle_loop() -> ! {
 
 fn idle_frame(table: &Table, cpu: usize) -> TrapFrame {
     TrapFrame {
-        rip: idle_loop as usize as u64,
+        rip: idle_loop as *const () as u64,
         cs: u64::from(gdt::KERNEL_CS),
         ss: u64::from(gdt::KERNEL_DS),
         rsp: table.idle_stack[cpu],

@@ -180,7 +180,7 @@ pub fn start_aps(bsp: usize) -> Result<(), usize> {
     // the memmap at boot); start_info and the command line were copied out.
     unsafe { core::ptr::copy_nonoverlapping(start, TRAMPOLINE as *mut u8, len) };
     let entry: extern "C" fn(u64) -> ! = ap_entry;
-    for cpu in 0..cpu_count() {
+    for (cpu, online) in ONLINE.iter().enumerate().take(cpu_count()) {
         if cpu == bsp {
             continue;
         }
@@ -189,7 +189,7 @@ pub fn start_aps(bsp: usize) -> Result<(), usize> {
         unsafe {
             tramp_slot(&raw const tramp_cr3).write_volatile(boot::kernel_pml4());
             tramp_slot(&raw const tramp_stack).write_volatile(kernel_stack_top(cpu, bsp));
-            tramp_slot(&raw const tramp_entry).write_volatile(entry as u64);
+            tramp_slot(&raw const tramp_entry).write_volatile(entry as *const () as u64);
             tramp_slot(&raw const tramp_arg).write_volatile(cpu as u64);
         }
         let id = apic_id(cpu);
@@ -198,11 +198,11 @@ pub fn start_aps(bsp: usize) -> Result<(), usize> {
         time::delay_us(100);
         apic::send_ipi(id, sipi);
         time::delay_us(200);
-        if !ONLINE[cpu].load(Ordering::Acquire) {
+        if !online.load(Ordering::Acquire) {
             apic::send_ipi(id, sipi);
         }
         let deadline = crate::cpu::rdtsc() + time::ms_to_tsc(START_TIMEOUT_MS);
-        while !ONLINE[cpu].load(Ordering::Acquire) {
+        while !online.load(Ordering::Acquire) {
             if crate::cpu::rdtsc() > deadline {
                 return Err(cpu);
             }

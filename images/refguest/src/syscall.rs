@@ -90,7 +90,7 @@ pub fn counts() -> (u64, u64) {
 /// Completes a SYSCALL that faulted at CPL3 on the entry stub (see the
 /// module docs). Returns false if `frame` is some other page fault.
 pub fn complete_from_fault(cpu: usize, frame: &mut TrapFrame, cr2: u64) -> bool {
-    if !frame.from_user() || frame.rip != entry(cpu) || cr2 != frame.rip {
+    if !frame.is_user() || frame.rip != entry(cpu) || cr2 != frame.rip {
         return false;
     }
     VIA_FAULT.fetch_add(1, Ordering::Relaxed);

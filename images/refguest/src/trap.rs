@@ -26,7 +26,7 @@ extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
             apic::eoi();
             sched::reschedule(cpu, frame, false);
         }
-        idt::SYSCALL_VECTOR if frame.from_user() => syscall::dispatch(cpu, frame),
+        idt::SYSCALL_VECTOR if frame.is_user() => syscall::dispatch(cpu, frame),
         idt::SPURIOUS_VECTOR => {}
         0x20..=0x2F => {} // spurious IRQ 7/15 from the masked PIC
         0..=31 => exception(cpu, frame),
@@ -39,7 +39,7 @@ fn exception(cpu: usize, frame: &mut TrapFrame) {
     if frame.vector == 14 && syscall::complete_from_fault(cpu, frame, cr2) {
         return;
     }
-    if frame.from_user() {
+    if frame.is_user() {
         crate::println!(
             "cpu {} user fault vector={} error={:#x} rip={:#x} cr2={:#x} cs={:#x} ss={:#x} rsp={:#x} rfl={:#x}",
             cpu,

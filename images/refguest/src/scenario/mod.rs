@@ -14,6 +14,7 @@ use crate::sched::Table;
 mod smoke;
 
 /// What a scenario may know about the machine.
+#[allow(dead_code)] // `bsp` and `tsc_hz` are for timed scenarios to come.
 pub struct Env {
     pub cpus: usize,
     pub bsp: usize,

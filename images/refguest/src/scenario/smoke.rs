@@ -23,7 +23,7 @@ fn expected_sum(n: u64) -> u64 {
 
 fn setup(env: &Env) -> Result<(), &'static str> {
     let procs = (param_u64("smoke.procs", 2) as usize).clamp(2, MAX_PROCS);
-    let entry = prog::main as usize as u64;
+    let entry = prog::main as *const () as u64;
     for pid in 0..procs {
         let cpu = pid % env.cpus;
         let spawned = sched::spawn(entry, cpu, [pid as u64, iterations(pid)]);
@@ -53,8 +53,13 @@ fn check(table: &Table) -> Result<(), &'static str> {
             proc.reports[KEY_SUM as usize].unwrap_or(0),
             if good { "ok" } else { "BAD" }
         );
+        if let Some(f) = proc.fault {
+            crate::println!("smoke pid={} fault vector={} error={:#x} rip={:#x} cr2={:#x}", pid, f.vector, f.error, f.rip, f.cr2);
+        }
         ok &= good;
     }
+    let (native, via_fault) = crate::syscall::counts();
+    crate::println!("smoke syscalls native={} via_fault={}", native, via_fault);
     if ok {
         Ok(())
     } else {
