@@ -32,7 +32,8 @@ pub fn boot_gdt(long: bool) -> [u64; 4] {
 
 /// The hidden-state form of a GDT entry, to load straight into a segment register.
 pub fn segment_from_entry(entry: u64, selector: u16) -> kvm_segment {
-    let bits = |shift: u32, mask: u64| ((entry >> shift) & mask) as u8;
+    // Every field is masked to at most 4 bits, so it fits a u8.
+    let bits = |shift: u32, mask: u64| u8::try_from((entry >> shift) & mask).unwrap_or(0);
     kvm_segment {
         base: ((entry >> 16) & 0x00ff_ffff) | ((entry >> 32) & 0xff00_0000),
         limit: limit_of(entry),
@@ -51,7 +52,8 @@ pub fn segment_from_entry(entry: u64, selector: u16) -> kvm_segment {
 }
 
 fn limit_of(entry: u64) -> u32 {
-    let raw = ((entry & 0xffff) | ((entry >> 32) & 0x000f_0000)) as u32;
+    // 20 bits of limit always fit a u32.
+    let raw = u32::try_from((entry & 0xffff) | ((entry >> 32) & 0x000f_0000)).unwrap_or(0);
     if (entry >> 55) & 1 == 1 {
         (raw << 12) | 0xfff
     } else {

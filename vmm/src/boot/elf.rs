@@ -199,7 +199,7 @@ fn find_pvh_note(mut notes: &[u8]) -> Result<Option<u32>, ElfError> {
         let descsz = usize::try_from(le_u32(notes, 4).unwrap_or(0)).unwrap_or(usize::MAX);
         let kind = le_u32(notes, 8).unwrap_or(0);
         let name_end = align4(namesz).and_then(|n| n.checked_add(12));
-        let desc_end = name_end.and_then(|n| Some(n.checked_add(align4(descsz)?)?));
+        let desc_end = name_end.and_then(|n| n.checked_add(align4(descsz)?));
         let (Some(name_end), Some(desc_end)) = (name_end, desc_end) else {
             return Ok(None);
         };

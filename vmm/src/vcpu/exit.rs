@@ -118,7 +118,7 @@ mod tests {
             mmio: &mmio,
         };
         assert_eq!(
-            handle_exit(VcpuExit::IoOut(0x3f8, &[b'x']), &b, &stats),
+            handle_exit(VcpuExit::IoOut(0x3f8, b"x"), &b, &stats),
             ExitAction::Continue
         );
         assert_eq!(latch.lock().unwrap().0, b"x");
