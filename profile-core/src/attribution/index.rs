@@ -11,8 +11,8 @@ use crate::source::ProfileSource;
 
 /// What a sample needs of a started object, copied out of its configuration so the hot path
 /// reads one cache line.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Entry {
+#[derive(Clone, Debug)]
+pub(crate) struct Entry<P> {
     pub(crate) base: u64,
     pub(crate) end: u64,
     /// Affinity for vCPUs 0..64.
@@ -26,16 +26,27 @@ pub(crate) struct Entry {
     pub(crate) slot: u32,
     /// The affinity has processors beyond group 0.
     pub(crate) higher_groups: bool,
+    /// The VMM's pin token, kept beside the hot fields (the object's only copy).
+    pub(crate) pin: P,
 }
 
 /// The started objects of one process (or the global ones).
-#[derive(Clone, Default, Debug)]
-pub(crate) struct Table {
-    pub(crate) entries: Vec<Entry>,
+#[derive(Clone, Debug)]
+pub(crate) struct Table<P> {
+    pub(crate) entries: Vec<Entry<P>>,
     pub(crate) stab: Stab,
 }
 
-impl Table {
+impl<P> Default for Table<P> {
+    fn default() -> Self {
+        Table {
+            entries: Vec::new(),
+            stab: Stab::default(),
+        }
+    }
+}
+
+impl<P> Table<P> {
     fn rebuild(&mut self, layout: Layout) {
         let ranges: Vec<(u64, u64)> = self.entries.iter().map(|e| (e.base, e.end)).collect();
         self.stab = Stab::build(&ranges, layout);
@@ -43,7 +54,7 @@ impl Table {
 
     /// Calls `f` for each entry whose range holds `pc`.
     #[inline]
-    pub(crate) fn query<F: FnMut(&Entry)>(&self, pc: u64, mut f: F) {
+    pub(crate) fn query<F: FnMut(&Entry<P>)>(&self, pc: u64, mut f: F) {
         self.stab.query(pc, |i| {
             if let Some(e) = self.entries.get(i as usize) {
                 f(e);
@@ -54,13 +65,13 @@ impl Table {
 
 /// Global table plus per-process tables.
 #[derive(Clone, Debug)]
-pub(crate) struct Index {
-    pub(crate) global: Table,
-    pub(crate) procs: ProcMap<Table>,
+pub(crate) struct Index<P> {
+    pub(crate) global: Table<P>,
+    pub(crate) procs: ProcMap<Table<P>>,
     layout: Layout,
 }
 
-impl Default for Index {
+impl<P> Default for Index<P> {
     fn default() -> Self {
         Index {
             global: Table::default(),
@@ -70,7 +81,7 @@ impl Default for Index {
     }
 }
 
-impl Index {
+impl<P> Index<P> {
     /// Forces a layout for every table (tests and benchmarks).
     pub(crate) fn set_layout(&mut self, layout: Layout) {
         self.layout = layout;
@@ -79,7 +90,7 @@ impl Index {
         // before starting objects.
     }
 
-    pub(crate) fn insert(&mut self, slot: u32, id: ObjectId, config: &ObjectConfig) {
+    pub(crate) fn insert(&mut self, slot: u32, id: ObjectId, config: &ObjectConfig, pin: P) {
         let entry = Entry {
             base: config.base,
             end: config.end(),
@@ -90,6 +101,7 @@ impl Index {
             shift: config.bucket_size,
             slot,
             higher_groups: config.affinity.has_higher_groups(),
+            pin,
         };
         let layout = self.layout;
         let table = match config.process {
@@ -100,26 +112,24 @@ impl Index {
         table.rebuild(layout);
     }
 
-    pub(crate) fn remove(&mut self, id: ObjectId, process: Option<u64>) {
+    /// Removes the object's entry; returns its pin token.
+    pub(crate) fn remove(&mut self, id: ObjectId, process: Option<u64>) -> Option<P> {
         let layout = self.layout;
-        match process {
-            None => {
-                self.global.entries.retain(|e| e.id != id);
-                self.global.rebuild(layout);
-            }
-            Some(key) => {
-                let now_empty = match self.procs.get_mut(key) {
-                    Some(table) => {
-                        table.entries.retain(|e| e.id != id);
-                        table.rebuild(layout);
-                        table.entries.is_empty()
-                    }
-                    None => false,
-                };
-                if now_empty {
-                    self.procs.remove(key);
-                }
-            }
+        let table = match process {
+            None => &mut self.global,
+            Some(key) => self.procs.get_mut(key)?,
+        };
+        let at = table.entries.iter().position(|e| e.id == id)?;
+        let entry = table.entries.remove(at);
+        table.rebuild(layout);
+        if let (Some(key), true) = (process, table.entries.is_empty()) {
+            self.procs.remove(key);
         }
+        Some(entry.pin)
+    }
+
+    /// Every table: the global one first, then one per process.
+    pub(crate) fn tables(&self) -> impl Iterator<Item = &Table<P>> {
+        core::iter::once(&self.global).chain(self.procs.values())
     }
 }

@@ -71,7 +71,7 @@ impl<P> ObjectManager<P> {
     #[inline]
     fn count_table<S: CounterSink<P>>(
         &self,
-        table: &index::Table,
+        table: &index::Table<P>,
         sample: &Sample,
         sink: &mut S,
     ) -> u32 {
@@ -81,14 +81,12 @@ impl<P> ObjectManager<P> {
             if e.source != sample.source || sample.pc < e.base || sample.pc >= e.end {
                 return;
             }
-            let object = match slots.get(e.slot as usize) {
-                Some(Some(object)) => object,
-                _ => return,
-            };
             let in_affinity = if sample.vcpu < 64 {
                 e.group0 >> sample.vcpu & 1 != 0
             } else {
-                e.higher_groups && object.config().affinity.contains(sample.vcpu)
+                e.higher_groups
+                    && matches!(slots.get(e.slot as usize),
+                        Some(Some(o)) if o.config().affinity.contains(sample.vcpu))
             };
             if !in_affinity {
                 return;
@@ -97,10 +95,8 @@ impl<P> ObjectManager<P> {
             if offset >= e.counters_len {
                 return; // cannot happen for a validated object; never write past the buffer
             }
-            if let Some(pin) = object.pin() {
-                sink.increment(pin, e.id, offset);
-                counted += 1;
-            }
+            sink.increment(&e.pin, e.id, offset);
+            counted += 1;
         });
         counted
     }

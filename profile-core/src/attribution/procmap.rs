@@ -94,6 +94,11 @@ impl<T> ProcMap<T> {
         Some(value)
     }
 
+    /// The values, in no particular order.
+    pub fn values(&self) -> impl Iterator<Item = &T> {
+        self.values.iter().map(|(_, v)| v)
+    }
+
     /// Number of keys.
     #[cfg(test)]
     pub fn len(&self) -> usize {

@@ -13,17 +13,18 @@ use crate::handle::{AccessMask, Handle, ObjectId, Owner};
 use crate::source::ProfileSource;
 use crate::NtStatus;
 
-/// One profile object: its configuration and, while started, the VMM's pin token.
+/// One profile object: its configuration and whether it is started. (While it is started the
+/// VMM's pin token lives in the attribution index, beside the fields a sample reads.)
 #[derive(Debug)]
-pub struct ProfileObject<P> {
+pub struct ProfileObject {
     id: ObjectId,
     owner: Owner,
     access: AccessMask,
     config: ObjectConfig,
-    pin: Option<P>,
+    started: bool,
 }
 
-impl<P> ProfileObject<P> {
+impl ProfileObject {
     /// The object's lifetime identity.
     pub fn id(&self) -> ObjectId {
         self.id
@@ -42,11 +43,7 @@ impl<P> ProfileObject<P> {
     }
     /// True while started.
     pub fn is_started(&self) -> bool {
-        self.pin.is_some()
-    }
-    /// The pin token while started.
-    pub fn pin(&self) -> Option<&P> {
-        self.pin.as_ref()
+        self.started
     }
 }
 
@@ -60,12 +57,12 @@ impl<P> ProfileObject<P> {
 pub struct ObjectManager<P> {
     platform: PlatformInfo,
     intervals: Intervals,
-    slots: Vec<Option<ProfileObject<P>>>,
+    slots: Vec<Option<ProfileObject>>,
     free: Vec<u32>,
     next_id: u64,
     started: u64,
     started_per_source: Vec<(ProfileSource, u32)>,
-    pub(crate) index: Index,
+    pub(crate) index: Index<P>,
 }
 
 impl<P> ObjectManager<P> {
@@ -168,7 +165,7 @@ impl<P> ObjectManager<P> {
             owner: params.owner,
             access: params.access,
             config,
-            pin: None,
+            started: false,
         };
         let slot = match self.free.pop() {
             Some(slot) => slot,
@@ -198,13 +195,13 @@ impl<P> ObjectManager<P> {
     }
 
     /// The object `handle` names for `owner`; `STATUS_INVALID_HANDLE` otherwise.
-    pub fn object(&self, owner: Owner, handle: Handle) -> Result<&ProfileObject<P>, NtStatus> {
+    pub fn object(&self, owner: Owner, handle: Handle) -> Result<&ProfileObject, NtStatus> {
         let slot = self.slot_of(owner, handle)?;
         self.slots[slot].as_ref().ok_or(NtStatus::INVALID_HANDLE)
     }
 
     /// Every open object with its handle.
-    pub fn objects(&self) -> impl Iterator<Item = (Handle, &ProfileObject<P>)> {
+    pub fn objects(&self) -> impl Iterator<Item = (Handle, &ProfileObject)> {
         self.slots.iter().enumerate().filter_map(|(slot, o)| {
             let handle = Handle(u32::try_from(slot + 1).unwrap_or(0).wrapping_mul(4));
             o.as_ref().map(|o| (handle, o))
@@ -229,7 +226,7 @@ impl<P> ObjectManager<P> {
         if !object.access.grants(AccessMask::PROFILE_CONTROL) {
             return Err(NtStatus::ACCESS_DENIED);
         }
-        if object.pin.is_some() {
+        if object.started {
             return Err(NtStatus::PROFILING_NOT_STOPPED);
         }
         if self.started >= limit {
@@ -243,13 +240,14 @@ impl<P> ObjectManager<P> {
             buffer_size: object.config.buffer_size,
             counters_len: object.config.counters_len(),
         };
-        object.pin = Some(pin(&request)?);
+        let slot32 = u32::try_from(slot).map_err(|_| NtStatus::INVALID_HANDLE)?;
+        let token = pin(&request)?;
+        object.started = true;
         let started = Started {
             object: object.id,
             source: object.config.source,
         };
-        let slot32 = u32::try_from(slot).map_err(|_| NtStatus::INVALID_HANDLE)?;
-        self.index.insert(slot32, object.id, &object.config);
+        self.index.insert(slot32, object.id, &object.config, token);
         self.started += 1;
         self.count_source(started.source, true);
         Ok(started)
@@ -264,7 +262,7 @@ impl<P> ObjectManager<P> {
         if !object.access.grants(AccessMask::PROFILE_CONTROL) {
             return Err(NtStatus::ACCESS_DENIED);
         }
-        if object.pin.is_none() {
+        if !object.started {
             return Err(NtStatus::PROFILING_NOT_STARTED);
         }
         self.unstart(slot).ok_or(NtStatus::PROFILING_NOT_STARTED)
@@ -301,12 +299,16 @@ impl<P> ObjectManager<P> {
 
     fn unstart(&mut self, slot: usize) -> Option<P> {
         let object = self.slots[slot].as_mut()?;
-        let pin = object.pin.take()?;
+        if !object.started {
+            return None;
+        }
+        object.started = false;
         let (id, source, process) = (object.id, object.config.source, object.config.process);
-        self.index.remove(id, process);
+        let pin = self.index.remove(id, process);
+        debug_assert!(pin.is_some(), "a started object is in the index");
         self.started -= 1;
         self.count_source(source, false);
-        Some(pin)
+        pin
     }
 
     fn count_source(&mut self, source: ProfileSource, up: bool) {
@@ -349,7 +351,7 @@ impl<P> ObjectManager<P> {
         self.intervals.query(source)
     }
 
-    pub(crate) fn slots(&self) -> &[Option<ProfileObject<P>>] {
+    pub(crate) fn slots(&self) -> &[Option<ProfileObject>] {
         &self.slots
     }
 }

@@ -1,0 +1,212 @@
+//! Property tests: the attribution index against the naive model (walk every object, apply
+//! Windows' rule), on random objects and samples with overlaps, range ends and affinities; the
+//! stabbing structure against brute force; the request parser against arbitrary bytes.
+
+use proptest::prelude::*;
+
+use profile_core::abi::decode_request;
+use profile_core::affinity::{active_mask, group_count, GroupAffinity};
+use profile_core::attribution::stab::{Layout, Stab};
+use profile_core::object::AffinityArg;
+use profile_core::{
+    AccessMask, CallerRights, CounterSink, CreateParams, ObjectId, ObjectManager, Owner,
+    PlatformInfo, ProfileSource, Sample, SourceInfo,
+};
+
+const PMU: ProfileSource = ProfileSource::TOTAL_CYCLES;
+const PROCESSES: [Option<u64>; 4] = [None, Some(0x1000), Some(0x2000), Some(0x3_0000_0000)];
+
+#[derive(Default)]
+struct Collect(Vec<(ObjectId, u64)>);
+
+impl CounterSink<ObjectId> for Collect {
+    fn increment(&mut self, pin: &ObjectId, object: ObjectId, byte_offset: u64) {
+        assert_eq!(*pin, object);
+        self.0.push((object, byte_offset));
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Obj {
+    process: usize,
+    base: u64,
+    size: u64,
+    bucket: u32,
+    pmu: bool,
+    groups: Vec<(u16, u64)>,
+    start: bool,
+    stop_after: bool,
+}
+
+fn obj() -> impl Strategy<Value = Obj> {
+    (
+        0..PROCESSES.len(),
+        prop_oneof![0u64..64, 0u64..4096, Just(u64::MAX - 300), any::<u64>()],
+        prop_oneof![0u64..64, 0u64..2048, Just(0)],
+        2u32..=31,
+        any::<bool>(),
+        proptest::collection::vec((0u16..3, any::<u64>()), 0..3),
+        any::<bool>(),
+        prop::bool::weighted(0.2),
+    )
+        .prop_map(
+            |(process, base, size, bucket, pmu, groups, start, stop_after)| Obj {
+                process,
+                base,
+                size,
+                bucket,
+                pmu,
+                groups,
+                start,
+                stop_after,
+            },
+        )
+}
+
+fn build(processors: u32, objs: &[Obj], layout: Layout) -> ObjectManager<ObjectId> {
+    let mut platform = PlatformInfo::timer_only(processors);
+    platform.sources.push(SourceInfo {
+        source: PMU,
+        min_interval: 1,
+        max_interval: 10,
+        default_interval: 5,
+    });
+    let mut m = ObjectManager::new(platform).unwrap();
+    m.set_index_layout(layout);
+    let owner = Owner(1);
+    let mut started = Vec::new();
+    for o in objs {
+        let buckets = if o.size == 0 {
+            0
+        } else {
+            ((o.size - 1) >> o.bucket) + 1
+        };
+        let params = CreateParams {
+            owner,
+            process: PROCESSES[o.process],
+            base: o.base,
+            size: o.size,
+            bucket_size: o.bucket,
+            buffer: 0x1000,
+            buffer_size: u32::try_from(buckets * 4).unwrap().max(4),
+            source: if o.pmu { PMU } else { ProfileSource::TIME },
+            buffer_writable: true,
+            access: AccessMask::PROFILE_CONTROL,
+            caller: CallerRights::KERNEL,
+        };
+        // Masks restricted to active processors so most creates succeed; empty = all.
+        let groups: Vec<GroupAffinity> = o
+            .groups
+            .iter()
+            .filter(|(g, _)| u32::from(*g) < group_count(processors))
+            .map(|&(g, mask)| GroupAffinity::new(g, mask & active_mask(u32::from(g), processors)))
+            .filter(|g| g.mask != 0)
+            .collect();
+        let handle = match m.create_with(&params, AffinityArg::Groups(&groups)) {
+            Ok(h) => h,
+            Err(_) => continue,
+        };
+        if o.start {
+            m.start(owner, handle, |req| Ok(req.object)).unwrap();
+            started.push((handle, o.stop_after));
+        }
+    }
+    for (handle, stop) in started {
+        if stop {
+            m.stop(owner, handle).unwrap();
+        }
+    }
+    m
+}
+
+fn sample_pcs(objs: &[Obj]) -> Vec<u64> {
+    let mut pcs = vec![0, 1, 63, 64, u64::MAX, u64::MAX - 1];
+    for o in objs {
+        let end = o.base.wrapping_add(o.size);
+        pcs.extend([
+            o.base,
+            o.base.wrapping_sub(1),
+            end,
+            end.wrapping_sub(1),
+            o.base.wrapping_add(o.size / 2),
+        ]);
+    }
+    pcs
+}
+
+fn compare(m: &ObjectManager<ObjectId>, s: &Sample) -> Result<(), TestCaseError> {
+    let (mut fast, mut naive) = (Collect::default(), Collect::default());
+    let n_fast = m.record(s, &mut fast);
+    let n_naive = m.record_naive(s, &mut naive);
+    fast.0.sort_unstable();
+    naive.0.sort_unstable();
+    prop_assert_eq!(n_fast, n_naive);
+    prop_assert_eq!(fast.0, naive.0, "sample {:?}", s);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn index_matches_naive_model(
+        processors in prop_oneof![1u32..5, 60u32..140],
+        objs in proptest::collection::vec(obj(), 1..40),
+        vcpus in proptest::collection::vec(0u32..140, 1..4),
+        layout in prop_oneof![Just(Layout::Auto), Just(Layout::Flat), Just(Layout::Tree)],
+    ) {
+        let m = build(processors, &objs, layout);
+        for pc in sample_pcs(&objs) {
+            for &vcpu in &vcpus {
+                for process in PROCESSES {
+                    for source in [ProfileSource::TIME, PMU] {
+                        compare(&m, &Sample { vcpu: vcpu % processors.max(1), pc, process, source })?;
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn stab_matches_brute_force(
+        ranges in proptest::collection::vec((0u64..200, 0u64..200), 0..60),
+        pcs in proptest::collection::vec(0u64..210, 1..30),
+    ) {
+        let ranges: Vec<(u64, u64)> = ranges.into_iter().map(|(a, b)| (a.min(b), a.max(b))).collect();
+        for layout in [Layout::Auto, Layout::Flat, Layout::Tree] {
+            let stab = Stab::build(&ranges, layout);
+            for &pc in &pcs {
+                let mut got = Vec::new();
+                stab.query(pc, |i| got.push(i as usize));
+                got.sort_unstable();
+                let want: Vec<usize> = ranges
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &(s, e))| s <= pc && pc < e)
+                    .map(|(i, _)| i)
+                    .collect();
+                prop_assert_eq!(&got, &want);
+            }
+        }
+    }
+
+    #[test]
+    fn decode_request_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = decode_request(&bytes);
+    }
+
+    #[test]
+    fn decode_request_never_panics_on_valid_headers(
+        call in 0u32..12,
+        length in 0u32..400,
+        body in proptest::collection::vec(any::<u8>(), 0..400),
+    ) {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&1u32.to_le_bytes());
+        bytes.extend_from_slice(&call.to_le_bytes());
+        bytes.extend_from_slice(&length.to_le_bytes());
+        bytes.extend_from_slice(&0u32.to_le_bytes());
+        bytes.extend_from_slice(&body);
+        let _ = decode_request(&bytes);
+    }
+}
