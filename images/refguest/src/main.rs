@@ -37,6 +37,7 @@ pub fn boot_cpu() -> usize {
 
 #[no_mangle]
 extern "C" fn kmain_bsp(start_info_paddr: u64) -> ! {
+    time::mark_boot();
     serial::init();
     let info = match start_info::parse(start_info_paddr, smp::TRAMPOLINE) {
         Ok(info) => info,

@@ -12,6 +12,17 @@ const CALIBRATE_ROUNDS: usize = 3;
 
 static TSC_HZ: AtomicU64 = AtomicU64::new(0);
 static APIC_HZ: AtomicU64 = AtomicU64::new(0);
+static BOOT_TSC: AtomicU64 = AtomicU64::new(0);
+
+/// Records the TSC at kernel entry.
+pub fn mark_boot() {
+    BOOT_TSC.store(rdtsc(), Ordering::Relaxed);
+}
+
+/// Milliseconds since `mark_boot`, by the calibrated TSC.
+pub fn ms_since_boot() -> u64 {
+    (rdtsc() - BOOT_TSC.load(Ordering::Relaxed)) / (tsc_hz() / 1000).max(1)
+}
 
 /// Measures TSC and APIC timer rates against a 10 ms PIT one-shot. A late
 /// poll only lengthens the measured window, so the shortest of a few rounds

@@ -49,6 +49,7 @@ pub fn finish(table: &Table) -> ! {
     let Some(scenario) = SCENARIOS.get(SELECTED.load(Ordering::Relaxed)) else {
         exit::fail(format_args!("no scenario selected"))
     };
+    crate::println!("{} finished after {} ms", scenario.name, crate::time::ms_since_boot());
     match (scenario.check)(table) {
         Ok(()) => exit::pass(),
         Err(reason) => exit::fail(format_args!("{}: {}", scenario.name, reason)),
