@@ -9,6 +9,8 @@ use crate::{apic, idt};
 const PIT_HZ: u64 = 1_193_182;
 const CALIBRATE_MS: u64 = 10;
 const CALIBRATE_ROUNDS: usize = 3;
+/// Each poll is a VM exit (microseconds), so this is seconds, not a hang.
+const MAX_POLLS: u32 = 2_000_000;
 
 static TSC_HZ: AtomicU64 = AtomicU64::new(0);
 static APIC_HZ: AtomicU64 = AtomicU64::new(0);
@@ -48,8 +50,12 @@ fn measure() -> (u64, u64) {
     apic::timer_start_free_running(idt::TIMER_VECTOR);
     let tsc0 = rdtsc();
     outb(0x42, (count >> 8) as u8); // counting starts now
+    let mut polls = 0u32;
     while inb(0x61) & 0x20 == 0 {
-        core::hint::spin_loop();
+        polls += 1;
+        if polls > MAX_POLLS {
+            crate::exit::fail(format_args!("PIT channel 2 never fired (no in-kernel PIT?)"));
+        }
     }
     (rdtsc() - tsc0, u64::from(apic::timer_elapsed()))
 }
