@@ -1,0 +1,66 @@
+//! The reference guest (images/refguest) under hvprof: `hvprof demo` and `hvprof run` on its
+//! ELF, with 1 and 2 vCPUs; every vCPU listed in the MADT must come online, two processes with
+//! distinct CR3s must run their CPL3 workloads, and the guest's verdict must reach the exit
+//! status.
+
+#[path = "harness/mod.rs"]
+mod harness;
+
+use std::path::Path;
+
+use harness::{hvprof, hvprof_run, Output};
+
+/// What the reference guest writes to isa-debug-exit when its scenario passed.
+const REFGUEST_PASS: u8 = 0x10;
+
+fn demo(cpus: u32) -> Output {
+    hvprof(["demo", "--cpus", &cpus.to_string()]).run()
+}
+
+/// Checks a passing smoke run with `cpus` vCPUs.
+fn assert_smoke_passed(out: &Output, cpus: u32) {
+    for cpu in 0..cpus {
+        out.assert_stdout_contains(&format!("refguest: cpu {cpu} online apic={cpu}"));
+    }
+    out.assert_stdout_contains(&format!("refguest: smp {cpus}/{cpus} cpus online"));
+    out.assert_stdout_contains("refguest: PASS");
+    out.assert_stdout_lacks("BAD");
+    let cr3s: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("refguest: smoke pid="))
+        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("cr3=")))
+        .collect();
+    assert_eq!(cr3s.len(), 2, "two processes report\n{out}");
+    assert_ne!(cr3s[0], cr3s[1], "the processes have separate address spaces\n{out}");
+    out.assert_stderr_contains(&format!("{cpus} vCPU"));
+}
+
+#[test]
+fn demo_with_one_vcpu_passes_and_exits_zero() {
+    let out = demo(1);
+    out.assert_status(0);
+    assert_smoke_passed(&out, 1);
+}
+
+#[test]
+fn demo_with_two_vcpus_brings_each_vcpu_online() {
+    let out = demo(2);
+    out.assert_status(0);
+    assert_smoke_passed(&out, 2);
+}
+
+#[test]
+fn refguest_elf_under_run_returns_the_debug_exit_status() {
+    let elf = Path::new(env!("HVPROF_REFGUEST_ELF"));
+    let out = hvprof_run(elf, &["--cpus", "2", "--cmdline", "scenario=smoke"]).run();
+    out.assert_debug_exit(REFGUEST_PASS);
+    assert_smoke_passed(&out, 2);
+}
+
+#[test]
+fn unknown_scenario_fails_the_demo() {
+    let out = hvprof(["demo", "--cmdline", "scenario=no-such-scenario"]).run();
+    out.assert_status(1);
+    out.assert_stdout_contains("refguest: FAIL");
+}
