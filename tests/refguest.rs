@@ -32,7 +32,10 @@ fn assert_smoke_passed(out: &Output, cpus: u32) {
         .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("cr3=")))
         .collect();
     assert_eq!(cr3s.len(), 2, "two processes report\n{out}");
-    assert_ne!(cr3s[0], cr3s[1], "the processes have separate address spaces\n{out}");
+    assert_ne!(
+        cr3s[0], cr3s[1],
+        "the processes have separate address spaces\n{out}"
+    );
     out.assert_stderr_contains(&format!("{cpus} vCPU"));
 }
 
