@@ -40,13 +40,21 @@ fn should_scrub(name: &str) -> bool {
 }
 
 fn rerun_if_changed(guest: &Path) {
-    for entry in ["Cargo.toml", "Cargo.lock", "build.rs", "link.ld", ".cargo/config.toml", "src"] {
+    for entry in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "build.rs",
+        "link.ld",
+        ".cargo/config.toml",
+        "src",
+    ] {
         println!("cargo:rerun-if-changed={}", guest.join(entry).display());
     }
 }
 
 fn main() {
-    let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let manifest_dir =
+        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let guest = manifest_dir
         .join("..")
@@ -59,21 +67,40 @@ fn main() {
     let target_dir = out_dir.join("refguest-target");
     let cargo = env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     let mut command = Command::new(cargo);
-    command.current_dir(&guest).args(["build", "--release", "--bin", "refguest", "--target-dir"]).arg(&target_dir);
+    command
+        .current_dir(&guest)
+        .args(["build", "--release", "--bin", "refguest", "--target-dir"])
+        .arg(&target_dir);
     for (name, _) in env::vars_os() {
         if name.to_str().is_some_and(should_scrub) {
             command.env_remove(&name);
         }
     }
 
-    let output = command.output().unwrap_or_else(|e| panic!("cannot run cargo to build {}: {e}", guest.display()));
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run cargo to build {}: {e}", guest.display()));
     if !output.status.success() {
-        eprintln!("--- nested cargo stdout ---\n{}", String::from_utf8_lossy(&output.stdout));
-        eprintln!("--- nested cargo stderr ---\n{}", String::from_utf8_lossy(&output.stderr));
-        panic!("building the reference guest in {} failed ({})", guest.display(), output.status);
+        eprintln!(
+            "--- nested cargo stdout ---\n{}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        eprintln!(
+            "--- nested cargo stderr ---\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        panic!(
+            "building the reference guest in {} failed ({})",
+            guest.display(),
+            output.status
+        );
     }
 
     let elf = target_dir.join("release").join("refguest");
-    assert!(elf.is_file(), "nested cargo succeeded but {} is missing", elf.display());
+    assert!(
+        elf.is_file(),
+        "nested cargo succeeded but {} is missing",
+        elf.display()
+    );
     println!("cargo:rustc-env=HVPROF_REFGUEST_ELF={}", elf.display());
 }
