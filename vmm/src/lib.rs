@@ -13,5 +13,7 @@ pub mod devices;
 pub mod layout;
 pub mod memory;
 pub mod outcome;
+pub mod profiler;
+pub mod sampler;
 pub mod vcpu;
 pub mod vm;

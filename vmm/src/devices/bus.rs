@@ -4,13 +4,22 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+/// Who made an access. Devices that need more of the caller's state (the hypercall doorbell)
+/// latch the access and let the vCPU finish it once the exit is handled, when its registers
+/// can be read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Origin {
+    /// vCPU index.
+    pub vcpu: usize,
+}
+
 /// A device that answers reads and writes on a bus. `offset` is relative to the start of the
-/// range the device was inserted at.
+/// range the device was inserted at; `origin` says which vCPU accessed it.
 pub trait BusDevice: Send {
     /// Fills `data` for a read at `offset`.
-    fn read(&mut self, offset: u64, data: &mut [u8]);
+    fn read(&mut self, offset: u64, data: &mut [u8], origin: &Origin);
     /// Handles a write of `data` at `offset`.
-    fn write(&mut self, offset: u64, data: &[u8]);
+    fn write(&mut self, offset: u64, data: &[u8], origin: &Origin);
 }
 
 /// Errors building a bus.
@@ -95,14 +104,14 @@ impl Bus {
     }
 
     /// Routes a read.
-    pub fn read(&self, addr: u64, data: &mut [u8]) -> Access {
+    pub fn read(&self, addr: u64, data: &mut [u8], origin: &Origin) -> Access {
         match self.find(addr, data.len()) {
             Some((offset, entry)) => {
                 entry
                     .device
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .read(offset, data);
+                    .read(offset, data, origin);
                 Access::Handled
             }
             None => {
@@ -114,14 +123,14 @@ impl Bus {
     }
 
     /// Routes a write.
-    pub fn write(&self, addr: u64, data: &[u8]) -> Access {
+    pub fn write(&self, addr: u64, data: &[u8], origin: &Origin) -> Access {
         match self.find(addr, data.len()) {
             Some((offset, entry)) => {
                 entry
                     .device
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .write(offset, data);
+                    .write(offset, data, origin);
                 Access::Handled
             }
             None => {
@@ -157,10 +166,10 @@ mod tests {
 
     struct Echo(Vec<(u64, Vec<u8>)>);
     impl BusDevice for Echo {
-        fn read(&mut self, offset: u64, data: &mut [u8]) {
+        fn read(&mut self, offset: u64, data: &mut [u8], _: &Origin) {
             data.fill(u8::try_from(offset).unwrap());
         }
-        fn write(&mut self, offset: u64, data: &[u8]) {
+        fn write(&mut self, offset: u64, data: &[u8], _: &Origin) {
             self.0.push((offset, data.to_vec()));
         }
     }
@@ -171,9 +180,9 @@ mod tests {
         let mut bus = Bus::new("port");
         bus.insert("echo", dev.clone(), 0x3f8, 8).unwrap();
         let mut b = [0u8; 1];
-        assert_eq!(bus.read(0x3fa, &mut b), Access::Handled);
+        assert_eq!(bus.read(0x3fa, &mut b, &Origin::default()), Access::Handled);
         assert_eq!(b, [2]);
-        assert_eq!(bus.write(0x3ff, &[7]), Access::Handled);
+        assert_eq!(bus.write(0x3ff, &[7], &Origin::default()), Access::Handled);
         assert_eq!(dev.lock().unwrap().0, vec![(7, vec![7])]);
     }
 
@@ -181,7 +190,10 @@ mod tests {
     fn unclaimed_reads_are_all_ones() {
         let bus = Bus::new("port");
         let mut b = [0u8; 2];
-        assert_eq!(bus.read(0x80, &mut b), Access::Unclaimed);
+        assert_eq!(
+            bus.read(0x80, &mut b, &Origin::default()),
+            Access::Unclaimed
+        );
         assert_eq!(b, [0xff, 0xff]);
     }
 
@@ -191,7 +203,10 @@ mod tests {
         bus.insert("echo", Arc::new(Mutex::new(Echo(Vec::new()))), 0x10, 2)
             .unwrap();
         let mut b = [0u8; 4];
-        assert_eq!(bus.read(0x10, &mut b), Access::Unclaimed);
+        assert_eq!(
+            bus.read(0x10, &mut b, &Origin::default()),
+            Access::Unclaimed
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use super::bus::Origin;
 use super::BusDevice;
 
 /// Index port.
@@ -83,7 +84,7 @@ impl Cmos {
 }
 
 impl BusDevice for Cmos {
-    fn read(&mut self, offset: u64, data: &mut [u8]) {
+    fn read(&mut self, offset: u64, data: &mut [u8], _origin: &Origin) {
         let v = if offset == 1 {
             self.read_register(self.index)
         } else {
@@ -92,7 +93,7 @@ impl BusDevice for Cmos {
         data.fill(v);
     }
 
-    fn write(&mut self, offset: u64, data: &[u8]) {
+    fn write(&mut self, offset: u64, data: &[u8], _origin: &Origin) {
         let Some(&v) = data.first() else { return };
         match offset {
             0 => self.index = v & 0x7f, // bit 7 is the NMI mask
@@ -175,9 +176,9 @@ mod tests {
     fn memory_bytes_and_cpu_count() {
         let mut c = Cmos::new(256 << 20, 0, 2);
         let mut read = |reg: u8| {
-            c.write(0, &[reg]);
+            c.write(0, &[reg], &Origin::default());
             let mut b = [0u8];
-            c.read(1, &mut b);
+            c.read(1, &mut b, &Origin::default());
             b[0]
         };
         assert_eq!(read(0x10), 0);
@@ -189,14 +190,14 @@ mod tests {
     #[test]
     fn nvram_is_writable_but_the_clock_is_not() {
         let mut c = Cmos::new(64 << 20, 0, 1);
-        c.write(0, &[0x40]);
-        c.write(1, &[0xaa]);
+        c.write(0, &[0x40], &Origin::default());
+        c.write(1, &[0xaa], &Origin::default());
         let mut b = [0u8];
-        c.read(1, &mut b);
+        c.read(1, &mut b, &Origin::default());
         assert_eq!(b[0], 0xaa);
-        c.write(0, &[REG_SECONDS]);
-        c.write(1, &[0x99]);
-        c.read(1, &mut b);
+        c.write(0, &[REG_SECONDS], &Origin::default());
+        c.write(1, &[0x99], &Origin::default());
+        c.read(1, &mut b, &Origin::default());
         assert!(b[0] < 0x60);
     }
 }

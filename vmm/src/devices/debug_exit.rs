@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::bus::Origin;
 use super::BusDevice;
 use crate::outcome::{RunOutcome, StopSignal};
 
@@ -24,11 +25,11 @@ impl DebugExit {
 }
 
 impl BusDevice for DebugExit {
-    fn read(&mut self, _offset: u64, data: &mut [u8]) {
+    fn read(&mut self, _offset: u64, data: &mut [u8], _origin: &Origin) {
         data.fill(0);
     }
 
-    fn write(&mut self, _offset: u64, data: &[u8]) {
+    fn write(&mut self, _offset: u64, data: &[u8], _origin: &Origin) {
         let mut v = [0u8; 4];
         let n = data.len().min(4);
         v[..n].copy_from_slice(&data[..n]);
@@ -45,7 +46,7 @@ mod tests {
     fn write_requests_debug_exit_with_the_value() {
         let stop = Arc::new(StopSignal::new().unwrap());
         let mut d = DebugExit::new(stop.clone());
-        d.write(0, &[0x10, 0x00]);
+        d.write(0, &[0x10, 0x00], &Origin::default());
         assert_eq!(stop.outcome(), Some(RunOutcome::DebugExit(0x10)));
         assert_eq!(stop.outcome().unwrap().exit_status(), 0x21);
     }

@@ -3,6 +3,7 @@
 
 use std::io::Write;
 
+use super::bus::Origin;
 use super::BusDevice;
 
 /// The port SeaBIOS and OVMF write to.
@@ -23,11 +24,11 @@ impl DebugCon {
 }
 
 impl BusDevice for DebugCon {
-    fn read(&mut self, _offset: u64, data: &mut [u8]) {
+    fn read(&mut self, _offset: u64, data: &mut [u8], _origin: &Origin) {
         data.fill(DEBUGCON_READBACK);
     }
 
-    fn write(&mut self, _offset: u64, data: &[u8]) {
+    fn write(&mut self, _offset: u64, data: &[u8], _origin: &Origin) {
         if let Some(out) = &mut self.out {
             if let Err(e) = out
                 .write_all(&data[..1.min(data.len())])

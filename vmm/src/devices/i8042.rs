@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::bus::Origin;
 use super::BusDevice;
 use crate::outcome::{RunOutcome, StopSignal};
 
@@ -26,14 +27,14 @@ impl I8042 {
 }
 
 impl BusDevice for I8042 {
-    fn read(&mut self, offset: u64, data: &mut [u8]) {
+    fn read(&mut self, offset: u64, data: &mut [u8], _origin: &Origin) {
         // Port 0x61 (offset 1) is served by the in-kernel PIT (speaker dummy) and never gets
         // here. The rest read as zero: no keyboard data, output buffer empty.
         let _ = offset;
         data.fill(0);
     }
 
-    fn write(&mut self, offset: u64, data: &[u8]) {
+    fn write(&mut self, offset: u64, data: &[u8], _origin: &Origin) {
         if offset == COMMAND_OFFSET && data.first() == Some(&CMD_RESET) {
             self.stop.request(RunOutcome::Reset);
         }
@@ -48,9 +49,9 @@ mod tests {
     fn reset_command_requests_reset() {
         let stop = Arc::new(StopSignal::new().unwrap());
         let mut k = I8042::new(stop.clone());
-        k.write(0, &[0xfe]);
+        k.write(0, &[0xfe], &Origin::default());
         assert!(!stop.is_requested());
-        k.write(COMMAND_OFFSET, &[0xfe]);
+        k.write(COMMAND_OFFSET, &[0xfe], &Origin::default());
         assert_eq!(stop.outcome(), Some(RunOutcome::Reset));
     }
 }

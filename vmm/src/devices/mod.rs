@@ -4,7 +4,8 @@ pub mod bus;
 pub mod cmos;
 pub mod debug_exit;
 pub mod debugcon;
+pub mod doorbell;
 pub mod i8042;
 pub mod serial;
 
-pub use bus::{Bus, BusDevice, BusError};
+pub use bus::{Bus, BusDevice, BusError, Origin};

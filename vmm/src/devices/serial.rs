@@ -10,6 +10,7 @@ use vm_superio::serial::SerialEvents;
 use vm_superio::{Serial, Trigger};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
+use super::bus::Origin;
 use super::BusDevice;
 
 /// Base port of COM1.
@@ -94,7 +95,7 @@ impl SerialDevice {
 }
 
 impl BusDevice for SerialDevice {
-    fn read(&mut self, offset: u64, data: &mut [u8]) {
+    fn read(&mut self, offset: u64, data: &mut [u8], _origin: &Origin) {
         if let (Ok(off), [b]) = (u8::try_from(offset), &mut *data) {
             *b = self.uart.read(off);
         } else {
@@ -102,7 +103,7 @@ impl BusDevice for SerialDevice {
         }
     }
 
-    fn write(&mut self, offset: u64, data: &[u8]) {
+    fn write(&mut self, offset: u64, data: &[u8], _origin: &Origin) {
         if let (Ok(off), [b]) = (u8::try_from(offset), data) {
             if let Err(e) = self.uart.write(off, *b) {
                 log::warn!("serial: write failed: {e:?}");
@@ -133,7 +134,7 @@ mod tests {
         let out = Shared::default();
         let mut s = SerialDevice::new(EventFd::new(0).unwrap(), Box::new(out.clone())).unwrap();
         for b in b"hi\n" {
-            s.write(0, &[*b]);
+            s.write(0, &[*b], &Origin::default());
         }
         assert_eq!(out.0.lock().unwrap().as_slice(), b"hi\n");
     }
@@ -147,13 +148,13 @@ mod tests {
         let mut got = Vec::new();
         while got.len() < input.len() {
             let mut lsr = [0u8];
-            s.read(5, &mut lsr);
+            s.read(5, &mut lsr, &Origin::default());
             if lsr[0] & 1 == 0 {
                 s.flush_input();
                 continue;
             }
             let mut b = [0u8];
-            s.read(0, &mut b);
+            s.read(0, &mut b, &Origin::default());
             got.push(b[0]);
         }
         assert_eq!(got, input);

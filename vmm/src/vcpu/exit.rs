@@ -4,7 +4,7 @@
 use kvm_ioctls::VcpuExit;
 
 use super::stats::{ExitCounters, ExitKind};
-use crate::devices::bus::{Access, Bus};
+use crate::devices::bus::{Access, Bus, Origin};
 use crate::outcome::RunOutcome;
 
 /// KVM_SYSTEM_EVENT_SHUTDOWN.
@@ -35,8 +35,13 @@ pub struct Buses<'a> {
     pub mmio: &'a Bus,
 }
 
-/// Handles one exit.
-pub fn handle_exit(exit: VcpuExit<'_>, buses: &Buses<'_>, stats: &ExitCounters) -> ExitAction {
+/// Handles one exit of the vCPU `origin` names.
+pub fn handle_exit(
+    exit: VcpuExit<'_>,
+    buses: &Buses<'_>,
+    origin: &Origin,
+    stats: &ExitCounters,
+) -> ExitAction {
     let access = |a: Access| {
         if a == Access::Unclaimed {
             stats.count_unclaimed();
@@ -46,19 +51,19 @@ pub fn handle_exit(exit: VcpuExit<'_>, buses: &Buses<'_>, stats: &ExitCounters) 
     match exit {
         VcpuExit::IoIn(port, data) => {
             stats.count(ExitKind::IoIn);
-            access(buses.pio.read(u64::from(port), data))
+            access(buses.pio.read(u64::from(port), data, origin))
         }
         VcpuExit::IoOut(port, data) => {
             stats.count(ExitKind::IoOut);
-            access(buses.pio.write(u64::from(port), data))
+            access(buses.pio.write(u64::from(port), data, origin))
         }
         VcpuExit::MmioRead(addr, data) => {
             stats.count(ExitKind::MmioRead);
-            access(buses.mmio.read(addr, data))
+            access(buses.mmio.read(addr, data, origin))
         }
         VcpuExit::MmioWrite(addr, data) => {
             stats.count(ExitKind::MmioWrite);
-            access(buses.mmio.write(addr, data))
+            access(buses.mmio.write(addr, data, origin))
         }
         VcpuExit::Intr => {
             stats.count(ExitKind::Kick);
@@ -94,10 +99,10 @@ mod tests {
 
     struct Latch(Vec<u8>);
     impl BusDevice for Latch {
-        fn read(&mut self, _: u64, data: &mut [u8]) {
+        fn read(&mut self, _: u64, data: &mut [u8], _: &Origin) {
             data.fill(0x5a);
         }
-        fn write(&mut self, _: u64, data: &[u8]) {
+        fn write(&mut self, _: u64, data: &[u8], _: &Origin) {
             self.0.extend_from_slice(data);
         }
     }
@@ -118,7 +123,7 @@ mod tests {
             mmio: &mmio,
         };
         assert_eq!(
-            handle_exit(VcpuExit::IoOut(0x3f8, b"x"), &b, &stats),
+            handle_exit(VcpuExit::IoOut(0x3f8, b"x"), &b, &Origin::default(), &stats),
             ExitAction::Continue
         );
         assert_eq!(latch.lock().unwrap().0, b"x");
@@ -135,7 +140,12 @@ mod tests {
             mmio: &mmio,
         };
         assert_eq!(
-            handle_exit(VcpuExit::IoIn(0x80, &mut data), &b, &stats),
+            handle_exit(
+                VcpuExit::IoIn(0x80, &mut data),
+                &b,
+                &Origin::default(),
+                &stats
+            ),
             ExitAction::Continue
         );
         assert_eq!(data, [0xff, 0xff]);
@@ -151,11 +161,11 @@ mod tests {
             mmio: &mmio,
         };
         assert_eq!(
-            handle_exit(VcpuExit::Shutdown, &b, &stats),
+            handle_exit(VcpuExit::Shutdown, &b, &Origin::default(), &stats),
             ExitAction::Shutdown
         );
         assert_eq!(
-            handle_exit(VcpuExit::InternalError, &b, &stats),
+            handle_exit(VcpuExit::InternalError, &b, &Origin::default(), &stats),
             ExitAction::InternalError
         );
         assert_eq!(stats.get(ExitKind::Other), 2);
@@ -170,13 +180,19 @@ mod tests {
             mmio: &mmio,
         };
         assert_eq!(
-            handle_exit(VcpuExit::SystemEvent(SYSTEM_EVENT_RESET, &[]), &b, &stats),
+            handle_exit(
+                VcpuExit::SystemEvent(SYSTEM_EVENT_RESET, &[]),
+                &b,
+                &Origin::default(),
+                &stats
+            ),
             ExitAction::Stop(RunOutcome::Reset)
         );
         assert_eq!(
             handle_exit(
                 VcpuExit::SystemEvent(SYSTEM_EVENT_SHUTDOWN, &[]),
                 &b,
+                &Origin::default(),
                 &stats
             ),
             ExitAction::Stop(RunOutcome::PowerOff)
@@ -191,7 +207,10 @@ mod tests {
             pio: &pio,
             mmio: &mmio,
         };
-        assert_eq!(handle_exit(VcpuExit::Intr, &b, &stats), ExitAction::Kicked);
+        assert_eq!(
+            handle_exit(VcpuExit::Intr, &b, &Origin::default(), &stats),
+            ExitAction::Kicked
+        );
         assert_eq!(stats.get(ExitKind::Kick), 1);
     }
 }

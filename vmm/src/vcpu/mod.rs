@@ -11,7 +11,7 @@ mod setup;
 pub mod stats;
 
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use kvm_ioctls::{SyncReg, VcpuFd};
@@ -19,8 +19,11 @@ use std::os::unix::thread::JoinHandleExt;
 
 use vm_memory::GuestMemoryMmap;
 
-use crate::devices::Bus;
+use crate::devices::doorbell::Doorbell;
+use crate::devices::{Bus, Origin};
 use crate::outcome::{RunOutcome, StopSignal};
+use crate::profiler::walk::Paging;
+use crate::profiler::{CpuState, Profiler};
 use exit::{handle_exit, Buses, ExitAction};
 pub use setup::{configure_vcpu, SetupError};
 use stats::ExitCounters;
@@ -78,6 +81,10 @@ pub struct SharedState {
     pub stop: Arc<StopSignal>,
     /// Guest RAM (for reading instruction bytes in error reports).
     pub mem: GuestMemoryMmap,
+    /// The hypercall doorbell, whose rings the vCPU runs after the exit.
+    pub doorbell: Arc<Mutex<Doorbell>>,
+    /// Profile objects, samples and hypercalls.
+    pub profiler: Arc<Profiler>,
 }
 
 /// A configured vCPU, ready to start on its own thread.
@@ -165,7 +172,7 @@ impl Vcpu {
             mmio: &self.shared.mmio,
         };
         let action = match self.fd.run() {
-            Ok(exit) => handle_exit(exit, &buses, &self.counters),
+            Ok(exit) => handle_exit(exit, &buses, &Origin { vcpu: self.index }, &self.counters),
             Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
                 self.counters.count(stats::ExitKind::Kick);
                 ExitAction::Kicked
@@ -176,11 +183,16 @@ impl Vcpu {
             ))),
         };
         match action {
-            ExitAction::Continue => State::Running,
+            ExitAction::Continue => {
+                self.run_hypercall();
+                State::Running
+            }
             ExitAction::Kicked => {
                 // Clear before looking at requests, so a kick that arrives from now on is
                 // seen either by the request loop or by the next KVM_RUN.
                 self.fd.set_kvm_immediate_exit(0);
+                let cpu = self.cpu_state();
+                self.shared.profiler.on_kick(self.index, &cpu);
                 State::Running
             }
             ExitAction::Stop(outcome) => self.finish(outcome),
@@ -198,6 +210,56 @@ impl Vcpu {
                     detail,
                 })
             }
+        }
+    }
+
+    /// Runs a hypercall this vCPU rang during the exit just handled, before re-entering the
+    /// guest, and records its status for the doorbell's status port.
+    fn run_hypercall(&mut self) {
+        let pending = {
+            let mut doorbell = self
+                .shared
+                .doorbell
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            doorbell.take_pending(self.index)
+        };
+        let Some(gpa) = pending else { return };
+        let cpu = self.cpu_state();
+        let status = self.shared.profiler.hypercall(self.index, gpa, &cpu);
+        self.shared
+            .doorbell
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .set_status(self.index, status.0);
+    }
+
+    /// The registers samples and hypercalls need, from the sync-regs area when KVM fills it.
+    fn cpu_state(&self) -> CpuState {
+        let (regs, sregs) = if self.sync_regs {
+            let s = self.fd.sync_regs();
+            (s.regs, s.sregs)
+        } else {
+            match (self.fd.get_regs(), self.fd.get_sregs()) {
+                (Ok(r), Ok(s)) => (r, s),
+                _ => {
+                    return CpuState {
+                        cpl: 3,
+                        ..CpuState::default()
+                    }
+                }
+            }
+        };
+        let protected = sregs.cr0 & 1 != 0;
+        CpuState {
+            rip: regs.rip,
+            cpl: if protected { sregs.ss.dpl } else { 0 },
+            paging: Paging {
+                cr0: sregs.cr0,
+                cr3: sregs.cr3,
+                cr4: sregs.cr4,
+                efer: sregs.efer,
+            },
         }
     }
 

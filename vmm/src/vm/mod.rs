@@ -13,6 +13,8 @@ use kvm_bindings::{
 };
 use kvm_ioctls::{Cap, Kvm, VmFd};
 use profile_core::abi::{cpuid as abi_cpuid, DOORBELL_PORT_BASE};
+
+use crate::profiler::{Profiler, ProfilerError, FEATURES};
 use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
 use crate::acpi::{create_acpi_tables, AcpiError};
@@ -52,6 +54,9 @@ pub enum VmError {
     /// A device could not be placed on a bus.
     #[error(transparent)]
     Bus(#[from] BusError),
+    /// The profiler could not be set up.
+    #[error(transparent)]
+    Profiler(#[from] ProfilerError),
     /// The serial or debugcon output file.
     #[error("cannot create {}", .0.display())]
     OutputFile(PathBuf, #[source] std::io::Error),
@@ -74,11 +79,12 @@ impl VmError {
 
 /// A built VM whose vCPUs have not started yet.
 pub struct Vm {
-    vm_fd: VmFd,
+    vm_fd: Arc<VmFd>,
     boot: BootSetup,
     vcpus: Vec<Vcpu>,
     serial: Arc<Mutex<SerialDevice>>,
     stop: Arc<StopSignal>,
+    profiler: Arc<Profiler>,
 }
 
 /// hvprof's CPUID leaves at 0x40000100 (the hypercall ABI's discovery).
@@ -94,7 +100,7 @@ fn hvprof_leaves() -> [Leaf; 2] {
         leaf(abi_cpuid::LEAF_BASE, abi_cpuid::base_leaf()),
         leaf(
             abi_cpuid::LEAF_INFO,
-            abi_cpuid::info_leaf(DOORBELL_PORT_BASE, 0),
+            abi_cpuid::info_leaf(DOORBELL_PORT_BASE, FEATURES),
         ),
     ]
 }
@@ -129,13 +135,17 @@ impl Vm {
         let rsdp = create_acpi_tables(&mem, config.cpus)?;
         let boot = load_kernel(&mem, config.memory_mib << 20, &config.kernel, rsdp)?;
 
+        let vm_fd = Arc::new(vm_fd);
         let stop = Arc::new(StopSignal::new().map_err(|e| VmError::Host("an eventfd", e))?);
         let devices = platform::create_devices(&vm_fd, config, stop.clone())?;
+        let profiler = Arc::new(Profiler::new(mem.clone(), vm_fd.clone(), config.cpus)?);
         let shared = SharedState {
             pio: Arc::new(devices.pio),
             mmio: Arc::new(devices.mmio),
             stop: stop.clone(),
             mem: mem.clone(),
+            doorbell: devices.doorbell,
+            profiler: profiler.clone(),
         };
 
         let supported = kvm
@@ -166,6 +176,7 @@ impl Vm {
             vcpus,
             serial: devices.serial,
             stop,
+            profiler,
         })
     }
 

@@ -6,6 +6,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use kvm_ioctls::VmFd;
+use profile_core::abi::{DOORBELL_PORT_BASE, DOORBELL_PORT_COUNT};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use super::VmError;
@@ -13,6 +14,7 @@ use crate::config::{SerialOutput, VmConfig};
 use crate::devices::cmos::{Cmos, CMOS_LEN, CMOS_PORT};
 use crate::devices::debug_exit::{DebugExit, DEBUG_EXIT_LEN, DEBUG_EXIT_PORT};
 use crate::devices::debugcon::{DebugCon, DEBUGCON_PORT};
+use crate::devices::doorbell::Doorbell;
 use crate::devices::i8042::{I8042, I8042_DATA_PORT, I8042_LEN};
 use crate::devices::serial::{SerialDevice, COM1_IRQ, COM1_LEN, COM1_PORT};
 use crate::devices::Bus;
@@ -27,6 +29,8 @@ pub struct Devices {
     pub mmio: Bus,
     /// COM1, for input from the event loop.
     pub serial: Arc<Mutex<SerialDevice>>,
+    /// The hypercall doorbell, for the vCPUs.
+    pub doorbell: Arc<Mutex<Doorbell>>,
 }
 
 fn output_file(path: &std::path::Path) -> Result<Box<dyn Write + Send>, VmError> {
@@ -87,9 +91,17 @@ pub fn create_devices(
         DEBUGCON_PORT,
         1,
     )?;
+    let doorbell = Arc::new(Mutex::new(Doorbell::new(config.cpus)));
+    pio.insert(
+        "hvprof-doorbell",
+        doorbell.clone(),
+        u64::from(DOORBELL_PORT_BASE),
+        u64::from(DOORBELL_PORT_COUNT),
+    )?;
     Ok(Devices {
         pio,
         mmio: Bus::new("MMIO"),
         serial,
+        doorbell,
     })
 }

@@ -8,6 +8,9 @@ use super::{Vm, VmError};
 use crate::boot::Protocol;
 use crate::config::VmConfig;
 use crate::outcome::RunOutcome;
+use crate::profiler::stats::{total, StatsSnapshot};
+use crate::profiler::ObjectResult;
+use crate::sampler::Sampler;
 use crate::vcpu::kick;
 use crate::vcpu::stats::{ExitCounters, ExitKind};
 
@@ -43,20 +46,24 @@ pub struct RunReport {
     pub wall_time: Duration,
     /// Per-vCPU exit counts.
     pub vcpus: Vec<VcpuSummary>,
+    /// Per-vCPU profiling counters.
+    pub profile_stats: Vec<StatsSnapshot>,
+    /// Every profile object that ran, with the counts the VMM kept.
+    pub results: Vec<ObjectResult>,
 }
 
 impl RunReport {
     /// A few lines for people: vCPUs, exits by reason, wall time, outcome.
     pub fn summary(&self) -> String {
-        let mut total = vec![0u64; ExitKind::ALL.len()];
+        let mut exit_totals = vec![0u64; ExitKind::ALL.len()];
         for v in &self.vcpus {
-            for (slot, (_, n)) in total.iter_mut().zip(&v.exits) {
+            for (slot, (_, n)) in exit_totals.iter_mut().zip(&v.exits) {
                 *slot += n;
             }
         }
         let exits: Vec<String> = ExitKind::ALL
             .iter()
-            .zip(&total)
+            .zip(&exit_totals)
             .filter(|(_, n)| **n > 0)
             .map(|(k, n)| format!("{} {n}", k.name()))
             .collect();
@@ -76,15 +83,39 @@ impl RunReport {
                 exits.join(", ")
             }
         ));
-        for v in &self.vcpus {
+        for (v, p) in self.vcpus.iter().zip(&self.profile_stats) {
             let n: u64 = v.exits.iter().map(|(_, n)| n).sum();
             s.push_str(&format!(
-                "hvprof:   vCPU {}: {n} exits, {} unclaimed accesses\n",
-                v.index, v.unclaimed
+                "hvprof:   vCPU {}: {n} exits, {} unclaimed accesses, {}\n",
+                v.index,
+                v.unclaimed,
+                profile_line(p)
+            ));
+        }
+        let t = total(&self.profile_stats);
+        if t.samples > 0 || t.hypercalls > 0 || !self.results.is_empty() {
+            s.push_str(&format!(
+                "hvprof: profiling: {}, {} objects ran\n",
+                profile_line(&t),
+                self.results.len()
             ));
         }
         s
     }
+}
+
+fn profile_line(p: &StatsSnapshot) -> String {
+    format!(
+        "{} samples ({} attributed, {} outside every object, {} lost to coalesced kicks), \
+         {} counts, {} interrupts injected, {} hypercalls",
+        p.samples,
+        p.attributed,
+        p.outside(),
+        p.coalesced,
+        p.counts,
+        p.injected,
+        p.hypercalls
+    )
 }
 
 /// Builds the VM for `config`, runs it until it ends, and reports how it went.
@@ -105,6 +136,7 @@ pub fn run(config: &VmConfig) -> Result<RunReport, VmError> {
         vcpus,
         serial,
         stop,
+        profiler,
         ..
     } = vm;
 
@@ -119,6 +151,15 @@ pub fn run(config: &VmConfig) -> Result<RunReport, VmError> {
             }
         }
     }
+    let requesters: Vec<_> = handles.iter().map(|h| h.requester()).collect();
+    let sampler = match (&start_error, Sampler::start(profiler.clone(), requesters)) {
+        (None, Ok(s)) => Some(s),
+        (None, Err(e)) => {
+            start_error = Some(VmError::Host("the sampler thread", e));
+            None
+        }
+        (Some(_), _) => None,
+    };
     if start_error.is_none() {
         let params = LoopParams {
             stop: stop.clone(),
@@ -136,11 +177,19 @@ pub fn run(config: &VmConfig) -> Result<RunReport, VmError> {
         stop.request(RunOutcome::HostError("could not start every vCPU".into()));
     }
 
+    if let Some(s) = sampler {
+        s.stop();
+    }
     let vcpus: Vec<VcpuSummary> = handles
         .into_iter()
         .enumerate()
         .map(|(i, h)| VcpuSummary::from_counters(i, &h.stop_and_join()))
         .collect();
+    // Every vCPU has stopped: release every pinned buffer and keep the objects' counts.
+    profiler.close_all();
+    let profile_stats = profiler.stats();
+    let results = profiler.results();
+    drop(profiler);
     drop(vm_fd);
     if let Some(e) = start_error {
         return Err(e);
@@ -153,5 +202,7 @@ pub fn run(config: &VmConfig) -> Result<RunReport, VmError> {
         protocol,
         wall_time: started.elapsed(),
         vcpus,
+        profile_stats,
+        results,
     })
 }

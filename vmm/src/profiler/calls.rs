@@ -1,0 +1,293 @@
+//! Running one hypercall: reading the request block from guest memory, checking it, calling
+//! the object manager, and writing the status and reply back. Everything the guest wrote is
+//! untrusted; profile-core's decoder checks the block's structure, this module checks what
+//! only the VMM can: privilege, guest memory, page tables.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use profile_core::abi::{
+    self, decode_header, decode_request, encode_reply, CreateReply, Empty, InfoReply,
+    IntervalReply, Request, StartBuffer, StartReply, StatsReply, Wire,
+};
+use profile_core::{Handle, NtStatus, ObjectId, ProfileSource};
+use vm_memory::{Bytes, GuestAddress};
+
+use super::pin::PinnedBuffer;
+use super::stats::{bump, total};
+use super::walk::{writable_frames, Paging};
+use super::{Profiler, GUEST_OWNER};
+
+/// Feature flags hvprof offers (CPUID 0x40000101 ECX, QUERY_INFO).
+pub const FEATURES: u32 = abi::cpuid::FEATURE_START_GUEST_VIRTUAL
+    | abi::cpuid::FEATURE_INTERRUPT_INJECTION
+    | abi::cpuid::FEATURE_STATISTICS;
+
+/// The state of the vCPU at a hypercall or a sample.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuState {
+    /// RIP.
+    pub rip: u64,
+    /// Current privilege level.
+    pub cpl: u8,
+    /// Paging registers.
+    pub paging: Paging,
+}
+
+/// How many CPL>0 doorbell rings are logged before going quiet.
+const USER_RING_LOG_LIMIT: u64 = 8;
+static USER_RINGS: AtomicU64 = AtomicU64::new(0);
+
+/// A call's outcome: the status and, on success, the reply body.
+type CallResult<T> = Result<T, NtStatus>;
+
+fn reply<T: Wire>(block: &mut [u8], result: CallResult<T>) -> (NtStatus, Option<Range<usize>>) {
+    let (status, range) = match result {
+        Ok(r) => (
+            NtStatus::SUCCESS,
+            encode_reply(block, NtStatus::SUCCESS, &r),
+        ),
+        Err(s) => (s, encode_reply(block, s, &Empty)),
+    };
+    (status, range.ok())
+}
+
+impl Profiler {
+    /// Runs the call whose request block is at `gpa`, rung by vCPU `vcpu` in state `cpu`.
+    /// Returns the status (also written into the block when the block is reachable).
+    pub fn hypercall(&self, vcpu: usize, gpa: u64, cpu: &CpuState) -> NtStatus {
+        if let Some(slot) = self.vcpus.get(vcpu) {
+            bump(&slot.stats.hypercalls, 1);
+        }
+        if cpu.cpl != 0 {
+            if USER_RINGS.fetch_add(1, Ordering::Relaxed) < USER_RING_LOG_LIMIT {
+                log::warn!(
+                    "hypercall from CPL{} on vCPU {vcpu} at RIP {:#x} refused (CPL0 only)",
+                    cpu.cpl,
+                    cpu.rip
+                );
+            }
+            return NtStatus::ACCESS_DENIED;
+        }
+        if gpa % 8 != 0 {
+            return NtStatus::DATATYPE_MISALIGNMENT;
+        }
+        let mut head = [0u8; abi::HEADER_SIZE];
+        if self.mem.read_slice(&mut head, GuestAddress(gpa)).is_err() {
+            return NtStatus::ACCESS_VIOLATION;
+        }
+        let header = match decode_header(&head) {
+            Ok(h) => h,
+            Err(status) => {
+                self.write_status(gpa, status);
+                return status;
+            }
+        };
+        let mut block = vec![0u8; usize::try_from(header.length).unwrap_or(0)];
+        if self.mem.read_slice(&mut block, GuestAddress(gpa)).is_err() {
+            return NtStatus::ACCESS_VIOLATION;
+        }
+        let (status, range) = match decode_request(&block) {
+            Ok((_, request)) => {
+                // The decoded request borrows `block`; copy what the reply needs first.
+                let result = self.dispatch(&request, cpu);
+                result.write(&mut block)
+            }
+            Err(status) => reply(&mut block, CallResult::<Empty>::Err(status)),
+        };
+        if let Some(r) = range {
+            let at = gpa + r.start as u64;
+            if self.mem.write_slice(&block[r], GuestAddress(at)).is_err() {
+                return NtStatus::ACCESS_VIOLATION;
+            }
+        }
+        status
+    }
+
+    fn write_status(&self, gpa: u64, status: NtStatus) {
+        // Best effort: the header was readable a moment ago.
+        let _ = self.mem.write_obj(status.0, GuestAddress(gpa + 12));
+    }
+
+    fn dispatch(&self, request: &Request<'_>, cpu: &CpuState) -> Reply {
+        match request {
+            Request::QueryInfo => Reply::Info(Ok(InfoReply::for_manager(&*self.read(), FEATURES))),
+            Request::Create(r) => {
+                let writable = self.buffer_writable(cpu, r.buffer, r.buffer_size);
+                let params = r.to_params(GUEST_OWNER, writable);
+                let result = self.write().create(&params, r.group, r.affinity);
+                Reply::Create(result.and_then(|h| self.create_reply(h)))
+            }
+            Request::CreateEx(r, groups) => {
+                let writable = self.buffer_writable(cpu, r.buffer, r.buffer_size);
+                let params = r.to_params(GUEST_OWNER, writable);
+                let result = self.write().create_ex(&params, &groups.to_vec());
+                Reply::Create(result.and_then(|h| self.create_reply(h)))
+            }
+            Request::Start(r, buffer) => Reply::Start(self.start(Handle(r.handle), buffer, cpu)),
+            Request::Stop(r) => Reply::Empty(self.stop(Handle(r.handle))),
+            Request::Close(r) => Reply::Empty(self.close(Handle(r.handle))),
+            Request::SetInterval(r) => {
+                let source = ProfileSource(r.source);
+                let result = self.write().set_interval(r.caller(), source, r.interval);
+                if result.is_ok() && source == ProfileSource::TIME {
+                    // The sampler re-reads the interval; a failed write only delays that.
+                    let _ = self.interval_changed.write(1);
+                }
+                Reply::Interval(result.map(|interval| IntervalReply {
+                    interval,
+                    reserved: 0,
+                }))
+            }
+            Request::QueryInterval(r) => {
+                let interval = self.read().query_interval(ProfileSource(r.source));
+                Reply::Interval(Ok(IntervalReply {
+                    interval,
+                    reserved: 0,
+                }))
+            }
+            Request::SetInterrupt(r) => Reply::Empty(self.set_interrupt(r.vcpu, r.vector)),
+            Request::ReadStats => Reply::Stats(Ok(self.stats_reply())),
+        }
+    }
+
+    fn create_reply(&self, handle: Handle) -> CallResult<CreateReply> {
+        let object_id = self.read().object(GUEST_OWNER, handle).map(|o| o.id().0)?;
+        Ok(CreateReply {
+            handle: handle.0,
+            reserved: 0,
+            object_id,
+        })
+    }
+
+    /// Windows' ProbeForWrite: every page of the buffer mapped writable in the caller's space.
+    fn buffer_writable(&self, cpu: &CpuState, buffer: u64, size: u32) -> bool {
+        size == 0 || writable_frames(&self.mem, &cpu.paging, buffer, u64::from(size)).is_ok()
+    }
+
+    fn start(
+        &self,
+        handle: Handle,
+        buffer: &StartBuffer<'_>,
+        cpu: &CpuState,
+    ) -> CallResult<StartReply> {
+        let mut manager = self.write();
+        let mut pages = 0usize;
+        manager.start(GUEST_OWNER, handle, |req| {
+            let offset = u32::try_from(req.buffer & 0xfff).unwrap_or(0);
+            let pin = match buffer {
+                StartBuffer::PageList(list) => {
+                    list.check_covers(req.buffer, req.buffer_size)?;
+                    PinnedBuffer::pin(
+                        &self.mem,
+                        list.frames(),
+                        offset,
+                        req.buffer_size,
+                        req.counters_len,
+                    )
+                }
+                StartBuffer::GuestVirtual { va, cr3 } => {
+                    if *va != req.buffer {
+                        return Err(NtStatus::INVALID_PARAMETER);
+                    }
+                    let paging = Paging {
+                        cr3: *cr3,
+                        ..cpu.paging
+                    };
+                    let frames =
+                        writable_frames(&self.mem, &paging, *va, u64::from(req.buffer_size))
+                            .map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
+                    PinnedBuffer::pin(&self.mem, frames, offset, req.buffer_size, req.counters_len)
+                }
+            };
+            let pin = pin.map_err(|e| {
+                log::info!("START of handle {}: cannot pin the buffer: {e}", handle.0);
+                NtStatus::INSUFFICIENT_RESOURCES
+            })?;
+            pages = pin.page_count();
+            Ok(pin)
+        })?;
+        self.refresh_sampled(&manager);
+        Ok(StartReply {
+            pinned_pages: u32::try_from(pages).unwrap_or(u32::MAX),
+            reserved: 0,
+        })
+    }
+
+    fn stop(&self, handle: Handle) -> CallResult<Empty> {
+        let mut manager = self.write();
+        let (object, config) = identity(&manager, handle)?;
+        let pin = manager.stop(GUEST_OWNER, handle)?;
+        self.keep_result(object, config, &pin);
+        self.refresh_sampled(&manager);
+        Ok(Empty)
+    }
+
+    fn close(&self, handle: Handle) -> CallResult<Empty> {
+        let mut manager = self.write();
+        let (object, config) = identity(&manager, handle)?;
+        if let Some(pin) = manager.close(GUEST_OWNER, handle)? {
+            self.keep_result(object, config, &pin);
+        }
+        self.refresh_sampled(&manager);
+        Ok(Empty)
+    }
+
+    fn set_interrupt(&self, vcpu: u32, vector: u32) -> CallResult<Empty> {
+        let slots: Vec<_> = if vcpu == u32::MAX {
+            self.vcpus.iter().collect()
+        } else {
+            let v = usize::try_from(vcpu).map_err(|_| NtStatus::INVALID_PARAMETER)?;
+            vec![self.vcpus.get(v).ok_or(NtStatus::INVALID_PARAMETER)?]
+        };
+        for slot in slots {
+            slot.vector.store(vector, Ordering::Relaxed);
+        }
+        Ok(Empty)
+    }
+
+    fn stats_reply(&self) -> StatsReply {
+        let t = total(&self.stats());
+        let manager = self.read();
+        StatsReply {
+            samples: t.samples,
+            counted_samples: t.attributed,
+            counts: t.counts,
+            dropped_samples: t.coalesced,
+            injected_interrupts: t.injected,
+            objects_open: u32::try_from(manager.open_count()).unwrap_or(u32::MAX),
+            objects_started: u32::try_from(manager.started_count()).unwrap_or(u32::MAX),
+        }
+    }
+}
+
+fn identity(
+    manager: &profile_core::ObjectManager<PinnedBuffer>,
+    handle: Handle,
+) -> CallResult<(ObjectId, profile_core::object::ObjectConfig)> {
+    let o = manager.object(GUEST_OWNER, handle)?;
+    Ok((o.id(), o.config().clone()))
+}
+
+/// A call's typed result, written into the block once the request's borrow has ended.
+enum Reply {
+    Info(CallResult<InfoReply>),
+    Create(CallResult<CreateReply>),
+    Start(CallResult<StartReply>),
+    Interval(CallResult<IntervalReply>),
+    Stats(CallResult<StatsReply>),
+    Empty(CallResult<Empty>),
+}
+
+impl Reply {
+    fn write(self, block: &mut [u8]) -> (NtStatus, Option<Range<usize>>) {
+        match self {
+            Reply::Info(r) => reply(block, r),
+            Reply::Create(r) => reply(block, r),
+            Reply::Start(r) => reply(block, r),
+            Reply::Interval(r) => reply(block, r),
+            Reply::Stats(r) => reply(block, r),
+            Reply::Empty(r) => reply(block, r),
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! Profiling: the profile objects (profile-core's manager behind a lock), the buffers pinned
+//! for started objects, sample attribution on the vCPU threads, profile-interrupt injection,
+//! and the results kept by the VMM.
+//!
+//! Locking: `record` runs under the read side of `manager`; start, stop and close take the
+//! write side. So when stop or close returns, no vCPU is still counting into that object, and
+//! none will again: its pinned pages are released and never written after that point.
+
+mod calls;
+pub mod pin;
+pub mod stats;
+pub mod walk;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use kvm_bindings::kvm_msi;
+use kvm_ioctls::VmFd;
+use profile_core::object::ObjectConfig;
+use profile_core::{
+    CounterSink, ObjectId, ObjectManager, Owner, PlatformInfo, ProfileSource, Sample,
+};
+use vm_memory::GuestMemoryMmap;
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+pub use calls::{CpuState, FEATURES};
+use pin::PinnedBuffer;
+use stats::{bump, StatsSnapshot, VcpuProfileStats};
+
+/// The owner of every object the guest's agents create (one handle table per guest).
+pub const GUEST_OWNER: Owner = Owner(1);
+
+/// What the VMM keeps of an object once it stops: its configuration and the counts it
+/// gathered (summed over every start/stop cycle), from the VMM's own copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectResult {
+    /// The object.
+    pub object: ObjectId,
+    /// Its configuration.
+    pub config: ObjectConfig,
+    /// One count per bucket.
+    pub counts: Vec<u32>,
+}
+
+impl ObjectResult {
+    /// Samples counted in total.
+    pub fn total(&self) -> u64 {
+        self.counts.iter().map(|c| u64::from(*c)).sum()
+    }
+}
+
+/// The VM's profiler.
+pub struct Profiler {
+    manager: RwLock<ObjectManager<PinnedBuffer>>,
+    mem: GuestMemoryMmap,
+    vm_fd: Arc<VmFd>,
+    vcpus: Box<[VcpuSlot]>,
+    interval_changed: EventFd,
+    results: Mutex<BTreeMap<ObjectId, ObjectResult>>,
+}
+
+/// Per-vCPU profiling state.
+#[derive(Default)]
+struct VcpuSlot {
+    /// A timer tick asked for a sample that the vCPU has not taken yet.
+    sample_pending: AtomicBool,
+    /// Some started ProfileTime object includes this vCPU in its affinity.
+    sampled: AtomicBool,
+    /// Profile-interrupt vector, 0 = off.
+    vector: AtomicU32,
+    stats: VcpuProfileStats,
+}
+
+/// Adds one sample's counts into pinned buffers.
+struct PinSink;
+
+impl CounterSink<PinnedBuffer> for PinSink {
+    fn increment(&mut self, pin: &PinnedBuffer, _object: ObjectId, byte_offset: u64) {
+        pin.increment(byte_offset);
+    }
+}
+
+/// Errors creating the profiler.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfilerError {
+    /// profile-core refused the platform description.
+    #[error("profile-core refused the platform: {0}")]
+    Platform(profile_core::NtStatus),
+    /// An eventfd could not be created.
+    #[error("cannot create an eventfd")]
+    EventFd(#[source] std::io::Error),
+}
+
+impl Profiler {
+    /// A profiler for a VM with `vcpus` vCPUs and the timer as its only source.
+    pub fn new(
+        mem: GuestMemoryMmap,
+        vm_fd: Arc<VmFd>,
+        vcpus: usize,
+    ) -> Result<Self, ProfilerError> {
+        let count = u32::try_from(vcpus).unwrap_or(u32::MAX);
+        let manager =
+            ObjectManager::new(PlatformInfo::timer_only(count)).map_err(ProfilerError::Platform)?;
+        Ok(Profiler {
+            manager: RwLock::new(manager),
+            mem,
+            vm_fd,
+            vcpus: (0..vcpus).map(|_| VcpuSlot::default()).collect(),
+            interval_changed: EventFd::new(EFD_NONBLOCK).map_err(ProfilerError::EventFd)?,
+            results: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, ObjectManager<PinnedBuffer>> {
+        self.manager.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, ObjectManager<PinnedBuffer>> {
+        self.manager.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The ProfileTime interval in force, in 100 ns units.
+    pub fn time_interval(&self) -> u32 {
+        self.read().query_interval(ProfileSource::TIME)
+    }
+
+    /// Becomes readable when the ProfileTime interval changes.
+    pub fn interval_changed(&self) -> &EventFd {
+        &self.interval_changed
+    }
+
+    /// Number of vCPUs.
+    pub fn vcpu_count(&self) -> usize {
+        self.vcpus.len()
+    }
+
+    /// True when vCPU `v` must be sampled on timer ticks.
+    pub fn is_sampled(&self, v: usize) -> bool {
+        self.vcpus
+            .get(v)
+            .is_some_and(|s| s.sampled.load(Ordering::Relaxed))
+    }
+
+    /// Marks a sample as wanted on vCPU `v`. False if the previous one was not taken yet (the
+    /// tick is coalesced and counted as lost).
+    pub fn request_sample(&self, v: usize) -> bool {
+        let Some(slot) = self.vcpus.get(v) else {
+            return false;
+        };
+        let fresh = !slot.sample_pending.swap(true, Ordering::AcqRel);
+        if !fresh {
+            bump(&slot.stats.coalesced, 1);
+        }
+        fresh
+    }
+
+    /// Counts ticks the sampler missed entirely for vCPU `v` (timer overruns).
+    pub fn count_lost(&self, v: usize, n: u64) {
+        if let Some(slot) = self.vcpus.get(v) {
+            bump(&slot.stats.coalesced, n);
+        }
+    }
+
+    /// Called by vCPU `v` when it is kicked: takes the pending sample, if any, at `cpu`.
+    pub fn on_kick(&self, v: usize, cpu: &CpuState) {
+        let Some(slot) = self.vcpus.get(v) else {
+            return;
+        };
+        if !slot.sample_pending.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let sample = Sample {
+            vcpu: u32::try_from(v).unwrap_or(u32::MAX),
+            pc: cpu.rip,
+            process: Some(profile_core::attribution::process_key(cpu.paging.cr3)),
+            source: ProfileSource::TIME,
+        };
+        let n = self.read().record(&sample, &mut PinSink);
+        bump(&slot.stats.samples, 1);
+        if n > 0 {
+            bump(&slot.stats.attributed, 1);
+            bump(&slot.stats.counts, u64::from(n));
+        }
+        let vector = slot.vector.load(Ordering::Relaxed);
+        if vector != 0 {
+            self.inject(v, vector);
+        }
+    }
+
+    /// Delivers `vector` to vCPU `v`'s local APIC as a fixed, edge-triggered MSI.
+    fn inject(&self, v: usize, vector: u32) {
+        let apic_id = u32::try_from(v).unwrap_or(0);
+        let msi = kvm_msi {
+            address_lo: 0xfee0_0000 | (apic_id << 12),
+            address_hi: 0,
+            data: vector & 0xff,
+            ..Default::default()
+        };
+        match self.vm_fd.signal_msi(msi) {
+            Ok(_) => bump(&self.vcpus[v].stats.injected, 1),
+            Err(e) => log::warn!("cannot inject profile interrupt {vector:#x} on vCPU {v}: {e}"),
+        }
+    }
+
+    /// Recomputes which vCPUs the timer must sample (after start, stop, close).
+    fn refresh_sampled(&self, manager: &ObjectManager<PinnedBuffer>) {
+        let mut wanted = vec![false; self.vcpus.len()];
+        for (_, obj) in manager.objects() {
+            if obj.is_started() && obj.config().source == ProfileSource::TIME {
+                for (v, w) in wanted.iter_mut().enumerate() {
+                    *w |= obj
+                        .config()
+                        .affinity
+                        .contains(u32::try_from(v).unwrap_or(u32::MAX));
+                }
+            }
+        }
+        for (slot, w) in self.vcpus.iter().zip(wanted) {
+            slot.sampled.store(w, Ordering::Relaxed);
+        }
+    }
+
+    /// Keeps the counts of a stopped or closed object.
+    fn keep_result(&self, object: ObjectId, config: ObjectConfig, pin: &PinnedBuffer) {
+        let counts = pin.counts();
+        let mut results = self.results.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = results.entry(object).or_insert_with(|| ObjectResult {
+            object,
+            config,
+            counts: vec![0; counts.len()],
+        });
+        for (acc, c) in entry.counts.iter_mut().zip(counts) {
+            *acc = acc.wrapping_add(c);
+        }
+    }
+
+    /// Stops and closes every object of the guest (VM exit, guest reset) and keeps their
+    /// results.
+    pub fn close_all(&self) {
+        let mut manager = self.write();
+        let handles: Vec<_> = manager
+            .objects()
+            .filter(|(_, o)| o.owner() == GUEST_OWNER)
+            .map(|(h, o)| (h, o.id(), o.config().clone()))
+            .collect();
+        for (handle, object, config) in handles {
+            if let Ok(Some(pin)) = manager.close(GUEST_OWNER, handle) {
+                self.keep_result(object, config, &pin);
+            }
+        }
+        self.refresh_sampled(&manager);
+    }
+
+    /// Results of every object that has stopped, in creation order.
+    pub fn results(&self) -> Vec<ObjectResult> {
+        self.results
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Per-vCPU counters.
+    pub fn stats(&self) -> Vec<StatsSnapshot> {
+        self.vcpus.iter().map(|s| s.stats.snapshot()).collect()
+    }
+}

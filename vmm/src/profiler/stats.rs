@@ -1,0 +1,81 @@
+//! Profiling counters, per vCPU and for the VM, updated from the vCPU and sampler threads.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// One vCPU's profiling counters.
+#[derive(Debug, Default)]
+pub struct VcpuProfileStats {
+    /// Samples taken.
+    pub samples: AtomicU64,
+    /// Samples that counted into at least one object.
+    pub attributed: AtomicU64,
+    /// Counter increments (one per matching object).
+    pub counts: AtomicU64,
+    /// Timer ticks that found the previous sample still pending (coalesced kicks: lost samples).
+    pub coalesced: AtomicU64,
+    /// Profile interrupts injected.
+    pub injected: AtomicU64,
+    /// Hypercalls served.
+    pub hypercalls: AtomicU64,
+}
+
+/// A plain copy of the counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    /// Samples taken.
+    pub samples: u64,
+    /// Samples that counted somewhere.
+    pub attributed: u64,
+    /// Counter increments.
+    pub counts: u64,
+    /// Lost samples (coalesced kicks).
+    pub coalesced: u64,
+    /// Profile interrupts injected.
+    pub injected: u64,
+    /// Hypercalls served.
+    pub hypercalls: u64,
+}
+
+impl StatsSnapshot {
+    /// Samples that fell outside every started object.
+    pub fn outside(&self) -> u64 {
+        self.samples - self.attributed
+    }
+
+    fn add(mut self, o: &StatsSnapshot) -> Self {
+        self.samples += o.samples;
+        self.attributed += o.attributed;
+        self.counts += o.counts;
+        self.coalesced += o.coalesced;
+        self.injected += o.injected;
+        self.hypercalls += o.hypercalls;
+        self
+    }
+}
+
+impl VcpuProfileStats {
+    /// A copy of the counters.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        StatsSnapshot {
+            samples: l(&self.samples),
+            attributed: l(&self.attributed),
+            counts: l(&self.counts),
+            coalesced: l(&self.coalesced),
+            injected: l(&self.injected),
+            hypercalls: l(&self.hypercalls),
+        }
+    }
+}
+
+/// Sums per-vCPU snapshots into VM totals.
+pub fn total(per_vcpu: &[StatsSnapshot]) -> StatsSnapshot {
+    per_vcpu
+        .iter()
+        .fold(StatsSnapshot::default(), |a, s| a.add(s))
+}
+
+/// Bumps a counter.
+pub fn bump(a: &AtomicU64, n: u64) {
+    a.fetch_add(n, Ordering::Relaxed);
+}
