@@ -143,6 +143,7 @@ fn handle(cpu: usize, frame: &mut TrapFrame) {
             let table = sched::TABLE.lock();
             sched::current(&table, cpu).map_or(u64::MAX, |p| p as u64)
         }
+        nr::CONTROL => crate::scenario::control(cpu, a),
         nr::YIELD => {
             frame.rax = 0;
             sched::reschedule(cpu, frame, false);

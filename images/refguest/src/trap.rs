@@ -2,7 +2,7 @@
 
 use crate::idt::{self, TrapFrame};
 use crate::sched::{self, Fault, State};
-use crate::{apic, exit, syscall};
+use crate::{apic, exit, prof, syscall};
 
 fn read_cr2() -> u64 {
     let value: u64;
@@ -27,6 +27,10 @@ extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
             sched::reschedule(cpu, frame, false);
         }
         idt::SYSCALL_VECTOR if frame.is_user() => syscall::dispatch(cpu, frame),
+        prof::PROFILE_VECTOR => {
+            apic::eoi();
+            prof::count_delivery(cpu);
+        }
         idt::SPURIOUS_VECTOR => {}
         0x20..=0x2F => {} // spurious IRQ 7/15 from the masked PIC
         0..=31 => exception(cpu, frame),

@@ -11,7 +11,15 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 use crate::exit;
 use crate::sched::Table;
 
+mod affinity;
+mod common;
+mod interrupts;
+mod interval;
+mod objects;
+mod process;
+mod shares;
 mod smoke;
+mod stopped;
 
 /// What a scenario may know about the machine.
 #[allow(dead_code)] // `bsp` and `tsc_hz` are for timed scenarios to come.
@@ -27,9 +35,21 @@ pub struct Scenario {
     pub setup: fn(&Env) -> Result<(), &'static str>,
     /// Judges the finished processes; may print detail lines first.
     pub check: fn(&Table) -> Result<(), &'static str>,
+    /// The CONTROL system call (`user::nr::CONTROL`): (cpu, argument) -> result. Runs at CPL0
+    /// with interrupts off, between a workload's phases.
+    pub control: Option<fn(usize, u64) -> u64>,
 }
 
-static SCENARIOS: &[Scenario] = &[smoke::SCENARIO];
+static SCENARIOS: &[Scenario] = &[
+    smoke::SCENARIO,
+    shares::SCENARIO,
+    process::SCENARIO,
+    objects::SCENARIO,
+    interval::SCENARIO,
+    affinity::SCENARIO,
+    interrupts::SCENARIO,
+    stopped::SCENARIO,
+];
 static SELECTED: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 /// Selects the scenario called `name`.
@@ -42,6 +62,14 @@ pub fn select(name: &str) -> Option<&'static Scenario> {
 /// Names of all scenarios, for the error message on an unknown name.
 pub fn names() -> impl Iterator<Item = &'static str> {
     SCENARIOS.iter().map(|s| s.name)
+}
+
+/// The CONTROL system call: the selected scenario's hook, or u64::MAX.
+pub fn control(cpu: usize, arg: u64) -> u64 {
+    match SCENARIOS.get(SELECTED.load(Ordering::Relaxed)).and_then(|s| s.control) {
+        Some(hook) => hook(cpu, arg),
+        None => u64::MAX,
+    }
 }
 
 /// Called with the process table locked when every process has ended.

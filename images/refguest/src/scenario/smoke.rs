@@ -8,7 +8,7 @@ use crate::sched::{self, State, Table, MAX_PROCS};
 use crate::start_info::param_u64;
 use crate::user::smoke::{self as prog, KEY_MARKER, KEY_PID, KEY_SUM, MARKER_BASE};
 
-pub const SCENARIO: Scenario = Scenario { name: "smoke", setup, check };
+pub const SCENARIO: Scenario = Scenario { name: "smoke", setup, check, control: None };
 
 const DEFAULT_ITERS: u64 = 20_000_000;
 

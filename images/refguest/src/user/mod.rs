@@ -5,6 +5,7 @@
 //! Keep functions to simple integer loops and `#[inline(always)]` helpers,
 //! and check `objdump -d` of the `.user` section after changes.
 
+pub mod prof;
 pub mod smoke;
 
 /// Start of the user window: code from the `.user` section.
@@ -26,6 +27,9 @@ pub mod nr {
     pub const GETPID: u64 = 2;
     /// yield(): lets another process on this CPU run.
     pub const YIELD: u64 = 3;
+    /// control(arg) -> value: the scenario's `control` hook (profiling scenarios act between
+    /// workload phases); u64::MAX if the scenario has none.
+    pub const CONTROL: u64 = 4;
 }
 
 /// Number of report slots per process.
