@@ -1,0 +1,249 @@
+//! The profiling scenarios of the reference guest (images/refguest) under hvprof: the guest
+//! drives the hypercall ABI through guest-agent at CPL0, runs CPL3 workloads, reads its own
+//! counter buffers after STOP and prints its verdict. Each test asserts that verdict (exit
+//! status 33 for PASS) and re-checks the key numbers from the guest's lines, so a VMM that
+//! counts wrongly fails here even if the guest's own check were too lenient.
+
+#[path = "harness/mod.rs"]
+mod harness;
+
+use std::path::Path;
+use std::time::Duration;
+
+use harness::{hvprof_run, Output};
+
+/// What the reference guest writes to isa-debug-exit when its scenario passed / failed.
+const PASS: u8 = 0x10;
+const FAIL: u8 = 0x11;
+
+/// Each run is a few seconds here; the limit only catches a hang.
+const LIMIT: Duration = Duration::from_secs(40);
+
+fn run(cpus: u32, cmdline: &str) -> Output {
+    let elf = Path::new(env!("HVPROF_REFGUEST_ELF"));
+    hvprof_run(elf, &["--cpus", &cpus.to_string(), "--cmdline", cmdline])
+        .limit(LIMIT)
+        .run()
+}
+
+/// Lines starting with `refguest: <prefix>`.
+fn lines<'a>(out: &'a Output, prefix: &str) -> Vec<&'a str> {
+    let prefix = format!("refguest: {prefix}");
+    out.stdout
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .collect()
+}
+
+/// The one line starting with `refguest: <prefix>`.
+fn line<'a>(out: &'a Output, prefix: &str) -> &'a str {
+    let found = lines(out, prefix);
+    assert_eq!(found.len(), 1, "one line starting with {prefix:?}\n{out}");
+    found[0]
+}
+
+/// The value of `key=value` in `line`, as a number (decimal, 0x hex, or a decimal fraction
+/// truncated to its integer part times 100 for `share`-style values: "14.29" -> 1429).
+fn num(line: &str, key: &str) -> u64 {
+    let word = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key}= in {line:?}"));
+    let parsed = if let Some(hex) = word.strip_prefix("0x") {
+        u64::from_str_radix(hex, 16).ok()
+    } else if let Some((int, frac)) = word.split_once('.') {
+        int.parse::<u64>()
+            .ok()
+            .zip(frac.parse::<u64>().ok())
+            .map(|(i, f)| i * 100 + f)
+    } else {
+        word.parse().ok()
+    };
+    parsed.unwrap_or_else(|| panic!("{key}={word} is not a number in {line:?}"))
+}
+
+fn assert_passed(out: &Output) {
+    out.assert_debug_exit(PASS);
+    out.assert_stdout_contains("refguest: PASS");
+    out.assert_stdout_lacks(" BAD");
+}
+
+#[test]
+fn shares_of_a_1_2_4_workload_match_its_costs() {
+    let out = run(2, "scenario=shares");
+    assert_passed(&out);
+    let mut ends = Vec::new();
+    let counts: Vec<u64> = ["f1", "f2", "f4"]
+        .iter()
+        .map(|f| {
+            let l = line(&out, &format!("shares fn={f} "));
+            let (start, end) = (num(l, "start"), num(l, "end"));
+            assert!(start < end, "{l}");
+            ends.push((start, end));
+            num(l, "count")
+        })
+        .collect();
+    // Separate ranges in the .user window, in order.
+    assert!(ends.windows(2).all(|w| w[0].1 <= w[1].0), "{ends:x?}");
+    let total: u64 = counts.iter().sum();
+    assert!(total >= 500, "too few samples ({total})\n{out}");
+    for (count, weight) in counts.iter().zip([1.0, 2.0, 4.0]) {
+        let share = *count as f64 / total as f64;
+        assert!(
+            (share - weight / 7.0).abs() <= 0.03,
+            "share {share:.4} vs {:.4}\n{out}",
+            weight / 7.0
+        );
+    }
+    // Everything the profile counted is in the three functions (the loop around them is tiny).
+    let summary = line(&out, "shares total=");
+    assert!(
+        num(summary, "total") - num(summary, "in_functions") <= total / 50,
+        "{summary}"
+    );
+}
+
+#[test]
+fn shares_with_page_sized_buckets_cannot_tell_the_functions_apart_and_fails() {
+    // 4 KiB buckets put f1, f2 and f4 in one bucket: each "share" is then the whole count, so
+    // the guest's own check must fail. This pins that the verdict can fail.
+    let out = run(1, "scenario=shares shares.ms=400 shares.bucket=12");
+    out.assert_debug_exit(FAIL);
+    out.assert_stdout_contains("refguest: FAIL: shares: a function's share is off");
+}
+
+fn assert_process_isolation(out: &Output) {
+    assert_passed(out);
+    for (of, own, other) in [("A", "g1", "g2"), ("A2", "g1", "g2"), ("B", "g2", "g1")] {
+        let l = lines(out, "process profile ")
+            .into_iter()
+            .find(|l| l.contains(&format!(" of={of} ")))
+            .unwrap_or_else(|| panic!("no profile line for {of}\n{out}"));
+        assert!(num(l, own) > 0, "{l}");
+        assert_eq!(num(l, other), 0, "{l}");
+    }
+}
+
+#[test]
+fn per_process_profiles_count_only_their_process_on_two_vcpus() {
+    let out = run(2, "scenario=process");
+    assert_process_isolation(&out);
+    // A alone on vCPU 0; B and A2 interleaved on vCPU 1.
+    assert!(line(&out, "process proc=A ").contains("cpu=0"), "{out}");
+    assert!(line(&out, "process proc=B ").contains("cpu=1"), "{out}");
+    assert!(line(&out, "process proc=A2 ").contains("cpu=1"), "{out}");
+}
+
+#[test]
+fn per_process_profiles_count_only_their_process_interleaved_on_one_vcpu() {
+    let out = run(1, "scenario=process process.ms=1000");
+    assert_process_isolation(&out);
+}
+
+#[test]
+fn object_life_cycle_statuses_and_the_started_limit() {
+    let out = run(2, "scenario=objects");
+    assert_passed(&out);
+    for (check, status) in [
+        ("start_again", 0xC000_00B8u64),
+        ("stop_again", 0xC000_00B7),
+        ("bucket_1", 0xC000_000D),
+        ("bucket_32", 0xC000_000D),
+        ("buffer_too_small", 0xC000_0023),
+        ("range_overflow", 0x8000_0005),
+        ("buffer_size_0", 0xC000_00F5),
+        ("misaligned_buffer", 0x8000_0002),
+        ("unsupported_source", 0xC000_00BB),
+        ("stop_after_close", 0xC000_0008),
+        ("stop_never_issued", 0xC000_0008),
+    ] {
+        let l = line(&out, &format!("objects {check} "));
+        assert_eq!(num(l, "status"), status, "{l}");
+    }
+    let limit = line(&out, "objects at_limit ");
+    assert_eq!(num(limit, "status"), 0xC000_00D3, "{limit}");
+    assert_eq!(num(limit, "started"), 8192 * 2, "{limit}");
+    assert_eq!(num(limit, "limit"), 8192 * 2, "{limit}");
+    let closed = line(&out, "objects close_all ");
+    assert_eq!(
+        (num(closed, "open"), num(closed, "started")),
+        (0, 0),
+        "{closed}"
+    );
+    assert_eq!(num(line(&out, "objects checks="), "bad"), 0);
+}
+
+#[test]
+fn interval_set_query_clamping_and_sources() {
+    let out = run(1, "scenario=interval");
+    assert_passed(&out);
+    for (check, value) in [
+        ("time_default", 39_063),
+        ("time_query_in_range", 10_000),
+        ("time_query_below_min", 1000),
+        ("time_query_above_max", 10_000_000),
+        ("unsupported_query", 0),
+        ("fixup_before_set", 0),
+        ("fixup_query_again", 123_456),
+    ] {
+        let l = line(&out, &format!("interval {check} "));
+        assert_eq!((num(l, "status"), num(l, "value")), (0, value), "{l}");
+    }
+    let denied = line(&out, "interval time_set_unprivileged ");
+    assert_eq!(num(denied, "status"), 0xC000_0061, "{denied}");
+}
+
+#[test]
+fn affinity_masks_select_the_vcpu_whose_samples_count() {
+    let out = run(2, "scenario=affinity");
+    assert_passed(&out);
+    let only_1 = line(&out, "affinity mask=0b10 ");
+    assert!(num(only_1, "h1") > 0 && num(only_1, "h0") == 0, "{only_1}");
+    let only_0 = line(&out, "affinity mask=0b1 ");
+    assert!(num(only_0, "h0") > 0 && num(only_0, "h1") == 0, "{only_0}");
+}
+
+#[test]
+fn affinity_with_one_vcpu_fails_in_setup() {
+    let out = run(1, "scenario=affinity");
+    out.assert_debug_exit(FAIL);
+    out.assert_stdout_contains("needs 2 vCPUs");
+}
+
+#[test]
+fn injected_profile_interrupts_match_samples_and_stop_when_disabled() {
+    let out = run(2, "scenario=interrupts");
+    assert_passed(&out);
+    let per_vcpu = lines(&out, "interrupts vcpu=");
+    assert_eq!(per_vcpu.len(), 2, "{out}");
+    for l in per_vcpu {
+        let (samples, deliveries) = (num(l, "samples"), num(l, "deliveries"));
+        assert!(samples >= 50, "{l}");
+        assert!(samples.abs_diff(deliveries) <= (samples / 10).max(5), "{l}");
+    }
+    let total = line(&out, "interrupts injected=");
+    assert!(
+        num(total, "injected").abs_diff(num(total, "delivered")) <= num(total, "injected") / 10 + 5
+    );
+    for l in lines(&out, "interrupts after_disable ") {
+        assert!(num(l, "new_deliveries") <= 1, "{l}");
+        assert!(num(l, "new_samples") > 0, "{l}");
+    }
+}
+
+#[test]
+fn a_stopped_profile_never_changes_while_another_keeps_counting() {
+    let out = run(1, "scenario=stopped");
+    assert_passed(&out);
+    let at_stop = num(line(&out, "stopped phase=1 "), "p1_stopped_at");
+    assert!(at_stop > 0, "{out}");
+    let later = lines(&out, "stopped phase=");
+    assert_eq!(later.len(), 4, "{out}");
+    let mut p2 = num(later[0], "p2");
+    for l in &later[1..] {
+        assert_eq!(num(l, "p1"), at_stop, "{l}");
+        assert_eq!(num(l, "p1_changed_buckets"), 0, "{l}");
+        assert!(num(l, "p2") > p2, "{l}");
+        p2 = num(l, "p2");
+    }
+}
