@@ -96,11 +96,7 @@ pub fn cpu_of_vcpu(vcpu: u32) -> Option<usize> {
 
 /// `part / whole` in hundredths of a percent.
 pub fn hundredths(part: u64, whole: u64) -> u64 {
-    if whole == 0 {
-        0
-    } else {
-        part * 10_000 / whole
-    }
+    (part * 10_000).checked_div(whole).unwrap_or(0)
 }
 
 /// Formats hundredths of a percent as `12.34`.
