@@ -3,9 +3,11 @@
 //! with 10,000 objects started. docs/performance.md records the figures and the two ratios.
 //!
 //! The objects are laid out like a busy Windows guest: 10% global kernel-range objects (one per
-//! driver, 1 MiB apart) and 90% per-process user-range objects spread over n/50 processes
-//! (one per module). Every tenth object is a "zoom" into the one before it (overlapping), as
-//! Kernrate's zoom does. Samples hit objects: each picks an object and a PC inside it.
+//! driver) and 90% per-process user-range objects spread over n/50 processes (one per module).
+//! Module sizes are log-uniform from 16 KiB to 4 MiB; each module starts on a 64 KiB boundary
+//! (Windows' allocation granularity) after a random gap of 0 to 15 x 64 KiB. Every tenth object
+//! is a "zoom" (4 to 64 KiB) into the module before it, as Kernrate's zoom does. Samples hit
+//! objects: each picks an object and a PC inside it.
 
 // The scenario's numbers are small and known (indexes below 10,000, vCPUs below 8).
 #![allow(clippy::cast_possible_truncation)]
@@ -55,21 +57,40 @@ fn scenario(n: usize) -> Scenario {
     let globals = (n / 10).max(1);
     let processes = (n / 50).max(1) as u64;
     let mut objects: Vec<(Option<u64>, u64, u64)> = Vec::with_capacity(n);
+    let mut layout = Rng(0x2545_F491_4F6C_DD1D);
+    // Per process (index 0: the global kernel range): next free address, last module.
+    let mut next = vec![0u64; processes as usize + 1];
+    let mut last = vec![None; processes as usize + 1];
     for i in 0..n {
-        let (process, slot) = if i < globals {
-            (None, i as u64)
+        let process = if i < globals {
+            None
         } else {
-            let k = (i - globals) as u64;
-            (Some(((k % processes) + 1) << 12), k / processes)
+            Some((((i - globals) as u64 % processes) + 1) << 12)
         };
-        let region = match process {
-            None => 0xFFFF_F800_0000_0000 + slot * 0x10_0000,
-            Some(_) => 0x7FF8_0000_0000 + slot * 0x10_0000,
-        };
-        let (base, size) = if i % 10 == 9 {
-            (region - 0x10_0000 + 0x1_0000, 0x2_0000) // a zoom into the previous object
-        } else {
-            (region, 0x8_0000)
+        let table = process.map_or(0, |p| (p >> 12) as usize);
+        let cursor = &mut next[table];
+        if *cursor == 0 {
+            *cursor = if process.is_none() {
+                0xFFFF_F800_0000_0000
+            } else {
+                0x7FF8_0000_0000
+            };
+        }
+        let (base, size) = match last[table] {
+            Some((base, size)) if i % 10 == 9 => {
+                // A zoom into the previous module: 4 to 64 KiB at a page inside it.
+                let zoom = (4096 << (layout.next() % 5)).min(size);
+                let pages = (size - zoom) / 4096 + 1;
+                (base + layout.next() % pages * 4096, zoom)
+            }
+            _ => {
+                let size = 1u64 << (14 + layout.next() % 8); // 16 KiB ..= 2 MiB, times [1, 2)
+                let size = (size + layout.next() % size) & !0xFFF;
+                let base = *cursor + layout.next() % 16 * 0x1_0000;
+                *cursor = (base + size + 0xFFFF) & !0xFFFF;
+                last[table] = Some((base, size));
+                (base, size)
+            }
         };
         objects.push((process, base, size));
     }
@@ -113,6 +134,7 @@ fn scenario(n: usize) -> Scenario {
             })
             .collect()
     };
+    eprintln!("scenario {n}: {:?}", m.index_stats());
     let samples = make(false);
     let hot = make(true);
     Scenario {
@@ -158,8 +180,8 @@ fn bench_record(c: &mut Criterion) {
 fn bench_rebuild(c: &mut Criterion) {
     let mut group = c.benchmark_group("start_stop_with_10000_started");
     let mut s = scenario(10_000);
-    // Handle 4 is a global object (global table of 1,000); the last handle is per-process
-    // (a table of ~45).
+    // Handle 4 is a global object (one of 1,000); the last handle is per-process (one of
+    // 9,000 in 200 processes).
     let global = Handle(4);
     let last = Handle(10_000 * 4);
     for (name, h) in [("global_table", global), ("process_table", last)] {
@@ -172,6 +194,25 @@ fn bench_rebuild(c: &mut Criterion) {
         });
         s.manager.start(OWNER, h, |_| Ok(0)).unwrap();
     }
+    group.finish();
+    // Starting all 10,000 objects from none and stopping them all again: the amortized cost
+    // of a start or stop, including every re-index the chunk-size policy decides on.
+    let mut group = c.benchmark_group("start_all_then_stop_all_10000");
+    group.sample_size(10);
+    let handles: Vec<Handle> = (1..=10_000u32).map(|k| Handle(k * 4)).collect();
+    for &h in &handles {
+        s.manager.stop(OWNER, h).unwrap();
+    }
+    group.bench_function("total", |b| {
+        b.iter(|| {
+            for &h in &handles {
+                s.manager.start(OWNER, h, |_| Ok(0)).unwrap();
+            }
+            for &h in &handles {
+                black_box(s.manager.stop(OWNER, h).unwrap());
+            }
+        })
+    });
     group.finish();
 }
 

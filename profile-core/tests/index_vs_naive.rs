@@ -1,11 +1,14 @@
 //! Property tests: the attribution index against the naive model (walk every object, apply
-//! Windows' rule), on random objects and samples with overlaps, range ends and affinities; the
-//! stabbing structure against brute force; the request parser against arbitrary bytes.
+//! Windows' rule), on random objects and samples with overlaps, range ends, chunk boundaries,
+//! affinities, wide objects (more than `MAX_SPAN` chunks, forced by small chunk sizes) and
+//! huge ranges near `u64::MAX`, under the adaptive chunk size and forced ones; the stabbing
+//! structure against brute force; the request parser against arbitrary bytes.
 
 use proptest::prelude::*;
 
 use profile_core::abi::decode_request;
 use profile_core::affinity::{active_mask, group_count, GroupAffinity};
+use profile_core::attribution::index::MAX_SPAN;
 use profile_core::attribution::stab::{Layout, Stab};
 use profile_core::object::AffinityArg;
 use profile_core::{
@@ -42,7 +45,14 @@ fn obj() -> impl Strategy<Value = Obj> {
     (
         0..PROCESSES.len(),
         prop_oneof![0u64..64, 0u64..4096, Just(u64::MAX - 300), any::<u64>()],
-        prop_oneof![0u64..64, 0u64..2048, Just(0)],
+        prop_oneof![
+            0u64..64,
+            0u64..2048,
+            Just(0),
+            0u64..(1 << 20),
+            Just(1u64 << 40),
+            any::<u64>()
+        ],
         2u32..=31,
         any::<bool>(),
         proptest::collection::vec((0u16..3, any::<u64>()), 0..3),
@@ -63,7 +73,12 @@ fn obj() -> impl Strategy<Value = Obj> {
         )
 }
 
-fn build(processors: u32, objs: &[Obj], layout: Layout) -> ObjectManager<ObjectId> {
+fn build(
+    processors: u32,
+    objs: &[Obj],
+    layout: Layout,
+    shift: Option<u32>,
+) -> ObjectManager<ObjectId> {
     let mut platform = PlatformInfo::timer_only(processors);
     platform.sources.push(SourceInfo {
         source: PMU,
@@ -73,22 +88,35 @@ fn build(processors: u32, objs: &[Obj], layout: Layout) -> ObjectManager<ObjectI
     });
     let mut m = ObjectManager::new(platform).unwrap();
     m.set_index_layout(layout);
+    m.set_index_chunk_shift(shift);
     let owner = Owner(1);
     let mut started = Vec::new();
     for o in objs {
-        let buckets = if o.size == 0 {
-            0
+        let buckets = |bucket: u32| {
+            if o.size == 0 {
+                0
+            } else {
+                ((o.size - 1) >> bucket) + 1
+            }
+        };
+        // Large ranges need large buckets to fit a 32-bit BufferSize.
+        let bucket = if buckets(o.bucket) * 4 > u64::from(u32::MAX) {
+            31
         } else {
-            ((o.size - 1) >> o.bucket) + 1
+            o.bucket
+        };
+        let buffer_size = match u32::try_from(buckets(bucket) * 4) {
+            Ok(size) => size.max(4),
+            Err(_) => continue,
         };
         let params = CreateParams {
             owner,
             process: PROCESSES[o.process],
             base: o.base,
             size: o.size,
-            bucket_size: o.bucket,
+            bucket_size: bucket,
             buffer: 0x1000,
-            buffer_size: u32::try_from(buckets * 4).unwrap().max(4),
+            buffer_size,
             source: if o.pmu { PMU } else { ProfileSource::TIME },
             buffer_writable: true,
             access: AccessMask::PROFILE_CONTROL,
@@ -119,8 +147,9 @@ fn build(processors: u32, objs: &[Obj], layout: Layout) -> ObjectManager<ObjectI
     m
 }
 
-fn sample_pcs(objs: &[Obj]) -> Vec<u64> {
+fn sample_pcs(objs: &[Obj], shift: u32) -> Vec<u64> {
     let mut pcs = vec![0, 1, 63, 64, u64::MAX, u64::MAX - 1];
+    let chunk = 1u64 << shift;
     for o in objs {
         let end = o.base.wrapping_add(o.size);
         pcs.extend([
@@ -130,6 +159,12 @@ fn sample_pcs(objs: &[Obj]) -> Vec<u64> {
             end.wrapping_sub(1),
             o.base.wrapping_add(o.size / 2),
         ]);
+        // The chunk boundaries around both ends.
+        for x in [o.base, end.wrapping_sub(1)] {
+            let first = x & !(chunk - 1);
+            let next = first.wrapping_add(chunk);
+            pcs.extend([first, first.wrapping_sub(1), next, next.wrapping_sub(1)]);
+        }
     }
     pcs
 }
@@ -154,15 +189,44 @@ proptest! {
         objs in proptest::collection::vec(obj(), 1..40),
         vcpus in proptest::collection::vec(0u32..140, 1..4),
         layout in prop_oneof![Just(Layout::Auto), Just(Layout::Flat), Just(Layout::Tree)],
+        shift in prop_oneof![Just(None), Just(Some(6)), Just(Some(8)), Just(Some(12)),
+                             Just(Some(20)), Just(Some(63))],
     ) {
-        let m = build(processors, &objs, layout);
-        for pc in sample_pcs(&objs) {
+        let m = build(processors, &objs, layout, shift);
+        let stats = m.index_stats();
+        for pc in sample_pcs(&objs, stats.process_chunk_shift)
+            .into_iter()
+            .chain(sample_pcs(&objs, stats.global_chunk_shift))
+        {
             for &vcpu in &vcpus {
                 for process in PROCESSES {
                     for source in [ProfileSource::TIME, PMU] {
                         compare(&m, &Sample { vcpu: vcpu % processors.max(1), pc, process, source })?;
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn index_matches_naive_model_after_adaptive_rebuilds(
+        objs in proptest::collection::vec(obj(), 150..300),
+        stop_more in proptest::collection::vec(any::<bool>(), 300),
+    ) {
+        // Enough objects that the chunk-size policy re-indexes while they start and stop.
+        let mut m = build(4, &objs, Layout::Auto, None);
+        let owner = Owner(1);
+        let handles: Vec<_> = m.objects().map(|(h, _)| h).collect();
+        for (h, stop) in handles.into_iter().zip(stop_more) {
+            if stop && m.object(owner, h).unwrap().is_started() {
+                m.stop(owner, h).unwrap();
+            }
+        }
+        let stats = m.index_stats();
+        prop_assert!(stats.memberships as u64 <= 4 * stats.started as u64 * MAX_SPAN + 64 * MAX_SPAN);
+        for pc in sample_pcs(&objs, stats.process_chunk_shift) {
+            for process in PROCESSES {
+                compare(&m, &Sample { vcpu: 1, pc, process, source: ProfileSource::TIME })?;
             }
         }
     }

@@ -1,18 +1,77 @@
-//! The attribution index: one table for global objects and one per profiled process, each a
-//! [`Stab`] over the started objects' ranges. Rebuilt (only the affected table) on start/stop.
+//! The attribution index: which started objects may hold a PC, in time independent of how many
+//! objects are started.
+//!
+//! * **Records.** Each started object's sample-time fields and pin token, copied out of its
+//!   configuration into one 64-byte-aligned record, indexed by the object's slot in the
+//!   manager (stable while it is open).
+//! * **Chunks.** The address space is cut into chunks of `2^shift` bytes. An object whose range
+//!   spans at most [`MAX_SPAN`] chunks is listed under each chunk it overlaps, in a hash map
+//!   keyed by (process key, chunk number) for per-process objects and by chunk number alone for
+//!   global ones ([`ChunkMap`]). A lookup is one probe per map: hash, one cache line, then the
+//!   record of each listed object.
+//! * **Wide objects**, which span more chunks, go to a per-table [`WideTable`] (the stabbing
+//!   structure), consulted only while some exist.
+//! * **Adaptive chunk size.** Each class (global, per-process) picks its own shift: the smallest
+//!   in [`MIN_CHUNK_SHIFT`]..=[`MAX_CHUNK_SHIFT`] whose cost, the sum over its objects of the
+//!   chunks each spans (or [`WIDE_COST`] for a wide one), stays within [`BUDGET_PER_OBJECT`] x
+//!   objects + [`BUDGET_SLACK`]. Memory is therefore O(objects) whatever the ranges, chunks are
+//!   as fine as that allows (fewer objects share a chunk), and an object goes wide only when
+//!   making it fit would coarsen the chunks of many others (a lone object never does). The cost at every shift is kept up to date on
+//!   each start and stop (58 additions); a class is rebuilt under its ideal shift when that
+//!   differs from the current one and either a quarter of its objects changed since the last
+//!   rebuild (amortized O(1) per start/stop) or its cost exceeds twice the budget.
+//!
+//! Start and stop otherwise update only the chunks of the object concerned (at most
+//! [`MAX_SPAN`] hash inserts or removals), or rebuild its table's wide structure if it is wide.
 
 use alloc::vec::Vec;
 
+use super::chunkmap::ChunkMap;
 use super::procmap::ProcMap;
-use super::stab::{Layout, Stab};
+use super::stab::Layout;
+use super::wide::WideTable;
 use crate::handle::ObjectId;
 use crate::object::ObjectConfig;
 use crate::source::ProfileSource;
 
-/// What a sample needs of a started object, copied out of its configuration so the hot path
-/// reads one cache line.
+/// Finest chunk: 64 bytes.
+pub const MIN_CHUNK_SHIFT: u32 = 6;
+/// Coarsest chunk: half the address space.
+pub const MAX_CHUNK_SHIFT: u32 = 63;
+/// An object spanning more chunks than this is "wide" (see [`WideTable`]).
+pub const MAX_SPAN: u64 = 64;
+/// Memberships per object the adaptive shift aims for (see the module documentation).
+pub const BUDGET_PER_OBJECT: u64 = 4;
+/// Memberships allowed on top, so small tables get fine chunks.
+pub const BUDGET_SLACK: u64 = 64;
+/// What a wide object counts against the budget: more than the slack, so that one object
+/// alone never goes wide.
+pub const WIDE_COST: u64 = 2 * MAX_SPAN;
+
+const SHIFTS: usize = (MAX_CHUNK_SHIFT - MIN_CHUNK_SHIFT + 1) as usize;
+const INITIAL_SHIFT: u32 = 16;
+
+/// Chunks of `2^shift` bytes that `[base, end)` overlaps.
+#[inline]
+pub(crate) fn span(base: u64, end: u64, shift: u32) -> u64 {
+    if base >= end {
+        0
+    } else {
+        ((end - 1) >> shift) - (base >> shift) + 1
+    }
+}
+
+/// What `[base, end)` counts against the budget at `shift`.
+fn cost(base: u64, end: u64, shift: u32) -> u64 {
+    match span(base, end, shift) {
+        n if n <= MAX_SPAN => n,
+        _ => WIDE_COST,
+    }
+}
+
+/// What a sample needs of a started object.
 #[derive(Clone, Debug)]
-pub(crate) struct Entry<P> {
+pub(crate) struct Rec<P> {
     pub(crate) base: u64,
     pub(crate) end: u64,
     /// Affinity for vCPUs 0..64.
@@ -20,116 +79,413 @@ pub(crate) struct Entry<P> {
     /// Bytes of the buffer counters can use (defensive bound for the offset).
     pub(crate) counters_len: u64,
     pub(crate) id: ObjectId,
+    /// The process key; unused (0) for a global object.
+    process_key: u64,
+    /// The VMM's pin token (the object's only copy while started).
+    pub(crate) pin: P,
     pub(crate) source: ProfileSource,
-    pub(crate) shift: u32,
-    /// Slot in the manager (for the pin token and the full affinity).
-    pub(crate) slot: u32,
+    /// `BucketSize`.
+    pub(crate) shift: u8,
     /// The affinity has processors beyond group 0.
     pub(crate) higher_groups: bool,
-    /// The VMM's pin token, kept beside the hot fields (the object's only copy).
-    pub(crate) pin: P,
+    global: bool,
 }
 
-/// The started objects of one process (or the global ones).
+/// A cache-line-aligned cell, so that a record never straddles two lines.
 #[derive(Clone, Debug)]
-pub(crate) struct Table<P> {
-    pub(crate) entries: Vec<Entry<P>>,
-    pub(crate) stab: Stab,
+#[repr(align(64))]
+pub(crate) struct Line<T>(pub(crate) T);
+
+type Records<P> = Vec<Line<Option<Rec<P>>>>;
+
+#[inline]
+fn rec<P>(records: &Records<P>, id: u32) -> Option<&Rec<P>> {
+    records.get(id as usize).and_then(|l| l.0.as_ref())
 }
 
-impl<P> Default for Table<P> {
+fn range_of<P>(records: &Records<P>, id: u32) -> (u64, u64) {
+    rec(records, id).map_or((0, 0), |r| (r.base, r.end))
+}
+
+/// The chunk map and shift policy of one class of objects (global, or per-process).
+#[derive(Clone, Debug)]
+struct Class {
+    map: ChunkMap,
+    shift: u32,
+    /// `cost[s - MIN_CHUNK_SHIFT]`: sum over indexed objects of `cost(.., s)`.
+    cost: [u64; SHIFTS],
+    /// Indexed objects (started, non-empty range).
+    objects: u64,
+    /// Starts and stops since the last rebuild.
+    changes: u64,
+    /// Objects in the wide tables.
+    wide: usize,
+}
+
+impl Default for Class {
     fn default() -> Self {
-        Table {
-            entries: Vec::new(),
-            stab: Stab::default(),
+        Class {
+            map: ChunkMap::default(),
+            shift: INITIAL_SHIFT,
+            cost: [0; SHIFTS],
+            objects: 0,
+            changes: 0,
+            wide: 0,
         }
     }
 }
 
-impl<P> Table<P> {
-    fn rebuild(&mut self, layout: Layout) {
-        let ranges: Vec<(u64, u64)> = self.entries.iter().map(|e| (e.base, e.end)).collect();
-        self.stab = Stab::build(&ranges, layout);
+impl Class {
+    fn account(&mut self, base: u64, end: u64, add: bool) {
+        for (s, c) in (MIN_CHUNK_SHIFT..).zip(self.cost.iter_mut()) {
+            let n = cost(base, end, s);
+            *c = if add { *c + n } else { *c - n };
+        }
+        if add {
+            self.objects += 1;
+        } else {
+            self.objects -= 1;
+        }
+        self.changes += 1;
     }
 
-    /// Calls `f` for each entry whose range holds `pc`.
-    #[inline]
-    pub(crate) fn query<F: FnMut(&Entry<P>)>(&self, pc: u64, mut f: F) {
-        self.stab.query(pc, |i| {
-            if let Some(e) = self.entries.get(i as usize) {
-                f(e);
-            }
-        });
+    fn cost_at(&self, shift: u32) -> u64 {
+        self.cost[(shift - MIN_CHUNK_SHIFT) as usize]
+    }
+
+    fn budget(&self) -> u64 {
+        BUDGET_PER_OBJECT * self.objects + BUDGET_SLACK
+    }
+
+    /// The smallest shift within budget (MAX_CHUNK_SHIFT always is: any range spans <= 2).
+    fn ideal(&self) -> u32 {
+        let budget = self.budget();
+        (MIN_CHUNK_SHIFT..)
+            .zip(self.cost.iter())
+            .find(|&(_, &c)| c <= budget)
+            .map_or(MAX_CHUNK_SHIFT, |(s, _)| s)
+    }
+
+    fn wants_rebuild(&self) -> bool {
+        if self.ideal() == self.shift {
+            return false;
+        }
+        let empty = self.map.members() == 0 && self.wide == 0;
+        empty
+            || self.changes * 4 >= self.objects + 64
+            || self.cost_at(self.shift) > 2 * self.budget()
     }
 }
 
-/// Global table plus per-process tables.
+/// Shape of the attribution index, for tests, benchmarks and diagnostics.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct IndexStats {
+    /// Started objects.
+    pub started: usize,
+    /// Chunk size (log2 bytes) of global objects.
+    pub global_chunk_shift: u32,
+    /// Chunk size (log2 bytes) of per-process objects.
+    pub process_chunk_shift: u32,
+    /// Objects in the wide fallback.
+    pub wide: usize,
+    /// Distinct (process, chunk) keys.
+    pub keys: usize,
+    /// (key, object) memberships.
+    pub memberships: usize,
+    /// Bytes of records and hash slots (wide tables not counted).
+    pub bytes: usize,
+}
+
+/// Records, the two chunk maps and the wide tables.
 #[derive(Clone, Debug)]
 pub(crate) struct Index<P> {
-    pub(crate) global: Table<P>,
-    pub(crate) procs: ProcMap<Table<P>>,
+    records: Records<P>,
+    started: usize,
+    global: Class,
+    global_wide: WideTable,
+    procs: Class,
+    procs_wide: ProcMap<WideTable>,
     layout: Layout,
+    forced_shift: Option<u32>,
 }
 
 impl<P> Default for Index<P> {
     fn default() -> Self {
         Index {
-            global: Table::default(),
-            procs: ProcMap::default(),
+            records: Vec::new(),
+            started: 0,
+            global: Class::default(),
+            global_wide: WideTable::default(),
+            procs: Class::default(),
+            procs_wide: ProcMap::default(),
             layout: Layout::Auto,
+            forced_shift: None,
         }
     }
 }
 
 impl<P> Index<P> {
-    /// Forces a layout for every table (tests and benchmarks).
-    pub(crate) fn set_layout(&mut self, layout: Layout) {
-        self.layout = layout;
-        self.global.rebuild(layout);
-        // Per-process tables are rebuilt lazily on their next change; tests set the layout
-        // before starting objects.
+    /// Calls `f(slot, record)` for every started object that may hold `pc` for a sample of
+    /// `process`: a superset of the matches (the caller checks range, source and affinity),
+    /// each object at most once.
+    #[inline]
+    pub(crate) fn candidates<F: FnMut(u32, &Rec<P>)>(
+        &self,
+        pc: u64,
+        process: Option<u64>,
+        mut f: F,
+    ) {
+        let records = &self.records;
+        // `owner`: the process the record must profile (a chunk-map slot may hold another
+        // process's objects, keys being hashes); `None` where the table is exact.
+        let mut visit = |id: u32, owner: Option<u64>| {
+            if let Some(r) = rec(records, id) {
+                if owner.map_or(true, |k| r.process_key == k) {
+                    f(id, r);
+                }
+            }
+        };
+        if let Some(key) = process {
+            if self.procs.map.keys() != 0 {
+                for &id in self.procs.map.get(key, pc >> self.procs.shift) {
+                    visit(id, Some(key));
+                }
+            }
+            if self.procs.wide != 0 {
+                if let Some(w) = self.procs_wide.get(key) {
+                    w.query(pc, |id| visit(id, None));
+                }
+            }
+        }
+        if self.global.map.keys() != 0 {
+            for &id in self.global.map.get(0, pc >> self.global.shift) {
+                visit(id, None);
+            }
+        }
+        if self.global.wide != 0 {
+            self.global_wide.query(pc, |id| visit(id, None));
+        }
     }
 
+    /// Every started object's record with its slot.
+    pub(crate) fn records(&self) -> impl Iterator<Item = (u32, &Rec<P>)> {
+        (0u32..)
+            .zip(self.records.iter())
+            .filter_map(|(slot, l)| l.0.as_ref().map(|r| (slot, r)))
+    }
+
+    /// Started objects.
+    pub(crate) fn len(&self) -> usize {
+        self.started
+    }
+
+    /// Forces the wide tables' layout (tests and benchmarks).
+    pub(crate) fn set_layout(&mut self, layout: Layout) {
+        self.layout = layout;
+        self.rebuild(true);
+        self.rebuild(false);
+    }
+
+    /// Forces one chunk shift for both classes (tests), or `None` for the adaptive policy.
+    pub(crate) fn set_chunk_shift(&mut self, shift: Option<u32>) {
+        self.forced_shift = shift.map(|s| s.clamp(MIN_CHUNK_SHIFT, MAX_CHUNK_SHIFT));
+        self.rebuild(true);
+        self.rebuild(false);
+    }
+
+    pub(crate) fn stats(&self) -> IndexStats {
+        IndexStats {
+            started: self.started,
+            global_chunk_shift: self.global.shift,
+            process_chunk_shift: self.procs.shift,
+            wide: self.global.wide + self.procs.wide,
+            keys: self.global.map.keys() + self.procs.map.keys(),
+            memberships: self.global.map.members() + self.procs.map.members(),
+            bytes: self.records.len() * core::mem::size_of::<Line<Option<Rec<P>>>>()
+                + self.global.map.bytes()
+                + self.procs.map.bytes(),
+        }
+    }
+
+    /// Makes the object in manager slot `slot` visible to lookups.
     pub(crate) fn insert(&mut self, slot: u32, id: ObjectId, config: &ObjectConfig, pin: P) {
-        let entry = Entry {
+        let record = Rec {
             base: config.base,
             end: config.end(),
             group0: config.affinity.group0(),
             counters_len: config.counters_len(),
             id,
-            source: config.source,
-            shift: config.bucket_size,
-            slot,
-            higher_groups: config.affinity.has_higher_groups(),
+            process_key: config.process.unwrap_or(0),
             pin,
+            source: config.source,
+            // BucketSize is 2..=31 once validated.
+            shift: u8::try_from(config.bucket_size).unwrap_or(u8::MAX),
+            higher_groups: config.affinity.has_higher_groups(),
+            global: config.process.is_none(),
         };
-        let layout = self.layout;
-        let table = match config.process {
-            None => &mut self.global,
-            Some(key) => self.procs.get_or_insert_with(key, Table::default),
-        };
-        table.entries.push(entry);
-        table.rebuild(layout);
-    }
-
-    /// Removes the object's entry; returns its pin token.
-    pub(crate) fn remove(&mut self, id: ObjectId, process: Option<u64>) -> Option<P> {
-        let layout = self.layout;
-        let table = match process {
-            None => &mut self.global,
-            Some(key) => self.procs.get_mut(key)?,
-        };
-        let at = table.entries.iter().position(|e| e.id == id)?;
-        let entry = table.entries.remove(at);
-        table.rebuild(layout);
-        if let (Some(key), true) = (process, table.entries.is_empty()) {
-            self.procs.remove(key);
+        let (base, end, global) = (record.base, record.end, record.global);
+        let at = slot as usize;
+        if self.records.len() <= at {
+            self.records.resize_with(at + 1, || Line(None));
         }
-        Some(entry.pin)
+        debug_assert!(self.records[at].0.is_none(), "slot {slot} started twice");
+        self.records[at] = Line(Some(record));
+        self.started += 1;
+        if base >= end {
+            return; // an empty range never matches; nothing to index
+        }
+        let class = if global {
+            &mut self.global
+        } else {
+            &mut self.procs
+        };
+        class.account(base, end, true);
+        if self.forced_shift.is_none() && class.wants_rebuild() {
+            self.rebuild(global);
+        } else {
+            self.link(slot, false);
+        }
     }
 
-    /// Every table: the global one first, then one per process.
-    pub(crate) fn tables(&self) -> impl Iterator<Item = &Table<P>> {
-        core::iter::once(&self.global).chain(self.procs.values())
+    /// Removes the object in `slot` (if it is `id`); returns its pin token.
+    pub(crate) fn remove(&mut self, slot: u32, id: ObjectId) -> Option<P> {
+        let (base, end, global) = match rec(&self.records, slot) {
+            Some(r) if r.id == id => (r.base, r.end, r.global),
+            _ => return None,
+        };
+        if base < end {
+            self.unlink(slot);
+        }
+        let record = self.records[slot as usize].0.take()?;
+        self.started -= 1;
+        if base < end {
+            let class = if global {
+                &mut self.global
+            } else {
+                &mut self.procs
+            };
+            class.account(base, end, false);
+            if self.forced_shift.is_none() && class.wants_rebuild() {
+                self.rebuild(global);
+            }
+        }
+        Some(record.pin)
+    }
+
+    /// Lists the record in `slot` under its chunks, or in its wide table. With `defer`, a wide
+    /// table is left for the caller to rebuild.
+    fn link(&mut self, slot: u32, defer: bool) {
+        let Index {
+            records,
+            global,
+            global_wide,
+            procs,
+            procs_wide,
+            layout,
+            ..
+        } = self;
+        let r = match rec(records, slot) {
+            Some(r) => r,
+            None => return,
+        };
+        let (class, a) = if r.global {
+            (global, 0)
+        } else {
+            (procs, r.process_key)
+        };
+        let s = class.shift;
+        if span(r.base, r.end, s) <= MAX_SPAN {
+            for chunk in (r.base >> s)..=((r.end - 1) >> s) {
+                class.map.insert(a, chunk, slot);
+            }
+            return;
+        }
+        class.wide += 1;
+        let table = if r.global {
+            global_wide
+        } else {
+            procs_wide.get_or_insert_with(a, WideTable::default)
+        };
+        table.insert(slot);
+        if !defer {
+            table.rebuild(|id| range_of(records, id), *layout);
+        }
+    }
+
+    /// Undoes [`Index::link`] for the record in `slot`.
+    fn unlink(&mut self, slot: u32) {
+        let Index {
+            records,
+            global,
+            global_wide,
+            procs,
+            procs_wide,
+            layout,
+            ..
+        } = self;
+        let r = match rec(records, slot) {
+            Some(r) => r,
+            None => return,
+        };
+        let (class, a) = if r.global {
+            (global, 0)
+        } else {
+            (procs, r.process_key)
+        };
+        let s = class.shift;
+        if span(r.base, r.end, s) <= MAX_SPAN {
+            for chunk in (r.base >> s)..=((r.end - 1) >> s) {
+                let removed = class.map.remove(a, chunk, slot);
+                debug_assert!(removed, "slot {slot} listed under each of its chunks");
+            }
+            return;
+        }
+        class.wide -= 1;
+        if r.global {
+            global_wide.remove(slot);
+            global_wide.rebuild(|id| range_of(records, id), *layout);
+        } else if let Some(table) = procs_wide.get_mut(a) {
+            table.remove(slot);
+            if table.is_empty() {
+                procs_wide.remove(a);
+            } else {
+                table.rebuild(|id| range_of(records, id), *layout);
+            }
+        }
+    }
+
+    /// Re-indexes one class under its ideal (or the forced) shift.
+    fn rebuild(&mut self, global: bool) {
+        let class = if global {
+            &mut self.global
+        } else {
+            &mut self.procs
+        };
+        class.shift = self.forced_shift.unwrap_or_else(|| class.ideal());
+        let expected = usize::try_from(class.cost_at(class.shift)).unwrap_or(usize::MAX);
+        class.map = ChunkMap::with_capacity(expected);
+        class.changes = 0;
+        class.wide = 0;
+        if global {
+            self.global_wide = WideTable::default();
+        } else {
+            self.procs_wide = ProcMap::default();
+        }
+        let members: Vec<u32> = self
+            .records()
+            .filter(|(_, r)| r.global == global && r.base < r.end)
+            .map(|(slot, _)| slot)
+            .collect();
+        for slot in members {
+            self.link(slot, true);
+        }
+        let (records, layout) = (&self.records, self.layout);
+        if global {
+            self.global_wide.rebuild(|id| range_of(records, id), layout);
+        } else {
+            for table in self.procs_wide.values_mut() {
+                table.rebuild(|id| range_of(records, id), layout);
+            }
+        }
     }
 }

@@ -6,21 +6,26 @@
 //! the sample's process. The counter is the `ULONG` at byte offset
 //! `((PC - Base) >> BucketSize) * 4` of the object's buffer. Overlapping objects all count.
 //!
-//! [`ObjectManager::record`] finds the candidates through an index (a global table and one per
-//! process, each answering "which ranges hold this PC" in O(log n + k)); the candidates are then
-//! filtered by source and affinity. [`ObjectManager::record_naive`] is the reference model: it
-//! walks every object and applies the rule to each. Both call the same [`CounterSink`].
+//! [`ObjectManager::record`] finds the candidates through an index whose lookup cost does not
+//! grow with the number of started objects (see [`index`]: one hash probe per table into
+//! address-space chunks, plus a stabbing structure for the rare objects too wide for chunks);
+//! the candidates are then filtered by range, source and affinity.
+//! [`ObjectManager::record_naive`] is the reference model: it walks every object and applies
+//! the rule to each. Both call the same [`CounterSink`].
 
-pub(crate) mod index;
+mod chunkmap;
+pub mod index;
 mod naive;
 mod procmap;
 pub mod stab;
+mod wide;
 
 use crate::handle::ObjectId;
 use crate::object::ObjectManager;
 use crate::source::ProfileSource;
 
 pub use crate::abi::{process_key, CR3_KEY_MASK};
+pub use index::IndexStats;
 
 /// One sample taken from a vCPU.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -60,50 +65,60 @@ impl<P> ObjectManager<P> {
     #[inline]
     pub fn record<S: CounterSink<P>>(&self, sample: &Sample, sink: &mut S) -> u32 {
         let mut counted = 0;
-        if let Some(key) = sample.process {
-            if let Some(table) = self.index.procs.get(key) {
-                counted += self.count_table(table, sample, sink);
-            }
-        }
-        counted + self.count_table(&self.index.global, sample, sink)
-    }
-
-    #[inline]
-    fn count_table<S: CounterSink<P>>(
-        &self,
-        table: &index::Table<P>,
-        sample: &Sample,
-        sink: &mut S,
-    ) -> u32 {
-        let mut counted = 0;
-        let slots = self.slots();
-        table.query(sample.pc, |e| {
-            if e.source != sample.source || sample.pc < e.base || sample.pc >= e.end {
-                return;
-            }
-            let in_affinity = if sample.vcpu < 64 {
-                e.group0 >> sample.vcpu & 1 != 0
-            } else {
-                e.higher_groups
-                    && matches!(slots.get(e.slot as usize),
-                        Some(Some(o)) if o.config().affinity.contains(sample.vcpu))
-            };
-            if !in_affinity {
-                return;
-            }
-            let offset = bucket_offset(sample.pc, e.base, e.shift);
-            if offset >= e.counters_len {
-                return; // cannot happen for a validated object; never write past the buffer
-            }
-            sink.increment(&e.pin, e.id, offset);
-            counted += 1;
+        self.index.candidates(sample.pc, sample.process, |slot, r| {
+            counted += self.count_one(slot, r, sample, sink);
         });
         counted
     }
 
-    /// Forces the index layout (tests and benchmarks): call before starting objects.
+    /// Applies the rule to one candidate; counts and returns 1 if it matches.
+    #[inline(always)]
+    fn count_one<S: CounterSink<P>>(
+        &self,
+        slot: u32,
+        r: &index::Rec<P>,
+        sample: &Sample,
+        sink: &mut S,
+    ) -> u32 {
+        let pc = sample.pc;
+        // Non-short-circuit `&`: one branch instead of three data-dependent ones.
+        if !((r.source == sample.source) & (pc >= r.base) & (pc < r.end)) {
+            return 0;
+        }
+        let in_affinity = if sample.vcpu < 64 {
+            r.group0 >> sample.vcpu & 1 != 0
+        } else {
+            r.higher_groups
+                && matches!(self.slots().get(slot as usize),
+                    Some(Some(o)) if o.config().affinity.contains(sample.vcpu))
+        };
+        if !in_affinity {
+            return 0;
+        }
+        let offset = bucket_offset(pc, r.base, u32::from(r.shift));
+        if offset >= r.counters_len {
+            return 0; // cannot happen for a validated object; never write past the buffer
+        }
+        sink.increment(&r.pin, r.id, offset);
+        1
+    }
+
+    /// Forces the wide tables' layout (tests and benchmarks).
     #[doc(hidden)]
     pub fn set_index_layout(&mut self, layout: stab::Layout) {
         self.index.set_layout(layout);
+    }
+
+    /// Forces the chunk size of the index to `2^shift` bytes (clamped to
+    /// [`index::MIN_CHUNK_SHIFT`]..=[`index::MAX_CHUNK_SHIFT`]) for every table, or `None` for
+    /// the adaptive policy (tests: small chunks make objects wide).
+    #[doc(hidden)]
+    pub fn set_index_chunk_shift(&mut self, shift: Option<u32>) {
+        self.index.set_chunk_shift(shift);
+    }
+
+    /// The shape of the attribution index now.
+    pub fn index_stats(&self) -> IndexStats {
+        self.index.stats()
     }
 }

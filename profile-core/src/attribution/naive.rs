@@ -7,21 +7,18 @@ impl<P> ObjectManager<P> {
     /// Counts `sample` like [`ObjectManager::record`] but by walking every started object and
     /// applying the rule to each from the object's own configuration: O(n). The model the
     /// index is tested and benchmarked against. (It reaches the started objects through the
-    /// index's per-table lists, where the pin tokens live, but uses none of the index's copied
-    /// fields or its stabbing structure.)
+    /// index's records, where the pin tokens live, but uses none of the records' copied fields,
+    /// the chunk maps or the wide tables.)
     pub fn record_naive<S: CounterSink<P>>(&self, sample: &Sample, sink: &mut S) -> u32 {
         let mut counted = 0;
         let slots = self.slots();
         debug_assert_eq!(
-            self.index
-                .tables()
-                .map(|t| t.entries.len() as u64)
-                .sum::<u64>(),
+            self.index.len() as u64,
             self.started_count(),
             "every started object is in the index exactly once"
         );
-        for entry in self.index.tables().flat_map(|t| t.entries.iter()) {
-            let object = match slots.get(entry.slot as usize) {
+        for (slot, entry) in self.index.records() {
+            let object = match slots.get(slot as usize) {
                 Some(Some(object)) if object.is_started() && object.id() == entry.id => object,
                 _ => continue,
             };

@@ -303,8 +303,9 @@ impl<P> ObjectManager<P> {
             return None;
         }
         object.started = false;
-        let (id, source, process) = (object.id, object.config.source, object.config.process);
-        let pin = self.index.remove(id, process);
+        let (id, source) = (object.id, object.config.source);
+        let slot32 = u32::try_from(slot).ok()?;
+        let pin = self.index.remove(slot32, id);
         debug_assert!(pin.is_some(), "a started object is in the index");
         self.started -= 1;
         self.count_source(source, false);
