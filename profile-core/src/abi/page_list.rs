@@ -11,12 +11,16 @@ pub const PAGE_SIZE: u64 = 4096;
 pub const PAGE_SHIFT: u32 = 12;
 
 /// Pages a buffer of `size` bytes at virtual address `va` spans (0 for an empty buffer).
+/// Exact for every `size`, up to `u64::MAX` (no intermediate sum can overflow).
 pub const fn pages_spanned(va: u64, size: u64) -> u64 {
     if size == 0 {
         return 0;
     }
+    // The last byte is at offset + (size - 1) from the first page: split size - 1 into whole
+    // pages and a remainder so the sum stays below 2 * PAGE_SIZE.
     let offset = va & (PAGE_SIZE - 1);
-    (offset + size + PAGE_SIZE - 1) >> PAGE_SHIFT
+    let last = size - 1;
+    (last >> PAGE_SHIFT) + ((offset + (last & (PAGE_SIZE - 1))) >> PAGE_SHIFT) + 1
 }
 
 /// A parsed page list borrowing the request bytes. Frames are read on demand, unaligned-safe.

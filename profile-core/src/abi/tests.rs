@@ -497,3 +497,22 @@ fn convert_create_request_to_params() {
     let h = m.create(&p, r.group, r.affinity).unwrap();
     assert_eq!(h.0, 4);
 }
+
+#[test]
+fn pages_spanned_does_not_overflow_near_u64_max() {
+    // Was `(offset + size + 4095) >> 12`: overflowed (a panic in debug builds, a wrong count
+    // in release) for sizes within 8 KiB of u64::MAX. Found writing the abi_page_list target.
+    assert_eq!(pages_spanned(0, u64::MAX), 1 << 52);
+    assert_eq!(pages_spanned(0xFFF, u64::MAX), (1 << 52) + 1);
+    assert_eq!(pages_spanned(0x800, u64::MAX - 0x7FF), 1 << 52);
+    assert_eq!(pages_spanned(0xFFF, 1), 1);
+    assert_eq!(pages_spanned(0xFFF, 2), 2);
+    for (va, size) in [
+        (0u64, 1u64),
+        (0xFFC, 8),
+        (0x1000, 0x1000),
+        (0x1234, 0x10_0000),
+    ] {
+        assert_eq!(pages_spanned(va, size), ((va & 0xFFF) + size + 0xFFF) >> 12);
+    }
+}
