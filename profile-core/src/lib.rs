@@ -5,7 +5,8 @@
 //!   NtStopProfile, close, NtSetIntervalProfile and NtQueryIntervalProfile, with their checks in
 //!   Windows' order and their exact [`NtStatus`] values.
 //! * [`attribution`]: [`ObjectManager::record`] counts a [`Sample`] into every matching started
-//!   object through a [`CounterSink`], via an index that is sublinear in the started objects.
+//!   object through a [`CounterSink`], via a chunk-hash index whose lookup cost does not grow
+//!   with the number of started objects.
 //! * [`abi`]: the versioned hypercall ABI shared by the VMM and the guest agents.
 //!
 //! Features: `alloc` (default) enables the object manager and attribution. Without it only the

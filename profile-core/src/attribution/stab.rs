@@ -1,5 +1,6 @@
 //! A static stabbing-query structure over half-open ranges `[start, end)`: given a point, yield
-//! every range that contains it in O(log n + k).
+//! every range that contains it in O(log n + k). The attribution index uses it for "wide"
+//! objects, those spanning too many chunks to list under each (see [`super::index`]).
 //!
 //! The range endpoints cut the address space into elementary segments; a binary search finds
 //! the segment holding the point. Two layouts answer from there:
