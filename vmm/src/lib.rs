@@ -14,6 +14,7 @@ pub mod layout;
 pub mod memory;
 pub mod outcome;
 pub mod profiler;
+pub mod report;
 pub mod sampler;
 pub mod vcpu;
 pub mod vm;

@@ -128,6 +128,13 @@ fn main() -> ExitCode {
 
     match vmm::vm::run(&config) {
         Ok(report) => {
+            if !report.results.is_empty() {
+                let symbols = vmm::report::Symbols::for_kernel(&config.kernel);
+                print!(
+                    "{}",
+                    vmm::report::text_report(&report.results, &symbols, 10)
+                );
+            }
             eprint!("{}", report.summary());
             if report.outcome.is_error() {
                 eprintln!("hvprof: error: {}", report.outcome);

@@ -69,7 +69,7 @@ impl Profiler {
             }
             return NtStatus::ACCESS_DENIED;
         }
-        if gpa % 8 != 0 {
+        if !gpa.is_multiple_of(8) {
             return NtStatus::DATATYPE_MISALIGNMENT;
         }
         let mut head = [0u8; abi::HEADER_SIZE];
@@ -131,8 +131,7 @@ impl Profiler {
                 let source = ProfileSource(r.source);
                 let result = self.write().set_interval(r.caller(), source, r.interval);
                 if result.is_ok() && source == ProfileSource::TIME {
-                    // The sampler re-reads the interval; a failed write only delays that.
-                    let _ = self.interval_changed.write(1);
+                    self.timers_changed();
                 }
                 Reply::Interval(result.map(|interval| IntervalReply {
                     interval,
@@ -207,7 +206,8 @@ impl Profiler {
             pages = pin.page_count();
             Ok(pin)
         })?;
-        self.refresh_sampled(&manager);
+        let (_, config) = identity(&manager, handle)?;
+        self.cover(&config, true);
         Ok(StartReply {
             pinned_pages: u32::try_from(pages).unwrap_or(u32::MAX),
             reserved: 0,
@@ -218,8 +218,8 @@ impl Profiler {
         let mut manager = self.write();
         let (object, config) = identity(&manager, handle)?;
         let pin = manager.stop(GUEST_OWNER, handle)?;
+        self.cover(&config, false);
         self.keep_result(object, config, &pin);
-        self.refresh_sampled(&manager);
         Ok(Empty)
     }
 
@@ -227,9 +227,9 @@ impl Profiler {
         let mut manager = self.write();
         let (object, config) = identity(&manager, handle)?;
         if let Some(pin) = manager.close(GUEST_OWNER, handle)? {
+            self.cover(&config, false);
             self.keep_result(object, config, &pin);
         }
-        self.refresh_sampled(&manager);
         Ok(Empty)
     }
 

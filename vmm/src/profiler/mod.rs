@@ -12,8 +12,8 @@ pub mod stats;
 pub mod walk;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use kvm_bindings::kvm_msi;
 use kvm_ioctls::VmFd;
@@ -22,11 +22,12 @@ use profile_core::{
     CounterSink, ObjectId, ObjectManager, Owner, PlatformInfo, ProfileSource, Sample,
 };
 use vm_memory::GuestMemoryMmap;
-use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 pub use calls::{CpuState, FEATURES};
 use pin::PinnedBuffer;
 use stats::{bump, StatsSnapshot, VcpuProfileStats};
+
+use crate::vcpu::VcpuRequester;
 
 /// The owner of every object the guest's agents create (one handle table per guest).
 pub const GUEST_OWNER: Owner = Owner(1);
@@ -56,16 +57,17 @@ pub struct Profiler {
     mem: GuestMemoryMmap,
     vm_fd: Arc<VmFd>,
     vcpus: Box<[VcpuSlot]>,
-    interval_changed: EventFd,
+    generation: AtomicU64,
+    requesters: OnceLock<Vec<VcpuRequester>>,
     results: Mutex<BTreeMap<ObjectId, ObjectResult>>,
 }
 
 /// Per-vCPU profiling state.
 #[derive(Default)]
 struct VcpuSlot {
-    /// A timer tick asked for a sample that the vCPU has not taken yet.
-    sample_pending: AtomicBool,
-    /// Some started ProfileTime object includes this vCPU in its affinity.
+    /// Started ProfileTime objects whose affinity includes this vCPU.
+    coverage: AtomicU32,
+    /// `coverage > 0`: the sampling timer must run.
     sampled: AtomicBool,
     /// Profile-interrupt vector, 0 = off.
     vector: AtomicU32,
@@ -87,9 +89,6 @@ pub enum ProfilerError {
     /// profile-core refused the platform description.
     #[error("profile-core refused the platform: {0}")]
     Platform(profile_core::NtStatus),
-    /// An eventfd could not be created.
-    #[error("cannot create an eventfd")]
-    EventFd(#[source] std::io::Error),
 }
 
 impl Profiler {
@@ -107,7 +106,8 @@ impl Profiler {
             mem,
             vm_fd,
             vcpus: (0..vcpus).map(|_| VcpuSlot::default()).collect(),
-            interval_changed: EventFd::new(EFD_NONBLOCK).map_err(ProfilerError::EventFd)?,
+            generation: AtomicU64::new(0),
+            requesters: OnceLock::new(),
             results: Mutex::new(BTreeMap::new()),
         })
     }
@@ -125,50 +125,51 @@ impl Profiler {
         self.read().query_interval(ProfileSource::TIME)
     }
 
-    /// Becomes readable when the ProfileTime interval changes.
-    pub fn interval_changed(&self) -> &EventFd {
-        &self.interval_changed
-    }
-
     /// Number of vCPUs.
     pub fn vcpu_count(&self) -> usize {
         self.vcpus.len()
     }
 
-    /// True when vCPU `v` must be sampled on timer ticks.
-    pub fn is_sampled(&self, v: usize) -> bool {
-        self.vcpus
+    /// Gives the profiler the vCPUs to kick when their sampling timers must change.
+    pub fn attach_vcpus(&self, vcpus: Vec<VcpuRequester>) {
+        let _ = self.requesters.set(vcpus);
+    }
+
+    /// Changes whenever the sampling timers' settings change.
+    pub fn timer_generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The interval vCPU `v`'s sampling timer must run at, or None when no started object
+    /// covers it.
+    pub fn timer_setting(&self, v: usize) -> Option<u32> {
+        let sampled = self
+            .vcpus
             .get(v)
-            .is_some_and(|s| s.sampled.load(Ordering::Relaxed))
+            .is_some_and(|s| s.sampled.load(Ordering::Relaxed));
+        sampled.then(|| self.time_interval())
     }
 
-    /// Marks a sample as wanted on vCPU `v`. False if the previous one was not taken yet (the
-    /// tick is coalesced and counted as lost).
-    pub fn request_sample(&self, v: usize) -> bool {
-        let Some(slot) = self.vcpus.get(v) else {
-            return false;
-        };
-        let fresh = !slot.sample_pending.swap(true, Ordering::AcqRel);
-        if !fresh {
-            bump(&slot.stats.coalesced, 1);
-        }
-        fresh
-    }
-
-    /// Counts ticks the sampler missed entirely for vCPU `v` (timer overruns).
-    pub fn count_lost(&self, v: usize, n: u64) {
-        if let Some(slot) = self.vcpus.get(v) {
-            bump(&slot.stats.coalesced, n);
+    /// Tells every vCPU to re-read its timer setting.
+    fn timers_changed(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        for v in self.requesters.get().into_iter().flatten() {
+            v.kick();
         }
     }
 
-    /// Called by vCPU `v` when it is kicked: takes the pending sample, if any, at `cpu`.
-    pub fn on_kick(&self, v: usize, cpu: &CpuState) {
+    /// Called by vCPU `v` when its sampling timer fired `ticks` times (plus `overruns` the
+    /// kernel folded) since the last call: takes one sample at `cpu`, counts the rest as lost.
+    pub fn on_tick(&self, v: usize, cpu: &CpuState, ticks: u32, overruns: u32) {
         let Some(slot) = self.vcpus.get(v) else {
             return;
         };
-        if !slot.sample_pending.swap(false, Ordering::AcqRel) {
-            return;
+        let lost = u64::from(ticks.saturating_sub(1)) + u64::from(overruns);
+        if lost > 0 {
+            bump(&slot.stats.coalesced, lost);
+        }
+        if !slot.sampled.load(Ordering::Relaxed) {
+            return; // a tick from a timer being disarmed
         }
         let sample = Sample {
             vcpu: u32::try_from(v).unwrap_or(u32::MAX),
@@ -203,21 +204,31 @@ impl Profiler {
         }
     }
 
-    /// Recomputes which vCPUs the timer must sample (after start, stop, close).
-    fn refresh_sampled(&self, manager: &ObjectManager<PinnedBuffer>) {
-        let mut wanted = vec![false; self.vcpus.len()];
-        for (_, obj) in manager.objects() {
-            if obj.is_started() && obj.config().source == ProfileSource::TIME {
-                for (v, w) in wanted.iter_mut().enumerate() {
-                    *w |= obj
-                        .config()
-                        .affinity
-                        .contains(u32::try_from(v).unwrap_or(u32::MAX));
-                }
-            }
+    /// Adds (`started` true) or removes a started object's claim on the sampling timers of
+    /// the vCPUs in its affinity, re-arming the timers whose need changed. Called under the
+    /// manager's write lock, so the per-vCPU counts change one object at a time.
+    fn cover(&self, config: &ObjectConfig, started: bool) {
+        if config.source != ProfileSource::TIME {
+            return;
         }
-        for (slot, w) in self.vcpus.iter().zip(wanted) {
-            slot.sampled.store(w, Ordering::Relaxed);
+        let mut changed = false;
+        for (v, slot) in self.vcpus.iter().enumerate() {
+            if !config
+                .affinity
+                .contains(u32::try_from(v).unwrap_or(u32::MAX))
+            {
+                continue;
+            }
+            let before = if started {
+                slot.coverage.fetch_add(1, Ordering::Relaxed)
+            } else {
+                slot.coverage.fetch_sub(1, Ordering::Relaxed)
+            };
+            let now_sampled = if started { true } else { before > 1 };
+            changed |= slot.sampled.swap(now_sampled, Ordering::Relaxed) != now_sampled;
+        }
+        if changed {
+            self.timers_changed();
         }
     }
 
@@ -246,10 +257,10 @@ impl Profiler {
             .collect();
         for (handle, object, config) in handles {
             if let Ok(Some(pin)) = manager.close(GUEST_OWNER, handle) {
-                self.keep_result(object, config, &pin);
+                self.keep_result(object, config.clone(), &pin);
+                self.cover(&config, false);
             }
         }
-        self.refresh_sampled(&manager);
     }
 
     /// Results of every object that has stopped, in creation order.

@@ -96,10 +96,10 @@ impl PinnedBuffer {
         size: u32,
         counters_len: u64,
     ) -> Result<Self, PinError> {
-        if offset % 4 != 0
+        if !offset.is_multiple_of(4)
             || u64::from(offset) >= PAGE_SIZE
             || counters_len > u64::from(size)
-            || counters_len % 4 != 0
+            || !counters_len.is_multiple_of(4)
         {
             return Err(PinError::Layout {
                 offset,
@@ -145,7 +145,7 @@ impl PinnedBuffer {
             debug_assert!(false, "counter offset {byte_offset} outside the buffer");
             return;
         };
-        if byte_offset % 4 != 0 {
+        if !byte_offset.is_multiple_of(4) {
             return;
         }
         slot.fetch_add(1, Ordering::Relaxed);

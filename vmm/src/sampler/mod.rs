@@ -1,25 +1,63 @@
-//! The sampling timer: a thread that ticks at the ProfileTime interval in force and, on each
-//! tick, asks every vCPU that some started object covers for a sample and kicks it. The vCPU
-//! takes the sample itself when its KVM_RUN returns (registers from the sync-regs area), so a
-//! vCPU that is halted or running with interrupts disabled is sampled like any other.
+//! Sampling timers: every vCPU thread owns a POSIX timer that the kernel delivers to that very
+//! thread (`SIGEV_THREAD_ID`) at the ProfileTime interval in force. The signal handler counts
+//! the tick and sets `immediate_exit`, so KVM_RUN returns and the vCPU samples itself from its
+//! sync-regs area: a vCPU that is halted or has interrupts disabled is sampled like any other,
+//! and no other thread has to be scheduled for a sample to be taken.
 //!
-//! One timer serves every vCPU: intervals are global per source, as in Windows.
+//! A timer is armed only while some started object's affinity includes its vCPU. Ticks that
+//! arrive before the previous one was taken, and expirations the kernel folded into one signal
+//! (timer overruns), are counted as lost samples.
 
-use std::os::fd::AsRawFd;
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::cell::Cell;
+use std::sync::Once;
 use std::time::Duration;
 
-use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
-use vmm_sys_util::timerfd::TimerFd;
+use vmm_sys_util::signal::{register_signal_handler, SIGRTMIN};
 
-use crate::profiler::Profiler;
-use crate::vcpu::VcpuRequester;
+use crate::vcpu::kick;
 
-/// The running sampler thread.
-pub struct Sampler {
-    stop: EventFd,
-    thread: Option<JoinHandle<()>>,
+thread_local! {
+    /// Ticks delivered to this thread and not yet taken.
+    static TICKS: Cell<u32> = const { Cell::new(0) };
+}
+
+/// The timer signal.
+pub fn sample_signal() -> i32 {
+    SIGRTMIN() + 1
+}
+
+extern "C" fn on_tick(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // A signal handler runs on the interrupted thread itself, so this thread-local is only
+    // ever touched by one thread; reads happen outside the handler with the signal pending
+    // at most once more (see `take_ticks`).
+    TICKS.with(|t| t.set(t.get().saturating_add(1)));
+    kick::request_immediate_exit();
+}
+
+/// Installs the tick handler (once per process).
+pub fn install_handler() -> Result<(), vmm_sys_util::errno::Error> {
+    static ONCE: Once = Once::new();
+    let mut result = Ok(());
+    ONCE.call_once(|| result = register_signal_handler(sample_signal(), on_tick));
+    result
+}
+
+/// Takes the ticks delivered to the calling thread since the last call.
+pub fn take_ticks() -> u32 {
+    let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    let mut old = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigemptyset/sigaddset initialise `set`; pthread_sigmask reads `set` and fills
+    // `old`. Blocking the timer signal around the read-and-reset makes it atomic with respect
+    // to the handler, which can only run on this thread.
+    unsafe {
+        libc::sigemptyset(set.as_mut_ptr());
+        libc::sigaddset(set.as_mut_ptr(), sample_signal());
+        libc::pthread_sigmask(libc::SIG_BLOCK, set.as_ptr(), old.as_mut_ptr());
+    }
+    let ticks = TICKS.with(|t| t.replace(0));
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut()) };
+    ticks
 }
 
 /// ProfileTime's unit is 100 ns.
@@ -27,116 +65,64 @@ pub fn interval_duration(interval_100ns: u32) -> Duration {
     Duration::from_nanos(u64::from(interval_100ns.max(1)) * 100)
 }
 
-impl Sampler {
-    /// Starts sampling `vcpus` for `profiler`.
-    pub fn start(profiler: Arc<Profiler>, vcpus: Vec<VcpuRequester>) -> std::io::Result<Self> {
-        let stop = EventFd::new(EFD_NONBLOCK)?;
-        let stop_fd = stop.try_clone()?;
-        let mut timer = TimerFd::new().map_err(|e| std::io::Error::from_raw_os_error(e.errno()))?;
-        let thread = std::thread::Builder::new()
-            .name("sampler".into())
-            .spawn(move || {
-                if let Err(e) = run(&profiler, &vcpus, &mut timer, &stop_fd) {
-                    log::error!("sampler stopped: {e}");
-                }
-            })?;
-        Ok(Sampler {
-            stop,
-            thread: Some(thread),
-        })
-    }
+/// A timer that signals the thread that created it.
+pub struct SampleTimer {
+    id: libc::timer_t,
+    armed: Option<u32>,
+}
 
-    /// Stops the thread and waits for it.
-    pub fn stop(mut self) {
-        self.shutdown();
-    }
-
-    fn shutdown(&mut self) {
-        let _ = self.stop.write(1);
-        if let Some(t) = self.thread.take() {
-            if t.join().is_err() {
-                log::error!("sampler thread panicked");
-            }
+impl SampleTimer {
+    /// Creates a disarmed timer that will signal the calling thread.
+    pub fn for_current_thread() -> std::io::Result<Self> {
+        // SAFETY: sigevent is plain data; zeroed is a valid starting value.
+        let mut sev: libc::sigevent = unsafe { std::mem::zeroed() };
+        sev.sigev_notify = libc::SIGEV_THREAD_ID;
+        sev.sigev_signo = sample_signal();
+        // SAFETY: gettid has no preconditions.
+        sev.sigev_notify_thread_id = unsafe { libc::gettid() };
+        let mut id: libc::timer_t = std::ptr::null_mut();
+        // SAFETY: `sev` and `id` are valid for the call; the timer targets this live thread.
+        if unsafe { libc::timer_create(libc::CLOCK_MONOTONIC, &mut sev, &mut id) } != 0 {
+            return Err(std::io::Error::last_os_error());
         }
+        Ok(SampleTimer { id, armed: None })
     }
-}
 
-impl Drop for Sampler {
-    fn drop(&mut self) {
-        self.shutdown();
-    }
-}
-
-fn arm(timer: &mut TimerFd, interval: u32) -> std::io::Result<()> {
-    let d = interval_duration(interval);
-    timer
-        .reset(d, Some(d))
-        .map_err(|e| std::io::Error::from_raw_os_error(e.errno()))
-}
-
-fn run(
-    profiler: &Profiler,
-    vcpus: &[VcpuRequester],
-    timer: &mut TimerFd,
-    stop: &EventFd,
-) -> std::io::Result<()> {
-    arm(timer, profiler.time_interval())?;
-    let mut fds = [
-        libc::pollfd {
-            fd: timer.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: profiler.interval_changed().as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: stop.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
-    loop {
-        // SAFETY: `fds` is a valid array of pollfd for the duration of the call.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 3, -1) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if fds[2].revents != 0 {
+    /// Arms the timer at `interval` (100 ns units) or disarms it (`None`); does nothing if
+    /// that is already its setting.
+    pub fn set(&mut self, interval: Option<u32>) -> std::io::Result<()> {
+        if self.armed == interval {
             return Ok(());
         }
-        if fds[1].revents != 0 {
-            let _ = profiler.interval_changed().read();
-            arm(timer, profiler.time_interval())?;
+        let period = interval.map(interval_duration).unwrap_or_default();
+        let ts = libc::timespec {
+            tv_sec: libc::time_t::try_from(period.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: libc::c_long::from(period.subsec_nanos()),
+        };
+        let spec = libc::itimerspec {
+            it_interval: ts,
+            it_value: ts,
+        };
+        // SAFETY: `self.id` is a live timer created by `for_current_thread`; `spec` is valid.
+        if unsafe { libc::timer_settime(self.id, 0, &spec, std::ptr::null_mut()) } != 0 {
+            return Err(std::io::Error::last_os_error());
         }
-        if fds[0].revents != 0 {
-            let expirations = timer
-                .wait()
-                .map_err(|e| std::io::Error::from_raw_os_error(e.errno()))?;
-            tick(profiler, vcpus, expirations);
-        }
+        self.armed = interval;
+        Ok(())
+    }
+
+    /// Expirations folded into the last delivered signal (lost samples).
+    pub fn overruns(&self) -> u32 {
+        // SAFETY: `self.id` is a live timer.
+        let n = unsafe { libc::timer_getoverrun(self.id) };
+        u32::try_from(n).unwrap_or(0)
     }
 }
 
-/// One timer tick (`expirations` > 1 when the thread fell behind: the extra ticks are lost).
-fn tick(profiler: &Profiler, vcpus: &[VcpuRequester], expirations: u64) {
-    for vcpu in vcpus {
-        let v = vcpu.index();
-        if !profiler.is_sampled(v) {
-            continue;
-        }
-        if expirations > 1 {
-            profiler.count_lost(v, expirations - 1);
-        }
-        if profiler.request_sample(v) {
-            vcpu.kick();
-        }
+impl Drop for SampleTimer {
+    fn drop(&mut self) {
+        // SAFETY: `self.id` is a live timer, deleted exactly once here.
+        unsafe { libc::timer_delete(self.id) };
     }
 }
 
@@ -146,10 +132,28 @@ mod tests {
 
     #[test]
     fn interval_unit_is_100ns() {
-        assert_eq!(
-            interval_duration(39_063),
-            Duration::from_micros(3906) + Duration::from_nanos(300)
-        );
+        assert_eq!(interval_duration(39_063), Duration::from_nanos(3_906_300));
         assert_eq!(interval_duration(10_000), Duration::from_millis(1));
+    }
+
+    #[test]
+    fn a_timer_signals_its_own_thread() {
+        install_handler().unwrap();
+        let ticks = std::thread::spawn(|| {
+            let mut t = SampleTimer::for_current_thread().unwrap();
+            t.set(Some(10_000)).unwrap();
+            let start = std::time::Instant::now();
+            let mut n = 0;
+            while start.elapsed() < Duration::from_millis(50) {
+                n += take_ticks();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            t.set(None).unwrap();
+            n
+        })
+        .join()
+        .unwrap();
+        // About 50 ticks in 50 ms at 1 kHz; sleeps overshoot, so allow a wide margin.
+        assert!((10..=60).contains(&ticks), "{ticks} ticks");
     }
 }

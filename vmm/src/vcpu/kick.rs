@@ -20,6 +20,12 @@ pub fn kick_signal() -> i32 {
 }
 
 extern "C" fn on_kick(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    request_immediate_exit();
+}
+
+/// Makes the calling vCPU thread's current or next KVM_RUN return at once. Async-signal-safe:
+/// signal handlers (kicks, sampling timers) call it.
+pub fn request_immediate_exit() {
     let page = KVM_RUN_PAGE.with(Cell::get);
     if !page.is_null() {
         // SAFETY: the pointer is the live kvm_run mapping of this thread's vCPU: it is set by

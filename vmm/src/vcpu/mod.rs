@@ -24,6 +24,7 @@ use crate::devices::{Bus, Origin};
 use crate::outcome::{RunOutcome, StopSignal};
 use crate::profiler::walk::Paging;
 use crate::profiler::{CpuState, Profiler};
+use crate::sampler::{self, SampleTimer};
 use exit::{handle_exit, Buses, ExitAction};
 pub use setup::{configure_vcpu, SetupError};
 use stats::ExitCounters;
@@ -146,15 +147,41 @@ impl Vcpu {
 
     fn run(mut self) {
         kick::bind(self.fd.get_kvm_run());
+        let mut timer = match SampleTimer::for_current_thread() {
+            Ok(t) => Some(t),
+            Err(e) => {
+                log::error!(
+                    "vCPU {}: no sampling timer, it will not be sampled: {e}",
+                    self.index
+                );
+                None
+            }
+        };
+        let mut generation = None;
         let mut state = State::Running;
         while let State::Running = state {
-            state = self.step();
+            let now = self.shared.profiler.timer_generation();
+            if generation != Some(now) {
+                generation = Some(now);
+                self.arm_timer(timer.as_mut());
+            }
+            state = self.step(timer.as_ref());
         }
+        drop(timer);
         kick::unbind();
     }
 
+    /// Sets this vCPU's sampling timer to what the started objects need.
+    fn arm_timer(&self, timer: Option<&mut SampleTimer>) {
+        let Some(timer) = timer else { return };
+        let setting = self.shared.profiler.timer_setting(self.index);
+        if let Err(e) = timer.set(setting) {
+            log::error!("vCPU {}: cannot set the sampling timer: {e}", self.index);
+        }
+    }
+
     /// One turn of the state machine: requests, then one KVM_RUN.
-    fn step(&mut self) -> State {
+    fn step(&mut self, timer: Option<&SampleTimer>) -> State {
         while let Ok(req) = self.requests.try_recv() {
             match req {
                 Request::Probe(reply) => {
@@ -191,8 +218,14 @@ impl Vcpu {
                 // Clear before looking at requests, so a kick that arrives from now on is
                 // seen either by the request loop or by the next KVM_RUN.
                 self.fd.set_kvm_immediate_exit(0);
-                let cpu = self.cpu_state();
-                self.shared.profiler.on_kick(self.index, &cpu);
+                let ticks = sampler::take_ticks();
+                if ticks > 0 {
+                    let overruns = timer.map_or(0, SampleTimer::overruns);
+                    let cpu = self.cpu_state();
+                    self.shared
+                        .profiler
+                        .on_tick(self.index, &cpu, ticks, overruns);
+                }
                 State::Running
             }
             ExitAction::Stop(outcome) => self.finish(outcome),

@@ -10,7 +10,7 @@ use crate::config::VmConfig;
 use crate::outcome::RunOutcome;
 use crate::profiler::stats::{total, StatsSnapshot};
 use crate::profiler::ObjectResult;
-use crate::sampler::Sampler;
+use crate::sampler;
 use crate::vcpu::kick;
 use crate::vcpu::stats::{ExitCounters, ExitKind};
 
@@ -123,6 +123,12 @@ pub fn run(config: &VmConfig) -> Result<RunReport, VmError> {
     let started = Instant::now();
     // Block SIGINT/SIGTERM before any thread exists, so every thread inherits the mask.
     let signals = StopSignals::block_and_open().map_err(|e| VmError::Host("a signalfd", e))?;
+    sampler::install_handler().map_err(|e| {
+        VmError::Host(
+            "the sampling timer handler",
+            std::io::Error::from_raw_os_error(e.errno()),
+        )
+    })?;
     kick::install_handler().map_err(|e| {
         VmError::Host(
             "the vCPU kick handler",
@@ -151,15 +157,7 @@ pub fn run(config: &VmConfig) -> Result<RunReport, VmError> {
             }
         }
     }
-    let requesters: Vec<_> = handles.iter().map(|h| h.requester()).collect();
-    let sampler = match (&start_error, Sampler::start(profiler.clone(), requesters)) {
-        (None, Ok(s)) => Some(s),
-        (None, Err(e)) => {
-            start_error = Some(VmError::Host("the sampler thread", e));
-            None
-        }
-        (Some(_), _) => None,
-    };
+    profiler.attach_vcpus(handles.iter().map(|h| h.requester()).collect());
     if start_error.is_none() {
         let params = LoopParams {
             stop: stop.clone(),
@@ -177,9 +175,6 @@ pub fn run(config: &VmConfig) -> Result<RunReport, VmError> {
         stop.request(RunOutcome::HostError("could not start every vCPU".into()));
     }
 
-    if let Some(s) = sampler {
-        s.stop();
-    }
     let vcpus: Vec<VcpuSummary> = handles
         .into_iter()
         .enumerate()
