@@ -13,8 +13,15 @@ use harness::{hvprof, hvprof_run, Output};
 /// What the reference guest writes to isa-debug-exit when its scenario passed.
 const REFGUEST_PASS: u8 = 0x10;
 
-fn demo(cpus: u32) -> Output {
-    hvprof(["demo", "--cpus", &cpus.to_string()]).run()
+fn smoke(cpus: u32) -> Output {
+    hvprof([
+        "demo",
+        "--cpus",
+        &cpus.to_string(),
+        "--cmdline",
+        "scenario=smoke",
+    ])
+    .run()
 }
 
 /// Checks a passing smoke run with `cpus` vCPUs.
@@ -40,15 +47,15 @@ fn assert_smoke_passed(out: &Output, cpus: u32) {
 }
 
 #[test]
-fn demo_with_one_vcpu_passes_and_exits_zero() {
-    let out = demo(1);
+fn smoke_with_one_vcpu_passes_and_exits_zero() {
+    let out = smoke(1);
     out.assert_status(0);
     assert_smoke_passed(&out, 1);
 }
 
 #[test]
-fn demo_with_two_vcpus_brings_each_vcpu_online() {
-    let out = demo(2);
+fn smoke_with_two_vcpus_brings_each_vcpu_online() {
+    let out = smoke(2);
     out.assert_status(0);
     assert_smoke_passed(&out, 2);
 }
@@ -66,4 +73,23 @@ fn unknown_scenario_fails_the_demo() {
     let out = hvprof(["demo", "--cmdline", "scenario=no-such-scenario"]).run();
     out.assert_status(1);
     out.assert_stdout_contains("refguest: FAIL");
+}
+
+#[test]
+fn demo_default_profiles_the_workload_and_shows_its_shares() {
+    let out = hvprof(["demo"]).run();
+    out.assert_status(0);
+    out.assert_stdout_contains("refguest: PASS");
+    // hvprof's own report: the object's per-function table, from the VMM's copy of the counts.
+    out.assert_stdout_contains("profile object 1:");
+    out.assert_stdout_contains("hottest buckets");
+    for f in ["f1", "f2", "f4"] {
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("refguest: shares fn={f} ")))
+            .unwrap_or_else(|| panic!("no share line for {f}\n{out}"));
+        assert!(line.ends_with(" ok"), "{line}");
+    }
+    out.assert_stderr_contains("samples (");
 }

@@ -1,6 +1,7 @@
 //! What a VM is made of, as the user asked for it, and the checks on it.
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::boot::KernelSpec;
@@ -20,6 +21,40 @@ pub enum SerialOutput {
     File(PathBuf),
     /// Discarded.
     Null,
+    /// A buffer the caller reads while the VM runs.
+    Buffer(SharedBuffer),
+}
+
+/// A byte buffer shared between the VM (writing) and its caller (reading).
+#[derive(Clone, Debug, Default)]
+pub struct SharedBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl SharedBuffer {
+    /// Everything written so far, as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
+    }
+}
+
+impl PartialEq for SharedBuffer {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for SharedBuffer {}
+
+impl std::io::Write for SharedBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// A VM to run.

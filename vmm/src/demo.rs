@@ -7,8 +7,8 @@ use crate::outcome::RunOutcome;
 /// The reference guest's ELF image.
 pub static REFGUEST_ELF: &[u8] = include_bytes!(env!("HVPROF_REFGUEST_ELF"));
 
-/// The default scenario.
-pub const DEFAULT_CMDLINE: &str = "scenario=smoke";
+/// The default scenario: a global profile over three CPL3 functions costing 1:2:4.
+pub const DEFAULT_CMDLINE: &str = "scenario=shares";
 
 /// What the reference guest writes to isa-debug-exit when its scenario passed.
 pub const REFGUEST_PASS: u32 = 0x10;

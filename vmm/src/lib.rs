@@ -6,6 +6,7 @@
 
 pub mod acpi;
 pub mod arch;
+pub mod bench;
 pub mod boot;
 pub mod config;
 pub mod demo;

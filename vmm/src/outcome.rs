@@ -49,6 +49,8 @@ pub enum RunOutcome {
     TimedOut(Duration),
     /// SIGINT or SIGTERM.
     Signalled(i32),
+    /// The host side ended the run on purpose (a benchmark that is done, an API shutdown).
+    Stopped(String),
     /// The host side failed (a KVM ioctl, a thread).
     HostError(String),
 }
@@ -60,7 +62,7 @@ impl RunOutcome {
         match self {
             // The OS keeps the low 8 bits of an exit status, as for QEMU.
             RunOutcome::DebugExit(v) => i32::from_ne_bytes(((v << 1) | 1).to_ne_bytes()),
-            RunOutcome::Reset | RunOutcome::PowerOff => 0,
+            RunOutcome::Reset | RunOutcome::PowerOff | RunOutcome::Stopped(_) => 0,
             RunOutcome::TripleFault { .. } | RunOutcome::InternalError { .. } => {
                 STATUS_GUEST_CRASHED
             }
@@ -75,7 +77,10 @@ impl RunOutcome {
     pub fn is_error(&self) -> bool {
         !matches!(
             self,
-            RunOutcome::DebugExit(_) | RunOutcome::Reset | RunOutcome::PowerOff
+            RunOutcome::DebugExit(_)
+                | RunOutcome::Reset
+                | RunOutcome::PowerOff
+                | RunOutcome::Stopped(_)
         )
     }
 }
@@ -112,6 +117,7 @@ impl std::fmt::Display for RunOutcome {
             }
             RunOutcome::TimedOut(d) => write!(f, "guest timed out after {} s", d.as_secs_f64()),
             RunOutcome::Signalled(sig) => write!(f, "stopped by signal {sig}"),
+            RunOutcome::Stopped(by) => write!(f, "stopped by {by}"),
             RunOutcome::HostError(e) => write!(f, "host error: {e}"),
         }
     }

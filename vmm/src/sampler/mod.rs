@@ -8,7 +8,7 @@
 //! arrive before the previous one was taken, and expirations the kernel folded into one signal
 //! (timer overruns), are counted as lost samples.
 
-use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Once;
 use std::time::Duration;
 
@@ -17,8 +17,10 @@ use vmm_sys_util::signal::{register_signal_handler, SIGRTMIN};
 use crate::vcpu::kick;
 
 thread_local! {
-    /// Ticks delivered to this thread and not yet taken.
-    static TICKS: Cell<u32> = const { Cell::new(0) };
+    /// Ticks delivered to this thread and not yet taken. Only this thread and signal handlers
+    /// running on it touch it; atomic operations make the handler's increment and the
+    /// thread's take indivisible without blocking the signal.
+    static TICKS: AtomicU32 = const { AtomicU32::new(0) };
 }
 
 /// The timer signal.
@@ -27,10 +29,7 @@ pub fn sample_signal() -> i32 {
 }
 
 extern "C" fn on_tick(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
-    // A signal handler runs on the interrupted thread itself, so this thread-local is only
-    // ever touched by one thread; reads happen outside the handler with the signal pending
-    // at most once more (see `take_ticks`).
-    TICKS.with(|t| t.set(t.get().saturating_add(1)));
+    TICKS.with(|t| t.fetch_add(1, Ordering::Relaxed));
     kick::request_immediate_exit();
 }
 
@@ -44,20 +43,7 @@ pub fn install_handler() -> Result<(), vmm_sys_util::errno::Error> {
 
 /// Takes the ticks delivered to the calling thread since the last call.
 pub fn take_ticks() -> u32 {
-    let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-    let mut old = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-    // SAFETY: sigemptyset/sigaddset initialise `set`; pthread_sigmask reads `set` and fills
-    // `old`. Blocking the timer signal around the read-and-reset makes it atomic with respect
-    // to the handler, which can only run on this thread.
-    unsafe {
-        libc::sigemptyset(set.as_mut_ptr());
-        libc::sigaddset(set.as_mut_ptr(), sample_signal());
-        libc::pthread_sigmask(libc::SIG_BLOCK, set.as_ptr(), old.as_mut_ptr());
-    }
-    let ticks = TICKS.with(|t| t.replace(0));
-    // SAFETY: restores the mask saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut()) };
-    ticks
+    TICKS.with(|t| t.swap(0, Ordering::Relaxed))
 }
 
 /// ProfileTime's unit is 100 ns.

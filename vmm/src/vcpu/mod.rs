@@ -8,6 +8,7 @@
 pub mod exit;
 pub mod kick;
 mod setup;
+pub mod stamp;
 pub mod stats;
 
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -86,6 +87,8 @@ pub struct SharedState {
     pub doorbell: Arc<Mutex<Doorbell>>,
     /// Profile objects, samples and hypercalls.
     pub profiler: Arc<Profiler>,
+    /// Marks every guest entry (benchmarks only).
+    pub entry_stamp: Option<Arc<stamp::EntryStamp>>,
 }
 
 /// A configured vCPU, ready to start on its own thread.
@@ -350,12 +353,17 @@ impl VcpuRequester {
 
     /// Kicks the vCPU out of KVM_RUN.
     pub fn kick(&self) {
+        self.signal(kick::kick_signal());
+    }
+
+    /// Sends `sig` to the vCPU thread (the kick signal, or a sampling-timer tick).
+    pub fn signal(&self, sig: i32) {
         // SAFETY: `thread` belongs to a vCPU thread that has not been joined: requesters are
         // only used while the VM's `VcpuHandle`s (which join) are alive. Signalling a thread
         // that has returned but is not yet joined is harmless.
-        let rc = unsafe { libc::pthread_kill(self.thread, kick::kick_signal()) };
+        let rc = unsafe { libc::pthread_kill(self.thread, sig) };
         if rc != 0 {
-            log::debug!("kick of vCPU {} failed: error {rc}", self.index);
+            log::debug!("signal {sig} to vCPU {} failed: error {rc}", self.index);
         }
     }
 }

@@ -26,9 +26,10 @@ use crate::devices::BusError;
 use crate::layout::{KVM_IDENTITY_MAP_ADDRESS, KVM_TSS_ADDRESS};
 use crate::memory::{create_guest_memory, MemoryError};
 use crate::outcome::{StopSignal, STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
+use crate::vcpu::stamp::EntryStamp;
 use crate::vcpu::{configure_vcpu, SetupError, SharedState, Vcpu};
 
-pub use run::{run, RunReport, VcpuSummary};
+pub use run::{run, run_with, Controller, RunHooks, RunReport, VcpuSummary, VmControl};
 
 /// Errors building or starting a VM.
 #[derive(Debug, thiserror::Error)]
@@ -106,8 +107,8 @@ fn hvprof_leaves() -> [Leaf; 2] {
 }
 
 impl Vm {
-    /// Builds the VM described by `config`.
-    pub fn new(config: &VmConfig) -> Result<Self, VmError> {
+    /// Builds the VM described by `config`; `entry_stamp` marks every guest entry.
+    pub fn new(config: &VmConfig, entry_stamp: Option<Arc<EntryStamp>>) -> Result<Self, VmError> {
         config.validate()?;
         let kvm = Kvm::new().map_err(|e| VmError::Kvm("open /dev/kvm", e))?;
         let vm_fd = kvm
@@ -146,6 +147,7 @@ impl Vm {
             mem: mem.clone(),
             doorbell: devices.doorbell,
             profiler: profiler.clone(),
+            entry_stamp,
         };
 
         let supported = kvm

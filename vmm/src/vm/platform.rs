@@ -49,6 +49,7 @@ pub fn create_devices(
         SerialOutput::Stdout => Box::new(std::io::stdout()),
         SerialOutput::File(p) => output_file(p)?,
         SerialOutput::Null => Box::new(std::io::sink()),
+        SerialOutput::Buffer(b) => Box::new(b.clone()),
     };
     let irq = EventFd::new(EFD_NONBLOCK).map_err(|e| VmError::Host("an eventfd", e))?;
     vm_fd

@@ -1,5 +1,6 @@
 //! Running a VM to its outcome: start the vCPUs, run the event loop, stop and join, report.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::event_loop::{run_until_stopped, LoopParams};
@@ -7,12 +8,15 @@ use super::signals::StopSignals;
 use super::{Vm, VmError};
 use crate::boot::Protocol;
 use crate::config::VmConfig;
-use crate::outcome::RunOutcome;
+use crate::outcome::{RunOutcome, StopSignal};
 use crate::profiler::stats::{total, StatsSnapshot};
 use crate::profiler::ObjectResult;
+use crate::profiler::Profiler;
 use crate::sampler;
 use crate::vcpu::kick;
+use crate::vcpu::stamp::EntryStamp;
 use crate::vcpu::stats::{ExitCounters, ExitKind};
+use crate::vcpu::VcpuRequester;
 
 /// One vCPU's exits.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -118,8 +122,38 @@ fn profile_line(p: &StatsSnapshot) -> String {
     )
 }
 
+/// What a controller thread can reach in a running VM.
+pub struct VmControl {
+    /// Ends the run; a controller returns once it is requested.
+    pub stop: Arc<StopSignal>,
+    /// Profile objects and counters.
+    pub profiler: Arc<Profiler>,
+    /// The vCPUs, to kick or signal.
+    pub vcpus: Vec<VcpuRequester>,
+    /// Guest-entry stamps, when the hooks asked for them.
+    pub entry_stamp: Option<Arc<EntryStamp>>,
+}
+
+/// A function run on its own thread while the VM runs.
+pub type Controller = Box<dyn FnOnce(VmControl) + Send>;
+
+/// Extra ways to observe and drive a run.
+#[derive(Default)]
+pub struct RunHooks {
+    /// Stamp every guest entry (benchmarks).
+    pub entry_stamp: Option<Arc<EntryStamp>>,
+    /// Runs on its own thread once the vCPUs have started; it must return once the stop
+    /// signal is requested (by itself or anything else).
+    pub controller: Option<Controller>,
+}
+
 /// Builds the VM for `config`, runs it until it ends, and reports how it went.
 pub fn run(config: &VmConfig) -> Result<RunReport, VmError> {
+    run_with(config, RunHooks::default())
+}
+
+/// As [`run`], with hooks.
+pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError> {
     let started = Instant::now();
     // Block SIGINT/SIGTERM before any thread exists, so every thread inherits the mask.
     let signals = StopSignals::block_and_open().map_err(|e| VmError::Host("a signalfd", e))?;
@@ -135,7 +169,7 @@ pub fn run(config: &VmConfig) -> Result<RunReport, VmError> {
             std::io::Error::from_raw_os_error(e.errno()),
         )
     })?;
-    let vm = Vm::new(config)?;
+    let vm = Vm::new(config, hooks.entry_stamp.clone())?;
     let protocol = vm.boot.protocol;
     let Vm {
         vm_fd,
@@ -158,6 +192,27 @@ pub fn run(config: &VmConfig) -> Result<RunReport, VmError> {
         }
     }
     profiler.attach_vcpus(handles.iter().map(|h| h.requester()).collect());
+    let controller = match (hooks.controller, &start_error) {
+        (Some(f), None) => {
+            let control = VmControl {
+                stop: stop.clone(),
+                profiler: profiler.clone(),
+                vcpus: handles.iter().map(|h| h.requester()).collect(),
+                entry_stamp: hooks.entry_stamp,
+            };
+            let spawned = std::thread::Builder::new()
+                .name("controller".into())
+                .spawn(move || f(control));
+            match spawned {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    start_error = Some(VmError::Host("the controller thread", e));
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
     if start_error.is_none() {
         let params = LoopParams {
             stop: stop.clone(),
@@ -175,6 +230,11 @@ pub fn run(config: &VmConfig) -> Result<RunReport, VmError> {
         stop.request(RunOutcome::HostError("could not start every vCPU".into()));
     }
 
+    if let Some(t) = controller {
+        if t.join().is_err() {
+            log::error!("the controller thread panicked");
+        }
+    }
     let vcpus: Vec<VcpuSummary> = handles
         .into_iter()
         .enumerate()

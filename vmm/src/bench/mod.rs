@@ -1,0 +1,300 @@
+//! `hvprof bench`: the costs of hvprof's two hot paths, each against a baseline measured in the
+//! same run on the same host, so the ratios mean something on any machine.
+//!
+//! * Sample path. The reference guest (`scenario=bench`) starts a profile over a CPL3 spin
+//!   loop and spins. A controller thread signals vCPU 0 and times how long until the vCPU is
+//!   back in KVM_RUN: with the kick signal (the bare baseline: out of KVM_RUN and straight back
+//!   in) and with the sampling-timer signal (hvprof's full sample path: the tick, the overrun
+//!   count, the registers, attribution under the read lock, the counter increments in guest
+//!   memory and the VMM's copy). The two kinds alternate in rounds; medians are compared.
+//! * Hypercall path. The guest times, with RDTSC at CPL0, a bare port-I/O exit (OUT to an
+//!   unclaimed port) and a full hypercall round trip (QUERY_INTERVAL rung through the
+//!   doorbell), minus the measurement's own overhead.
+
+mod stats;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::{SerialOutput, SharedBuffer, VmConfig};
+use crate::outcome::RunOutcome;
+use crate::sampler::sample_signal;
+use crate::vcpu::kick::kick_signal;
+use crate::vcpu::stamp::EntryStamp;
+use crate::vm::{run_with, RunHooks, VmControl, VmError};
+use stats::{median, percentile};
+
+/// Benchmark parameters.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// Kicks of each kind per round.
+    pub kicks: usize,
+    /// Rounds (the kinds alternate, each round in the opposite order).
+    pub rounds: usize,
+    /// Pause between kicks, so the guest runs between them.
+    pub gap: Duration,
+    /// Give up on the guest after this long.
+    pub timeout: Duration,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            kicks: 500,
+            rounds: 6,
+            gap: Duration::from_micros(200),
+            timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// What the benchmark measured. Times in nanoseconds.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BenchReport {
+    /// Full sample path / bare kick, medians.
+    pub sample_ratio: f64,
+    /// Full hypercall / bare port-I/O exit, medians net of measurement overhead.
+    pub hypercall_ratio: f64,
+    /// Bare kick to re-entry, median.
+    pub kick_bare_ns: f64,
+    /// Full sample path to re-entry, median.
+    pub kick_full_ns: f64,
+    /// 90th percentiles of the same.
+    pub kick_bare_p90_ns: f64,
+    /// 90th percentile of the full path.
+    pub kick_full_p90_ns: f64,
+    /// Bare port-I/O exit round trip, as the guest sees it.
+    pub io_exit_ns: f64,
+    /// Hypercall round trip, as the guest sees it.
+    pub hypercall_ns: f64,
+    /// Kicks measured of each kind.
+    pub kicks: usize,
+    /// Kicks that did not come back within the limit (not counted).
+    pub kicks_timed_out: usize,
+    /// Samples the VMM took during the run (the full-path kicks plus timer ticks).
+    pub samples: u64,
+}
+
+impl BenchReport {
+    /// The report as a JSON object.
+    pub fn to_json(&self) -> String {
+        format!(
+            "{{\"sample_ratio\": {:.4}, \"hypercall_ratio\": {:.4}, \"kick_bare_ns\": {:.0}, \
+             \"kick_full_ns\": {:.0}, \"kick_bare_p90_ns\": {:.0}, \"kick_full_p90_ns\": {:.0}, \
+             \"io_exit_ns\": {:.0}, \"hypercall_ns\": {:.0}, \"kicks\": {}, \
+             \"kicks_timed_out\": {}, \"samples\": {}}}",
+            self.sample_ratio,
+            self.hypercall_ratio,
+            self.kick_bare_ns,
+            self.kick_full_ns,
+            self.kick_bare_p90_ns,
+            self.kick_full_p90_ns,
+            self.io_exit_ns,
+            self.hypercall_ns,
+            self.kicks,
+            self.kicks_timed_out,
+            self.samples
+        )
+    }
+}
+
+/// Why the benchmark could not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The VM could not run.
+    #[error(transparent)]
+    Vm(#[from] VmError),
+    /// The guest did not report what the benchmark needs.
+    #[error("the reference guest did not {0}; its output:\n{1}")]
+    Guest(&'static str, String),
+}
+
+/// The guest's hypercall timing line.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct GuestTimes {
+    empty: f64,
+    io: f64,
+    hypercall: f64,
+    tsc_khz: f64,
+}
+
+fn parse_guest_times(text: &str) -> Option<GuestTimes> {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("refguest: bench hypercall "))?;
+    let field = |name: &str| -> Option<f64> {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))?
+            .parse::<u64>()
+            .ok()
+            .map(|v| v as f64)
+    };
+    Some(GuestTimes {
+        empty: field("empty_cycles")?,
+        io: field("io_cycles")?,
+        hypercall: field("hypercall_cycles")?,
+        tsc_khz: field("tsc_khz").filter(|k| *k > 0.0)?,
+    })
+}
+
+/// Waits until `cond` holds on the guest's output, the run ends, or `deadline` passes.
+fn wait_for(
+    serial: &SharedBuffer,
+    control: &VmControl,
+    deadline: Instant,
+    cond: impl Fn(&str) -> bool,
+) -> bool {
+    while Instant::now() < deadline && !control.stop.is_requested() {
+        if cond(&serial.text()) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+/// Signals vCPU 0 with `sig` and returns the time until it re-entered the guest.
+fn time_one(control: &VmControl, stamp: &EntryStamp, sig: i32) -> Option<u64> {
+    let vcpu = &control.vcpus[0];
+    let t0 = stamp.now_ns();
+    vcpu.signal(sig);
+    let limit = Instant::now() + Duration::from_millis(50);
+    loop {
+        let last = stamp.last();
+        if last > t0 {
+            return Some(last - t0);
+        }
+        if Instant::now() > limit {
+            return None;
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Kick timings: bare and full, and how many timed out.
+type Timings = (Vec<u64>, Vec<u64>, usize);
+
+fn measure_kicks(control: &VmControl, stamp: &EntryStamp, opts: &BenchOptions) -> Timings {
+    let (mut bare, mut full, mut lost) = (Vec::new(), Vec::new(), 0);
+    for round in 0..opts.rounds {
+        let order = if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for full_path in order {
+            let sig = if full_path {
+                sample_signal()
+            } else {
+                kick_signal()
+            };
+            for _ in 0..opts.kicks {
+                if control.stop.is_requested() {
+                    return (bare, full, lost);
+                }
+                match time_one(control, stamp, sig) {
+                    Some(ns) if full_path => full.push(ns),
+                    Some(ns) => bare.push(ns),
+                    None => lost += 1,
+                }
+                std::thread::sleep(opts.gap);
+            }
+        }
+    }
+    (bare, full, lost)
+}
+
+/// Runs the benchmark on the bundled reference guest.
+pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
+    let serial = SharedBuffer::default();
+    let mut config = VmConfig::new(crate::demo::kernel_spec("scenario=bench"));
+    config.serial = SerialOutput::Buffer(serial.clone());
+    config.serial_input = false;
+    config.timeout = Some(opts.timeout);
+    let stamp = Arc::new(EntryStamp::default());
+    let result = Arc::new(std::sync::Mutex::new(None));
+
+    let (o, s, r) = (opts.clone(), serial.clone(), result.clone());
+    let controller = Box::new(move |control: VmControl| {
+        let deadline = Instant::now() + o.timeout;
+        let ready = wait_for(&s, &control, deadline, |t| {
+            parse_guest_times(t).is_some() && t.contains("refguest: bench profile started")
+        });
+        if ready {
+            let stamp = control
+                .entry_stamp
+                .clone()
+                .expect("the bench asks for entry stamps");
+            std::thread::sleep(Duration::from_millis(100));
+            let timings = measure_kicks(&control, &stamp, &o);
+            *r.lock().unwrap_or_else(|e| e.into_inner()) = Some(timings);
+        }
+        control
+            .stop
+            .request(RunOutcome::Stopped("hvprof bench".into()));
+    });
+    let report = run_with(
+        &config,
+        RunHooks {
+            entry_stamp: Some(stamp),
+            controller: Some(controller),
+        },
+    )?;
+
+    let text = serial.text();
+    let times = parse_guest_times(&text)
+        .ok_or_else(|| BenchError::Guest("report its hypercall timings", text.clone()))?;
+    let (bare, full, lost) = result
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .ok_or_else(|| BenchError::Guest("start its profile and spin", text.clone()))?;
+    if bare.is_empty() || full.is_empty() {
+        return Err(BenchError::Guest(
+            "keep running while the kicks were timed",
+            text,
+        ));
+    }
+    let ns_per_cycle = 1e6 / times.tsc_khz;
+    let io_net = (times.io - times.empty).max(1.0);
+    let hc_net = (times.hypercall - times.empty).max(1.0);
+    let (kb, kf) = (median(&bare), median(&full));
+    Ok(BenchReport {
+        sample_ratio: kf / kb,
+        hypercall_ratio: hc_net / io_net,
+        kick_bare_ns: kb,
+        kick_full_ns: kf,
+        kick_bare_p90_ns: percentile(&bare, 90),
+        kick_full_p90_ns: percentile(&full, 90),
+        io_exit_ns: io_net * ns_per_cycle,
+        hypercall_ns: hc_net * ns_per_cycle,
+        kicks: bare.len().min(full.len()),
+        kicks_timed_out: lost,
+        samples: crate::profiler::stats::total(&report.profile_stats).samples,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guest_times_line_is_parsed() {
+        let text = "refguest: boot\nrefguest: bench hypercall empty_cycles=100 io_cycles=2100 \
+                    hypercall_cycles=2300 tsc_khz=2000000 n=2000\n";
+        let t = parse_guest_times(text).unwrap();
+        assert_eq!(
+            t,
+            GuestTimes {
+                empty: 100.0,
+                io: 2100.0,
+                hypercall: 2300.0,
+                tsc_khz: 2e6
+            }
+        );
+        assert_eq!(
+            parse_guest_times("refguest: bench hypercall io_cycles=1"),
+            None
+        );
+    }
+}

@@ -1,0 +1,30 @@
+//! Order statistics of timing samples.
+
+/// The `pct` percentile (0..=100) of `v` by nearest rank; 0 for an empty slice.
+pub fn percentile(v: &[u64], pct: usize) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_unstable();
+    let Some(last) = s.len().checked_sub(1) else {
+        return 0.0;
+    };
+    let i = (last * pct.min(100) + 50) / 100;
+    // Timing samples in nanoseconds are far below 2^52, where f64 is exact.
+    s[i] as f64
+}
+
+/// The median of `v`.
+pub fn median(v: &[u64]) -> f64 {
+    percentile(v, 50)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_and_percentiles() {
+        assert_eq!(median(&[5, 1, 3]), 3.0);
+        assert_eq!(percentile(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 90), 9.0);
+        assert_eq!(median(&[]), 0.0);
+    }
+}
