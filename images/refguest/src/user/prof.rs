@@ -2,8 +2,10 @@
 //!
 //! The functions whose samples the scenarios count are written in assembly so that their
 //! address ranges are exact: each starts 64-byte aligned (so no 16-byte bucket holds two of
-//! them) and has an `<name>_end` label after its last byte. Each is the same register loop,
-//! `n` iterations, so its cost is proportional to `n`.
+//! them) and has an `<name>_end` label after its last byte. Each is also declared
+//! `.type <name>, @function` with `.size <name>, <name>_end - <name>`, so the ELF symbol table
+//! has them as FUNC symbols with their real sizes and profilers symbolise samples in them.
+//! Each is the same register loop, `n` iterations, so its cost is proportional to `n`.
 //!
 //! `main` is a phase runner: it calls one work function over and over until each phase's TSC
 //! deadline, and optionally makes the CONTROL system call after each phase so the kernel can
@@ -20,6 +22,7 @@ core::arch::global_asm!(
     .macro SPIN name
     .p2align 6
     .global \name
+    .type \name, @function
 \name:
     mov %rdi, %rcx
     xor %eax, %eax
@@ -32,6 +35,7 @@ core::arch::global_asm!(
 2:  ret
     .global \name\()_end
 \name\()_end:
+    .size \name, \name\()_end - \name
     .endm
 
     SPIN shares_f1
@@ -46,6 +50,7 @@ core::arch::global_asm!(
     /* One round of the shares workload: f1(n), f2(2n), f4(4n). */
     .p2align 6
     .global shares_round
+    .type shares_round, @function
 shares_round:
     push %rbx
     mov %rdi, %rbx
@@ -56,6 +61,9 @@ shares_round:
     call shares_f4
     pop %rbx
     ret
+    .global shares_round_end
+shares_round_end:
+    .size shares_round, shares_round_end - shares_round
     .text
     "#,
     options(att_syntax)
