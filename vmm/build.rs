@@ -39,7 +39,9 @@ fn should_scrub(name: &str) -> bool {
     SCRUB.contains(&name) || (name.starts_with("CARGO_") && !KEEP_CARGO.contains(&name))
 }
 
-fn rerun_if_changed(guest: &Path) {
+/// Reruns this script (and so the nested build) when the guest or one of its path
+/// dependencies changes: `guest-agent` and, through it, `profile-core`.
+fn rerun_if_changed(guest: &Path, path_deps: &[PathBuf]) {
     for entry in [
         "Cargo.toml",
         "Cargo.lock",
@@ -50,19 +52,34 @@ fn rerun_if_changed(guest: &Path) {
     ] {
         println!("cargo:rerun-if-changed={}", guest.join(entry).display());
     }
+    for dep in path_deps {
+        for entry in ["Cargo.toml", "src"] {
+            println!("cargo:rerun-if-changed={}", dep.join(entry).display());
+        }
+    }
 }
 
 fn main() {
     let manifest_dir =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let guest = manifest_dir
-        .join("..")
+    let root = manifest_dir.join("..");
+    let guest = root
         .join("images")
         .join("refguest")
         .canonicalize()
         .expect("images/refguest exists next to vmm/");
-    rerun_if_changed(&guest);
+    // The guest's path dependencies (images/refguest/Cargo.toml: guest-agent, which depends on
+    // profile-core).
+    let path_deps: Vec<PathBuf> = ["guest-agent", "profile-core"]
+        .iter()
+        .map(|dir| {
+            root.join(dir)
+                .canonicalize()
+                .unwrap_or_else(|e| panic!("{dir} exists next to vmm/: {e}"))
+        })
+        .collect();
+    rerun_if_changed(&guest, &path_deps);
 
     let target_dir = out_dir.join("refguest-target");
     let cargo = env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
