@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod acpi;
+pub mod api;
 pub mod arch;
 pub mod bench;
 pub mod boot;
@@ -17,5 +18,6 @@ pub mod outcome;
 pub mod profiler;
 pub mod report;
 pub mod sampler;
+pub mod session;
 pub mod vcpu;
 pub mod vm;

@@ -60,6 +60,9 @@ struct VmArgs {
     /// End the run (exit status 8) after this many seconds.
     #[arg(long)]
     timeout: Option<f64>,
+    /// Serve the control API (HTTP + JSON) on this Unix socket, for its owner only.
+    #[arg(long)]
+    api_socket: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -154,6 +157,11 @@ fn main() -> ExitCode {
         .format_timestamp(None)
         .init();
 
+    let api_socket = match &cli.command {
+        Command::Run(a) => a.vm.api_socket.clone(),
+        Command::Demo(a) => a.vm.api_socket.clone(),
+        Command::Bench(_) => None,
+    };
     let (config, demo) = match cli.command {
         Command::Bench(a) => return bench(&a),
         Command::Run(a) => {
@@ -170,7 +178,19 @@ fn main() -> ExitCode {
         }
     };
 
-    match vmm::vm::run(&config) {
+    let mut hooks = vmm::vm::RunHooks::default();
+    if let Some(path) = &api_socket {
+        match vmm::api::ApiSocket::bind(path) {
+            Ok(socket) => hooks
+                .controllers
+                .push(Box::new(move |control| socket.serve(control))),
+            Err(e) => {
+                eprintln!("hvprof: error: {:#}", anyhow::Error::from(e));
+                return exit_code(STATUS_CONFIG_ERROR);
+            }
+        }
+    }
+    match vmm::vm::run_with(&config, hooks) {
         Ok(report) => {
             if !report.results.is_empty() {
                 let symbols = vmm::report::Symbols::for_kernel(&config.kernel);

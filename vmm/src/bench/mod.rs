@@ -237,7 +237,8 @@ pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
         &config,
         RunHooks {
             entry_stamp: Some(stamp),
-            controller: Some(controller),
+            controllers: vec![controller],
+            ..Default::default()
         },
     )?;
 

@@ -7,6 +7,7 @@
 //! none will again: its pinned pages are released and never written after that point.
 
 mod calls;
+pub mod host;
 pub mod pin;
 pub mod stats;
 pub mod walk;
@@ -24,6 +25,7 @@ use profile_core::{
 use vm_memory::GuestMemoryMmap;
 
 pub use calls::{CpuState, FEATURES};
+use host::{HostProfile, HostProfileError, HostProfileResult, HostProfileSpec};
 use pin::PinnedBuffer;
 use stats::{bump, StatsSnapshot, VcpuProfileStats};
 
@@ -60,12 +62,13 @@ pub struct Profiler {
     generation: AtomicU64,
     requesters: OnceLock<Vec<VcpuRequester>>,
     results: Mutex<BTreeMap<ObjectId, ObjectResult>>,
+    host: RwLock<Vec<HostProfile>>,
 }
 
 /// Per-vCPU profiling state.
 #[derive(Default)]
 struct VcpuSlot {
-    /// Started ProfileTime objects whose affinity includes this vCPU.
+    /// Started ProfileTime objects and running host profiles that sample this vCPU.
     coverage: AtomicU32,
     /// `coverage > 0`: the sampling timer must run.
     sampled: AtomicBool,
@@ -109,6 +112,7 @@ impl Profiler {
             generation: AtomicU64::new(0),
             requesters: OnceLock::new(),
             results: Mutex::new(BTreeMap::new()),
+            host: RwLock::new(Vec::new()),
         })
     }
 
@@ -123,6 +127,18 @@ impl Profiler {
     /// The ProfileTime interval in force, in 100 ns units.
     pub fn time_interval(&self) -> u32 {
         self.read().query_interval(ProfileSource::TIME)
+    }
+
+    /// Sets the ProfileTime interval (100 ns units, clamped) as the host, as
+    /// NtSetIntervalProfile would; returns the value in force.
+    pub fn set_time_interval(&self, interval: u32) -> u32 {
+        let set = self.write().set_interval(
+            profile_core::CallerRights::KERNEL,
+            ProfileSource::TIME,
+            interval,
+        );
+        self.timers_changed();
+        set.unwrap_or_else(|_| self.time_interval())
     }
 
     /// Number of vCPUs.
@@ -178,10 +194,14 @@ impl Profiler {
             source: ProfileSource::TIME,
         };
         let n = self.read().record(&sample, &mut PinSink);
+        let mut host = 0u64;
+        for p in self.host.read().unwrap_or_else(|e| e.into_inner()).iter() {
+            host += u64::from(p.record(v, cpu.rip, cpu.paging.cr3));
+        }
         bump(&slot.stats.samples, 1);
-        if n > 0 {
+        if n > 0 || host > 0 {
             bump(&slot.stats.attributed, 1);
-            bump(&slot.stats.counts, u64::from(n));
+            bump(&slot.stats.counts, u64::from(n) + host);
         }
         let vector = slot.vector.load(Ordering::Relaxed);
         if vector != 0 {
@@ -205,30 +225,85 @@ impl Profiler {
     }
 
     /// Adds (`started` true) or removes a started object's claim on the sampling timers of
-    /// the vCPUs in its affinity, re-arming the timers whose need changed. Called under the
-    /// manager's write lock, so the per-vCPU counts change one object at a time.
+    /// the vCPUs in its affinity. Called under the manager's write lock.
     fn cover(&self, config: &ObjectConfig, started: bool) {
-        if config.source != ProfileSource::TIME {
-            return;
+        if config.source == ProfileSource::TIME {
+            self.claim_timers(
+                |v| {
+                    config
+                        .affinity
+                        .contains(u32::try_from(v).unwrap_or(u32::MAX))
+                },
+                started,
+            );
         }
+    }
+
+    /// Adds or removes one claim on the sampling timers of the vCPUs `covers` selects, and
+    /// re-arms the timers whose need changed.
+    fn claim_timers(&self, covers: impl Fn(usize) -> bool, add: bool) {
         let mut changed = false;
-        for (v, slot) in self.vcpus.iter().enumerate() {
-            if !config
-                .affinity
-                .contains(u32::try_from(v).unwrap_or(u32::MAX))
-            {
-                continue;
-            }
-            let before = if started {
+        for (_, slot) in self.vcpus.iter().enumerate().filter(|(v, _)| covers(*v)) {
+            let before = if add {
                 slot.coverage.fetch_add(1, Ordering::Relaxed)
             } else {
                 slot.coverage.fetch_sub(1, Ordering::Relaxed)
             };
-            let now_sampled = if started { true } else { before > 1 };
+            let now_sampled = add || before > 1;
             changed |= slot.sampled.swap(now_sampled, Ordering::Relaxed) != now_sampled;
         }
         if changed {
             self.timers_changed();
+        }
+    }
+
+    /// Starts a host-side profile; returns its id.
+    pub fn start_host_profile(&self, spec: HostProfileSpec) -> Result<u32, HostProfileError> {
+        spec.validate()?;
+        let mut host = self.host.write().unwrap_or_else(|e| e.into_inner());
+        let id = u32::try_from(host.len() + 1).unwrap_or(u32::MAX);
+        let profile = HostProfile::new(id, spec, self.vcpus.len());
+        self.claim_timers(|v| profile.samples_vcpu(v), true);
+        host.push(profile);
+        Ok(id)
+    }
+
+    /// Stops host profile `id`; its counts stay readable.
+    pub fn stop_host_profile(&self, id: u32) -> Result<(), HostProfileError> {
+        let mut host = self.host.write().unwrap_or_else(|e| e.into_inner());
+        let p = host
+            .iter_mut()
+            .find(|p| p.id == id)
+            .ok_or(HostProfileError::Unknown(id))?;
+        if !p.running {
+            return Err(HostProfileError::Stopped(id));
+        }
+        self.claim_timers(|v| p.samples_vcpu(v), false);
+        p.running = false;
+        Ok(())
+    }
+
+    /// Every host profile's counts so far.
+    pub fn host_results(&self) -> Vec<HostProfileResult> {
+        let host = self.host.read().unwrap_or_else(|e| e.into_inner());
+        host.iter()
+            .map(|p| HostProfileResult {
+                id: p.id,
+                spec: p.spec.clone(),
+                running: p.running,
+                counts: p.counts(),
+            })
+            .collect()
+    }
+
+    /// Stops every running host profile (VM exit).
+    fn stop_host_profiles(&self) {
+        let ids: Vec<u32> = {
+            let host = self.host.read().unwrap_or_else(|e| e.into_inner());
+            host.iter().filter(|p| p.running).map(|p| p.id).collect()
+        };
+        for id in ids {
+            let _ = self.stop_host_profile(id);
         }
     }
 
@@ -246,9 +321,10 @@ impl Profiler {
         }
     }
 
-    /// Stops and closes every object of the guest (VM exit, guest reset) and keeps their
-    /// results.
+    /// Stops and closes every object of the guest and every host profile (VM exit, guest
+    /// reset) and keeps their results.
     pub fn close_all(&self) {
+        self.stop_host_profiles();
         let mut manager = self.write();
         let handles: Vec<_> = manager
             .objects()

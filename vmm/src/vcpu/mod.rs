@@ -68,6 +68,10 @@ pub fn guest_is_hung(probes: &[Probe]) -> bool {
 pub enum Request {
     /// Report the vCPU's state on the channel.
     Probe(Sender<Probe>),
+    /// Stop running the guest until `Resume`; the vCPU index is sent once it is paused.
+    Pause(Sender<usize>),
+    /// Run the guest again after `Pause`.
+    Resume,
     /// Leave the run loop.
     Stop,
 }
@@ -191,6 +195,12 @@ impl Vcpu {
                     // The requester may have given up waiting; that is fine.
                     let _ = reply.send(self.probe());
                 }
+                Request::Pause(ack) => {
+                    if let State::Exited = self.paused(&ack) {
+                        return State::Exited;
+                    }
+                }
+                Request::Resume => {}
                 Request::Stop => return State::Exited,
             }
         }
@@ -247,6 +257,27 @@ impl Vcpu {
                 })
             }
         }
+    }
+
+    /// The paused state: outside KVM_RUN, serving requests until `Resume` or `Stop`.
+    fn paused(&mut self, ack: &Sender<usize>) -> State {
+        let _ = ack.send(self.index);
+        loop {
+            match self.requests.recv() {
+                Ok(Request::Resume) => break,
+                Ok(Request::Pause(again)) => {
+                    let _ = again.send(self.index);
+                }
+                Ok(Request::Probe(reply)) => {
+                    let _ = reply.send(self.probe());
+                }
+                Ok(Request::Stop) | Err(_) => return State::Exited,
+            }
+        }
+        // Ticks and kicks that arrived while paused sample nothing: the guest did not run.
+        let _ = sampler::take_ticks();
+        self.fd.set_kvm_immediate_exit(0);
+        State::Running
     }
 
     /// Runs a hypercall this vCPU rang during the exit just handled, before re-entering the

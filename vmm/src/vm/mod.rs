@@ -58,6 +58,9 @@ pub enum VmError {
     /// The profiler could not be set up.
     #[error(transparent)]
     Profiler(#[from] ProfilerError),
+    /// A host-side profile could not start.
+    #[error("cannot start the host-side profile")]
+    HostProfile(#[source] crate::profiler::host::HostProfileError),
     /// The serial or debugcon output file.
     #[error("cannot create {}", .0.display())]
     OutputFile(PathBuf, #[source] std::io::Error),
@@ -70,7 +73,10 @@ impl VmError {
     /// The process exit status for this error: 2 for what the user can fix, 12 for the host.
     pub fn exit_status(&self) -> i32 {
         match self {
-            VmError::Config(_) | VmError::Boot(_) | VmError::OutputFile(..) => STATUS_CONFIG_ERROR,
+            VmError::Config(_)
+            | VmError::Boot(_)
+            | VmError::OutputFile(..)
+            | VmError::HostProfile(_) => STATUS_CONFIG_ERROR,
             VmError::Memory(MemoryError::TooSmall(_)) => STATUS_CONFIG_ERROR,
             VmError::Acpi(AcpiError::TooManyCpus(_)) => STATUS_CONFIG_ERROR,
             _ => STATUS_HOST_ERROR,

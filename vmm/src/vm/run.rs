@@ -9,6 +9,7 @@ use super::{Vm, VmError};
 use crate::boot::Protocol;
 use crate::config::VmConfig;
 use crate::outcome::{RunOutcome, StopSignal};
+use crate::profiler::host::{HostProfileResult, HostProfileSpec};
 use crate::profiler::stats::{total, StatsSnapshot};
 use crate::profiler::ObjectResult;
 use crate::profiler::Profiler;
@@ -54,6 +55,8 @@ pub struct RunReport {
     pub profile_stats: Vec<StatsSnapshot>,
     /// Every profile object that ran, with the counts the VMM kept.
     pub results: Vec<ObjectResult>,
+    /// Every host-side profile, with its counts.
+    pub host_results: Vec<HostProfileResult>,
 }
 
 impl RunReport {
@@ -99,9 +102,10 @@ impl RunReport {
         let t = total(&self.profile_stats);
         if t.samples > 0 || t.hypercalls > 0 || !self.results.is_empty() {
             s.push_str(&format!(
-                "hvprof: profiling: {}, {} objects ran\n",
+                "hvprof: profiling: {}, {} guest objects and {} host profiles ran\n",
                 profile_line(&t),
-                self.results.len()
+                self.results.len(),
+                self.host_results.len()
             ));
         }
         s
@@ -142,9 +146,13 @@ pub type Controller = Box<dyn FnOnce(VmControl) + Send>;
 pub struct RunHooks {
     /// Stamp every guest entry (benchmarks).
     pub entry_stamp: Option<Arc<EntryStamp>>,
-    /// Runs on its own thread once the vCPUs have started; it must return once the stop
-    /// signal is requested (by itself or anything else).
-    pub controller: Option<Controller>,
+    /// Each runs on its own thread once the vCPUs have started; each must return once the
+    /// stop signal is requested (by itself or anything else).
+    pub controllers: Vec<Controller>,
+    /// Host-side profiles to start with the VM.
+    pub host_profiles: Vec<HostProfileSpec>,
+    /// The ProfileTime interval to set before the guest runs (100 ns units).
+    pub interval: Option<u32>,
 }
 
 /// Builds the VM for `config`, runs it until it ends, and reports how it went.
@@ -192,27 +200,35 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
         }
     }
     profiler.attach_vcpus(handles.iter().map(|h| h.requester()).collect());
-    let controller = match (hooks.controller, &start_error) {
-        (Some(f), None) => {
+    if let Some(interval) = hooks.interval {
+        profiler.set_time_interval(interval);
+    }
+    for spec in hooks.host_profiles {
+        if let Err(e) = profiler.start_host_profile(spec) {
+            start_error.get_or_insert(VmError::HostProfile(e));
+        }
+    }
+    let mut controllers = Vec::new();
+    if start_error.is_none() {
+        for f in hooks.controllers {
             let control = VmControl {
                 stop: stop.clone(),
                 profiler: profiler.clone(),
                 vcpus: handles.iter().map(|h| h.requester()).collect(),
-                entry_stamp: hooks.entry_stamp,
+                entry_stamp: hooks.entry_stamp.clone(),
             };
             let spawned = std::thread::Builder::new()
                 .name("controller".into())
                 .spawn(move || f(control));
             match spawned {
-                Ok(t) => Some(t),
+                Ok(t) => controllers.push(t),
                 Err(e) => {
-                    start_error = Some(VmError::Host("the controller thread", e));
-                    None
+                    start_error = Some(VmError::Host("a controller thread", e));
+                    break;
                 }
             }
         }
-        _ => None,
-    };
+    }
     if start_error.is_none() {
         let params = LoopParams {
             stop: stop.clone(),
@@ -230,9 +246,9 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
         stop.request(RunOutcome::HostError("could not start every vCPU".into()));
     }
 
-    if let Some(t) = controller {
+    for t in controllers {
         if t.join().is_err() {
-            log::error!("the controller thread panicked");
+            log::error!("a controller thread panicked");
         }
     }
     let vcpus: Vec<VcpuSummary> = handles
@@ -244,6 +260,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
     profiler.close_all();
     let profile_stats = profiler.stats();
     let results = profiler.results();
+    let host_results = profiler.host_results();
     drop(profiler);
     drop(vm_fd);
     if let Some(e) = start_error {
@@ -259,5 +276,6 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
         vcpus,
         profile_stats,
         results,
+        host_results,
     })
 }

@@ -1,0 +1,196 @@
+//! The control API on a running reference guest: read the VM, start a host-side profile, pause
+//! (samples stop growing), resume, stop the profile, shut down; and nobody but the socket's
+//! owner gets in.
+
+#[path = "harness/mod.rs"]
+mod harness;
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use harness::{hvprof_run, TempDir};
+
+/// Sends one request and returns (status, body).
+fn call(socket: &Path, method: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
+    let mut s = UnixStream::connect(socket).expect("connect to the API socket");
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: hvprof\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let status = resp[9..12].parse().unwrap();
+    let json = resp.split("\r\n\r\n").nth(1).unwrap_or("null");
+    (
+        status,
+        serde_json::from_str(json).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+fn wait_for_socket(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "the API socket never appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn host_samples(socket: &Path, id: u64) -> u64 {
+    let (status, p) = call(socket, "GET", &format!("/v1/profiles/host/{id}"), "");
+    assert_eq!(status, 200, "{p}");
+    p["samples"].as_u64().unwrap()
+}
+
+#[test]
+fn api_pauses_profiles_and_shuts_down_a_running_vm() {
+    let dir = TempDir::new("api");
+    let socket = dir.join("api.sock");
+    let elf = Path::new(env!("HVPROF_REFGUEST_ELF"));
+    let sock = socket.to_str().unwrap();
+    let mut run = hvprof_run(
+        elf,
+        &[
+            "--cmdline",
+            "scenario=shares shares.ms=60000",
+            "--api-socket",
+            sock,
+        ],
+    )
+    .limit(Duration::from_secs(90))
+    .spawn();
+    wait_for_socket(&socket);
+    run.wait_for_stdout("refguest: scenario shares start", Duration::from_secs(30));
+
+    let (status, vm) = call(&socket, "GET", "/v1/vm", "");
+    assert_eq!(
+        (status, vm["state"].as_str()),
+        (200, Some("running")),
+        "{vm}"
+    );
+
+    // A host-side profile of the whole address space, 16-byte buckets.
+    let (status, created) = call(
+        &socket,
+        "POST",
+        "/v1/profiles/host",
+        r#"{"bucket_shift": 4}"#,
+    );
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let before_pause = host_samples(&socket, id);
+    assert!(before_pause > 0, "the host profile counted nothing");
+
+    // Paused: the guest does not run, so nothing is sampled.
+    assert_eq!(call(&socket, "PUT", "/v1/vm/pause", "").0, 200);
+    let paused_a = host_samples(&socket, id);
+    std::thread::sleep(Duration::from_millis(400));
+    let paused_b = host_samples(&socket, id);
+    assert_eq!(paused_a, paused_b, "samples grew while paused");
+    assert_eq!(call(&socket, "GET", "/v1/vm", "").1["state"], "paused");
+    assert_eq!(call(&socket, "PUT", "/v1/vm/pause", "").0, 409);
+
+    // Resumed: sampling continues.
+    assert_eq!(call(&socket, "PUT", "/v1/vm/resume", "").0, 200);
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(
+        host_samples(&socket, id) > paused_b,
+        "sampling did not resume"
+    );
+
+    let (status, stats) = call(&socket, "GET", "/v1/stats", "");
+    assert_eq!(status, 200);
+    assert!(stats["total"]["samples"].as_u64().unwrap() > 0, "{stats}");
+
+    assert_eq!(
+        call(&socket, "PUT", &format!("/v1/profiles/host/{id}/stop"), "").0,
+        200
+    );
+    assert_eq!(
+        call(&socket, "PUT", &format!("/v1/profiles/host/{id}/stop"), "").0,
+        409
+    );
+    assert_eq!(call(&socket, "GET", "/v1/profiles/host/99", "").0, 404);
+    assert_eq!(
+        call(&socket, "POST", "/v1/profiles/host", r#"{"bogus": 1}"#).0,
+        400
+    );
+    assert_eq!(call(&socket, "DELETE", "/v1/vm", "").0, 405);
+
+    assert_eq!(call(&socket, "PUT", "/v1/vm/shutdown", "").0, 200);
+    let out = run.wait();
+    out.assert_status(0);
+    out.assert_stderr_contains("stopped by the control API");
+    assert!(!socket.exists(), "the socket file is removed at exit");
+}
+
+#[test]
+fn api_socket_refuses_other_users() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "this test switches user and must run as root");
+    let dir = TempDir::new("api-owner");
+    let socket = dir.join("api.sock");
+    let elf = Path::new(env!("HVPROF_REFGUEST_ELF"));
+    let sock = socket.to_str().unwrap();
+    let run = hvprof_run(
+        elf,
+        &[
+            "--cmdline",
+            "scenario=shares shares.ms=60000",
+            "--api-socket",
+            sock,
+        ],
+    )
+    .limit(Duration::from_secs(60))
+    .spawn();
+    wait_for_socket(&socket);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    // Connect as nobody: the socket's mode refuses it.
+    assert_eq!(
+        connect_as_nobody(&socket),
+        libc::EACCES,
+        "another user could connect"
+    );
+    assert_eq!(call(&socket, "PUT", "/v1/vm/shutdown", "").0, 200);
+    run.wait().assert_status(0);
+}
+
+/// Forks, becomes uid/gid 65534 in the child, and tries to connect; returns the child's exit
+/// status: 0 if it connected, else the connect errno.
+fn connect_as_nobody(socket: &Path) -> i32 {
+    let path = std::ffi::CString::new(socket.to_str().unwrap()).unwrap();
+    // SAFETY: sockaddr_un is plain data.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::sa_family_t::try_from(libc::AF_UNIX).unwrap();
+    for (d, s) in addr.sun_path.iter_mut().zip(path.as_bytes()) {
+        *d = libc::c_char::from_ne_bytes([*s]);
+    }
+    // SAFETY: the child only makes async-signal-safe calls (setgid, setuid, socket, connect,
+    // _exit) on memory prepared before the fork.
+    unsafe {
+        let pid = libc::fork();
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                libc::_exit(100);
+            }
+            let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+            let len = u32::try_from(std::mem::size_of::<libc::sockaddr_un>()).unwrap();
+            let rc = libc::connect(fd, std::ptr::addr_of!(addr).cast(), len);
+            libc::_exit(if rc == 0 {
+                0
+            } else {
+                *libc::__errno_location()
+            });
+        }
+        let mut status = 0;
+        libc::waitpid(pid, &mut status, 0);
+        libc::WEXITSTATUS(status)
+    }
+}

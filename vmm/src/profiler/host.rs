@@ -1,0 +1,202 @@
+//! Host-side profiles: profiles the VMM owns, which need no agent in the guest. Each covers a
+//! range of guest-virtual addresses (by default the whole address space), optionally only one
+//! process (CR3) and some vCPUs, in buckets of 2^shift bytes. Counts live in VMM memory, one
+//! sparse map per vCPU (no lock is shared between vCPUs on the sample path), merged when read.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use profile_core::attribution::process_key;
+
+/// What a host-side profile samples.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostProfileSpec {
+    /// First address (inclusive).
+    pub start: u64,
+    /// Last address (inclusive), so the whole space is `0..=u64::MAX`.
+    pub last: u64,
+    /// log2 of the bucket size in bytes (0..=63).
+    pub bucket_shift: u32,
+    /// Only samples whose CR3 has this process key (PCID bits ignored).
+    pub cr3: Option<u64>,
+    /// Only these vCPUs (None: all).
+    pub vcpus: Option<Vec<usize>>,
+}
+
+impl HostProfileSpec {
+    /// The whole guest address space, all processes and vCPUs, in 16-byte buckets.
+    pub fn whole_space() -> Self {
+        HostProfileSpec {
+            start: 0,
+            last: u64::MAX,
+            bucket_shift: 4,
+            cr3: None,
+            vcpus: None,
+        }
+    }
+
+    /// Checks the values a user can get wrong.
+    pub fn validate(&self) -> Result<(), HostProfileError> {
+        if self.start > self.last {
+            return Err(HostProfileError::EmptyRange);
+        }
+        if self.bucket_shift > 63 {
+            return Err(HostProfileError::BucketShift(self.bucket_shift));
+        }
+        Ok(())
+    }
+
+    fn covers_vcpu(&self, v: usize) -> bool {
+        self.vcpus.as_ref().is_none_or(|set| set.contains(&v))
+    }
+
+    fn bucket(&self, pc: u64, cr3: u64) -> Option<u64> {
+        if pc < self.start || pc > self.last {
+            return None;
+        }
+        if self
+            .cr3
+            .is_some_and(|want| process_key(want) != process_key(cr3))
+        {
+            return None;
+        }
+        Some((pc - self.start) >> self.bucket_shift)
+    }
+}
+
+/// A bad host profile.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostProfileError {
+    /// Start after end.
+    #[error("the profile's range is empty")]
+    EmptyRange,
+    /// Bucket size.
+    #[error("bucket shift {0} is over 63")]
+    BucketShift(u32),
+    /// No such profile.
+    #[error("no host profile {0}")]
+    Unknown(u32),
+    /// It was stopped already.
+    #[error("host profile {0} is stopped")]
+    Stopped(u32),
+}
+
+/// A host profile's counts: bucket index -> samples.
+pub type SparseCounts = BTreeMap<u64, u64>;
+
+/// One host profile.
+pub(super) struct HostProfile {
+    pub(super) id: u32,
+    pub(super) spec: HostProfileSpec,
+    pub(super) running: bool,
+    per_vcpu: Vec<Mutex<SparseCounts>>,
+}
+
+impl HostProfile {
+    pub(super) fn new(id: u32, spec: HostProfileSpec, vcpus: usize) -> Self {
+        HostProfile {
+            id,
+            spec,
+            running: true,
+            per_vcpu: (0..vcpus)
+                .map(|_| Mutex::new(SparseCounts::new()))
+                .collect(),
+        }
+    }
+
+    /// True when samples of vCPU `v` may count.
+    pub(super) fn samples_vcpu(&self, v: usize) -> bool {
+        self.running && self.spec.covers_vcpu(v)
+    }
+
+    /// Counts a sample of vCPU `v`; true if it fell in the profile.
+    pub(super) fn record(&self, v: usize, pc: u64, cr3: u64) -> bool {
+        let (Some(bucket), Some(map)) = (self.spec.bucket(pc, cr3), self.per_vcpu.get(v)) else {
+            return false;
+        };
+        if !self.samples_vcpu(v) {
+            return false;
+        }
+        *map.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(bucket)
+            .or_default() += 1;
+        true
+    }
+
+    /// All vCPUs' counts merged.
+    pub(super) fn counts(&self) -> SparseCounts {
+        let mut all = SparseCounts::new();
+        for m in &self.per_vcpu {
+            for (b, c) in m.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                *all.entry(*b).or_default() += c;
+            }
+        }
+        all
+    }
+}
+
+/// A host profile's results.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostProfileResult {
+    /// Its id.
+    pub id: u32,
+    /// What it sampled.
+    pub spec: HostProfileSpec,
+    /// Still sampling.
+    pub running: bool,
+    /// Bucket index -> samples.
+    pub counts: SparseCounts,
+}
+
+impl HostProfileResult {
+    /// Samples counted.
+    pub fn total(&self) -> u64 {
+        self.counts.values().sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_space_counts_every_pc_per_bucket() {
+        let p = HostProfile::new(1, HostProfileSpec::whole_space(), 2);
+        assert!(p.record(0, 0x1000, 0));
+        assert!(p.record(1, 0x100f, 0));
+        assert!(p.record(1, u64::MAX, 0));
+        let c = p.counts();
+        assert_eq!(c.get(&0x100), Some(&2));
+        assert_eq!(c.get(&(u64::MAX >> 4)), Some(&1));
+    }
+
+    #[test]
+    fn range_process_and_vcpu_filters() {
+        let spec = HostProfileSpec {
+            start: 0x4000_0000,
+            last: 0x4000_0fff,
+            bucket_shift: 4,
+            cr3: Some(0x1000 | 0x5), // PCID bits are ignored
+            vcpus: Some(vec![1]),
+        };
+        let p = HostProfile::new(1, spec, 2);
+        assert!(!p.record(1, 0x3fff_ffff, 0x1000));
+        assert!(!p.record(1, 0x4000_1000, 0x1000));
+        assert!(!p.record(1, 0x4000_0010, 0x2000));
+        assert!(!p.record(0, 0x4000_0010, 0x1000));
+        assert!(p.record(1, 0x4000_0010, 0x1003));
+        assert_eq!(p.counts(), SparseCounts::from([(1, 1)]));
+    }
+
+    #[test]
+    fn bad_specs_are_refused() {
+        let mut s = HostProfileSpec::whole_space();
+        s.start = 10;
+        s.last = 9;
+        assert_eq!(s.validate(), Err(HostProfileError::EmptyRange));
+        let mut s = HostProfileSpec::whole_space();
+        s.bucket_shift = 64;
+        assert_eq!(s.validate(), Err(HostProfileError::BucketShift(64)));
+    }
+}
