@@ -1,0 +1,9 @@
+//! `hvprof compare`: per-symbol and per-bucket changes between two profiles, with a stated
+//! statistical test, a Markdown summary and JUnit XML; a significant regression above the
+//! threshold fails the comparison.
+
+pub mod render;
+pub mod stats;
+
+pub use render::{junit, markdown};
+pub use stats::{compare, Change, TestOptions};
