@@ -12,6 +12,7 @@ use crate::exit;
 use crate::sched::Table;
 
 mod affinity;
+mod bench;
 mod common;
 mod interrupts;
 mod interval;
@@ -49,6 +50,7 @@ static SCENARIOS: &[Scenario] = &[
     affinity::SCENARIO,
     interrupts::SCENARIO,
     stopped::SCENARIO,
+    bench::SCENARIO,
 ];
 static SELECTED: AtomicUsize = AtomicUsize::new(usize::MAX);
 
