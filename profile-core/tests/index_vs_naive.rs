@@ -1,7 +1,7 @@
 //! Property tests: the attribution index against the naive model (walk every object, apply
 //! Windows' rule), on random objects and samples with overlaps, range ends, chunk boundaries,
 //! affinities, wide objects (more than `MAX_SPAN` chunks, forced by small chunk sizes) and
-//! huge ranges near `u64::MAX`, under the adaptive chunk size and forced ones; the stabbing
+//! huge ranges near `u64::MAX`, crowded chunks (many nested objects under one key), under the adaptive chunk size and forced ones; the stabbing
 //! structure against brute force; the request parser against arbitrary bytes.
 
 use proptest::prelude::*;
@@ -71,6 +71,27 @@ fn obj() -> impl Strategy<Value = Obj> {
                 stop_after,
             },
         )
+}
+
+/// An object in a 1 MiB region, nested in or packed beside others (sizes 0 to 256 KiB).
+fn crowded_obj() -> impl Strategy<Value = Obj> {
+    (
+        0..3usize,
+        0u64..(1 << 20),
+        0u64..(1 << 18),
+        any::<bool>(),
+        prop::bool::weighted(0.3),
+    )
+        .prop_map(|(process, base, size, start, stop_after)| Obj {
+            process,
+            base: 0x7FF8_0000_0000 + (base & !0xFF),
+            size,
+            bucket: 4,
+            pmu: false,
+            groups: Vec::new(),
+            start: start || process == 0,
+            stop_after,
+        })
 }
 
 fn build(
@@ -229,6 +250,36 @@ proptest! {
                 compare(&m, &Sample { vcpu: 1, pc, process, source: ProfileSource::TIME })?;
             }
         }
+    }
+
+    #[test]
+    fn index_matches_naive_model_with_crowded_chunks(
+        objs in proptest::collection::vec(crowded_obj(), 3..120),
+        shift in prop_oneof![Just(None), Just(Some(12)), Just(Some(16)), Just(Some(20))],
+        stop_more in proptest::collection::vec(any::<bool>(), 120),
+    ) {
+        // Nested and packed objects in a 1 MiB region of two processes and the global table:
+        // chunks with three or more members (the index's crowded keys) that grow, shrink back
+        // to inline members and are rebuilt as objects start and stop.
+        let mut m = build(4, &objs, Layout::Auto, shift);
+        let owner = Owner(1);
+        let stats = m.index_stats();
+        let check = |m: &ObjectManager<ObjectId>| -> Result<(), TestCaseError> {
+            for pc in sample_pcs(&objs, stats.process_chunk_shift) {
+                for process in PROCESSES {
+                    compare(m, &Sample { vcpu: 2, pc, process, source: ProfileSource::TIME })?;
+                }
+            }
+            Ok(())
+        };
+        check(&m)?;
+        let handles: Vec<_> = m.objects().map(|(h, _)| h).collect();
+        for (h, stop) in handles.into_iter().zip(stop_more) {
+            if stop && m.object(owner, h).unwrap().is_started() {
+                m.stop(owner, h).unwrap();
+            }
+        }
+        check(&m)?;
     }
 
     #[test]

@@ -5,8 +5,10 @@
 //!   [`MAX_LOAD_NUM`]/[`MAX_LOAD_DEN`]; deletion shifts later entries back (no tombstones), so a
 //!   lookup stops at the first empty slot whatever the history of inserts and removals.
 //! * A slot is 16 bytes (four per cache line): the key's 64-bit hash and two members. A key
-//!   with more members keeps them all in a separate list (`spill`), which costs one more cache
-//!   line only for such crowded chunks.
+//!   with more members (a crowded chunk: nested or packed objects) keeps them in a separate
+//!   [`Crowd`]: the list plus a [`Stab`] over the members' ranges, so that a lookup yields only
+//!   the members whose range holds the PC (O(log k + hits), not O(k)) and never touches the
+//!   records of the others. It is rebuilt on each insert or remove under its key.
 //! * **Keys are identified by their hash.** Two keys with the same 64-bit hash share a slot, so
 //!   a lookup may return objects of the other key too: the caller checks each candidate's
 //!   process and range anyway, so the answer stays exact. For a fixed process key the hash is a
@@ -18,6 +20,8 @@
 
 use alloc::vec;
 use alloc::vec::Vec;
+
+use super::stab::{Layout, Stab};
 
 /// Grow when more than this fraction of slots is used...
 const MAX_LOAD_NUM: usize = 1;
@@ -63,6 +67,20 @@ impl Slot {
     }
 }
 
+/// The members of a crowded key (three or more), with a stabbing structure over their ranges.
+#[derive(Clone, Debug, Default)]
+struct Crowd {
+    ids: Vec<u32>,
+    stab: Stab,
+}
+
+impl Crowd {
+    fn rebuild<R: Fn(u32) -> (u64, u64)>(&mut self, range: R) {
+        let ranges: Vec<(u64, u64)> = self.ids.iter().map(|&id| range(id)).collect();
+        self.stab = Stab::build(&ranges, Layout::Auto);
+    }
+}
+
 /// The map. Keys are `(a, b)`: (process key, chunk) for per-process objects, (0, chunk) for
 /// global ones (which live in a map of their own).
 #[derive(Clone, Debug)]
@@ -74,7 +92,7 @@ pub(crate) struct ChunkMap {
     used: usize,
     /// Total members over all slots.
     members: usize,
-    spill: Vec<Vec<u32>>,
+    spill: Vec<Crowd>,
     spill_free: Vec<u32>,
 }
 
@@ -136,24 +154,63 @@ impl ChunkMap {
         }
     }
 
-    /// The members of `(a, b)` (empty if absent), possibly with members of other keys of the
-    /// same hash.
+    /// Calls `f` for the members of `(a, b)` (none if absent), possibly with members of other
+    /// keys of the same hash. A crowded key yields only the members whose range holds `pc`;
+    /// a key of one or two members yields them all.
     #[inline]
-    pub(crate) fn get(&self, a: u64, b: u64) -> &[u32] {
+    pub(crate) fn get<F: FnMut(u32)>(&self, a: u64, b: u64, pc: u64, mut f: F) {
         let i = match self.find(hash(a, b)) {
             Ok(i) => i,
-            Err(_) => return &[],
+            Err(_) => return,
         };
         let s = &self.slots[i];
         match s.spilled() {
-            None => &s.ids[..1 + usize::from(s.ids[1] != EMPTY)],
-            Some(at) => self.spill.get(at).map_or(&[][..], |v| v.as_slice()),
+            None => {
+                f(s.ids[0]);
+                if s.ids[1] != EMPTY {
+                    f(s.ids[1]);
+                }
+            }
+            Some(at) => {
+                if let Some(c) = self.spill.get(at) {
+                    c.stab.query(pc, |m| {
+                        if let Some(&id) = c.ids.get(m as usize) {
+                            f(id);
+                        }
+                    });
+                }
+            }
         }
     }
 
-    /// Adds `id` (at most [`MAX_ID`]) to the members of `(a, b)`. (The caller never adds an
-    /// id twice to one key.)
-    pub(crate) fn insert(&mut self, a: u64, b: u64, id: u32) {
+    /// Every member of `(a, b)` (tests).
+    #[cfg(test)]
+    fn all(&self, a: u64, b: u64) -> Vec<u32> {
+        match self.find(hash(a, b)) {
+            Err(_) => Vec::new(),
+            Ok(i) => match self.slots[i].spilled() {
+                None => self.slots[i]
+                    .ids
+                    .iter()
+                    .copied()
+                    .filter(|&m| m != EMPTY)
+                    .collect(),
+                Some(at) => self.spill[at].ids.clone(),
+            },
+        }
+    }
+
+    /// Adds `id` (at most [`MAX_ID`]) to the members of `(a, b)`; `range(id)` gives a member's
+    /// `[base, end)`, or `None` to leave a crowded key's structure for
+    /// [`ChunkMap::rebuild_crowds`] (bulk loading). (The caller never adds an id twice to one
+    /// key.)
+    pub(crate) fn insert<R: Fn(u32) -> (u64, u64)>(
+        &mut self,
+        a: u64,
+        b: u64,
+        id: u32,
+        range: Option<R>,
+    ) {
         debug_assert!(id <= MAX_ID);
         if (self.used + 1) * MAX_LOAD_DEN > self.slots.len() * MAX_LOAD_NUM {
             self.resize(self.slots.len() * 2);
@@ -173,11 +230,20 @@ impl ChunkMap {
         };
         let s = &mut self.slots[i];
         if let Some(at) = s.spilled() {
-            self.spill[at].push(id);
+            self.spill[at].ids.push(id);
+            if let Some(range) = range {
+                self.spill[at].rebuild(range);
+            }
         } else if s.ids[1] == EMPTY {
             s.ids[1] = id;
         } else {
-            let list = vec![s.ids[0], s.ids[1], id];
+            let mut list = Crowd {
+                ids: vec![s.ids[0], s.ids[1], id],
+                stab: Stab::default(),
+            };
+            if let Some(range) = range {
+                list.rebuild(range);
+            }
             let at = match self.spill_free.pop() {
                 Some(at) => {
                     self.spill[at as usize] = list;
@@ -192,8 +258,15 @@ impl ChunkMap {
         }
     }
 
-    /// Removes `id` from the members of `(a, b)`; false if it was not there.
-    pub(crate) fn remove(&mut self, a: u64, b: u64, id: u32) -> bool {
+    /// Removes `id` from the members of `(a, b)`; false if it was not there. `range` as for
+    /// [`ChunkMap::insert`].
+    pub(crate) fn remove<R: Fn(u32) -> (u64, u64)>(
+        &mut self,
+        a: u64,
+        b: u64,
+        id: u32,
+        range: R,
+    ) -> bool {
         let i = match self.find(hash(a, b)) {
             Ok(i) => i,
             Err(_) => return false,
@@ -201,14 +274,16 @@ impl ChunkMap {
         let s = &mut self.slots[i];
         if let Some(at) = s.spilled() {
             let list = &mut self.spill[at];
-            match list.iter().position(|&m| m == id) {
-                Some(pos) => list.swap_remove(pos),
+            match list.ids.iter().position(|&m| m == id) {
+                Some(pos) => list.ids.swap_remove(pos),
                 None => return false,
             };
-            if list.len() == 2 {
-                s.ids = [list[0], list[1]];
-                self.spill[at] = Vec::new();
+            if list.ids.len() == 2 {
+                s.ids = [list.ids[0], list.ids[1]];
+                self.spill[at] = Crowd::default();
                 self.spill_free.push(to_u32(at));
+            } else {
+                list.rebuild(range);
             }
         } else if s.ids[1] == id {
             s.ids[1] = EMPTY;
@@ -261,6 +336,13 @@ impl ChunkMap {
         }
     }
 
+    /// Builds every crowded key's structure (after inserts without ranges).
+    pub(crate) fn rebuild_crowds<R: Fn(u32) -> (u64, u64)>(&mut self, range: R) {
+        for c in self.spill.iter_mut().filter(|c| !c.ids.is_empty()) {
+            c.rebuild(&range);
+        }
+    }
+
     /// Occupied slots (distinct key hashes).
     pub(crate) fn keys(&self) -> usize {
         self.used
@@ -274,7 +356,11 @@ impl ChunkMap {
     /// Bytes of slots and spill lists.
     pub(crate) fn bytes(&self) -> usize {
         self.slots.len() * core::mem::size_of::<Slot>()
-            + self.spill.iter().map(|v| v.capacity() * 4).sum::<usize>()
+            + self
+                .spill
+                .iter()
+                .map(|c| c.ids.capacity() * 4 + c.stab.stored() * 12)
+                .sum::<usize>()
     }
 }
 
@@ -282,8 +368,20 @@ impl ChunkMap {
 mod tests {
     use super::*;
 
+    /// Test ranges: member `id` covers `[id * 10, id * 10 + 15)`.
+    fn range(id: u32) -> (u64, u64) {
+        (u64::from(id) * 10, u64::from(id) * 10 + 15)
+    }
+
     fn sorted(m: &ChunkMap, a: u64, b: u64) -> Vec<u32> {
-        let mut v = m.get(a, b).to_vec();
+        let mut v = m.all(a, b);
+        v.sort_unstable();
+        v
+    }
+
+    fn at(m: &ChunkMap, a: u64, b: u64, pc: u64) -> Vec<u32> {
+        let mut v = Vec::new();
+        m.get(a, b, pc, |id| v.push(id));
         v.sort_unstable();
         v
     }
@@ -298,23 +396,26 @@ mod tests {
     fn insert_spill_and_remove_back_to_inline() {
         let mut m = ChunkMap::default();
         for id in 0..10 {
-            m.insert(0x1000, 7, id);
+            m.insert(0x1000, 7, id, Some(range));
         }
         assert_eq!(sorted(&m, 0x1000, 7), (0..10).collect::<Vec<_>>());
-        assert_eq!(m.get(0x2000, 7), &[] as &[u32]);
+        assert_eq!(m.all(0x2000, 7), Vec::<u32>::new());
+        // Crowded: only the members whose range holds the PC.
+        assert_eq!(at(&m, 0x1000, 7, 42), vec![3, 4]);
+        assert_eq!(at(&m, 0x1000, 7, 500), Vec::<u32>::new());
         for id in (0..10).rev().step_by(2) {
-            assert!(m.remove(0x1000, 7, id));
+            assert!(m.remove(0x1000, 7, id, range));
         }
-        assert!(!m.remove(0x1000, 7, 9));
+        assert!(!m.remove(0x1000, 7, 9, range));
         assert_eq!(sorted(&m, 0x1000, 7), vec![0, 2, 4, 6, 8]);
         for id in [0, 2, 4] {
-            assert!(m.remove(0x1000, 7, id));
+            assert!(m.remove(0x1000, 7, id, range));
         }
         assert_eq!(sorted(&m, 0x1000, 7), vec![6, 8]);
         assert!(m.slots.iter().all(|s| s.is_free() || s.spilled().is_none()));
         assert_eq!(m.spill_free.len(), 1);
-        m.insert(0x1000, 7, 1);
-        m.insert(0x1000, 7, 3);
+        m.insert(0x1000, 7, 1, Some(range));
+        m.insert(0x1000, 7, 3, Some(range));
         assert_eq!(sorted(&m, 0x1000, 7), vec![1, 3, 6, 8]);
         assert_eq!(m.spill_free.len(), 0, "the freed spill list is reused");
     }
@@ -325,12 +426,12 @@ mod tests {
         let key = |k: u64| ((k % 7) << 12, k / 7);
         for k in 0..5000u64 {
             let (a, b) = key(k);
-            m.insert(a, b, u32::try_from(k).unwrap());
+            m.insert(a, b, u32::try_from(k).unwrap(), Some(range));
         }
         assert_eq!(m.keys(), 5000);
         for k in (0..5000u64).filter(|k| k % 3 != 0) {
             let (a, b) = key(k);
-            assert!(m.remove(a, b, u32::try_from(k).unwrap()));
+            assert!(m.remove(a, b, u32::try_from(k).unwrap(), range));
         }
         for k in 0..5000u64 {
             let (a, b) = key(k);
@@ -339,7 +440,7 @@ mod tests {
             } else {
                 vec![]
             };
-            assert_eq!(m.get(a, b), &want[..], "key {k}");
+            assert_eq!(m.all(a, b), want, "key {k}");
         }
         assert_eq!(m.members(), 1667);
         assert!(m.slots.len() <= 8192, "shrank to {}", m.slots.len());

@@ -8,7 +8,13 @@
 //!   spans at most [`MAX_SPAN`] chunks is listed under each chunk it overlaps, in a hash map
 //!   keyed by (process key, chunk number) for per-process objects and by chunk number alone for
 //!   global ones ([`ChunkMap`]). A lookup is one probe per map: hash, one cache line, then the
-//!   record of each listed object.
+//!   record of each listed object. A chunk with three or more members (nested or packed
+//!   objects) keeps a stabbing structure over them, so a lookup there yields only the members
+//!   whose range holds the PC.
+//! * **Class bounds.** Each class keeps a range covering all its objects (widened on start,
+//!   recomputed on re-index); a lookup skips a class whose bounds exclude the PC. With kernel
+//!   objects global and user objects per process, as Windows profilers use them, a sample
+//!   probes one map, not two.
 //! * **Wide objects**, which span more chunks, go to a per-table [`WideTable`] (the stabbing
 //!   structure), consulted only while some exist.
 //! * **Adaptive chunk size.** Each class (global, per-process) picks its own shift: the smallest
@@ -120,6 +126,10 @@ struct Class {
     changes: u64,
     /// Objects in the wide tables.
     wide: usize,
+    /// `[lo, lo + span)` holds every indexed object's range (a superset: widened on insert,
+    /// recomputed on rebuild); a lookup skips the class when `pc` is outside. Empty: span 0.
+    lo: u64,
+    span: u64,
 }
 
 impl Default for Class {
@@ -131,11 +141,30 @@ impl Default for Class {
             objects: 0,
             changes: 0,
             wide: 0,
+            lo: 0,
+            span: 0,
         }
     }
 }
 
 impl Class {
+    /// True if `pc` may hold an object of this class.
+    #[inline(always)]
+    fn covers(&self, pc: u64) -> bool {
+        pc.wrapping_sub(self.lo) < self.span
+    }
+
+    /// Widens the bounds to `[base, end)` (non-empty).
+    fn widen(&mut self, base: u64, end: u64) {
+        let (lo, hi) = if self.span == 0 {
+            (base, end)
+        } else {
+            (self.lo.min(base), (self.lo + self.span).max(end))
+        };
+        self.lo = lo;
+        self.span = hi - lo;
+    }
+
     fn account(&mut self, base: u64, end: u64, add: bool) {
         for (s, c) in (MIN_CHUNK_SHIFT..).zip(self.cost.iter_mut()) {
             let n = cost(base, end, s);
@@ -245,11 +274,11 @@ impl<P> Index<P> {
                 }
             }
         };
-        if let Some(key) = process {
+        if let (Some(key), true) = (process, self.procs.covers(pc)) {
             if self.procs.map.keys() != 0 {
-                for &id in self.procs.map.get(key, pc >> self.procs.shift) {
-                    visit(id, Some(key));
-                }
+                self.procs
+                    .map
+                    .get(key, pc >> self.procs.shift, pc, |id| visit(id, Some(key)));
             }
             if self.procs.wide != 0 {
                 if let Some(w) = self.procs_wide.get(key) {
@@ -257,10 +286,13 @@ impl<P> Index<P> {
                 }
             }
         }
+        if !self.global.covers(pc) {
+            return;
+        }
         if self.global.map.keys() != 0 {
-            for &id in self.global.map.get(0, pc >> self.global.shift) {
-                visit(id, None);
-            }
+            self.global
+                .map
+                .get(0, pc >> self.global.shift, pc, |id| visit(id, None));
         }
         if self.global.wide != 0 {
             self.global_wide.query(pc, |id| visit(id, None));
@@ -340,6 +372,7 @@ impl<P> Index<P> {
             &mut self.procs
         };
         class.account(base, end, true);
+        class.widen(base, end);
         if self.forced_shift.is_none() && class.wants_rebuild() {
             self.rebuild(global);
         } else {
@@ -373,7 +406,7 @@ impl<P> Index<P> {
     }
 
     /// Lists the record in `slot` under its chunks, or in its wide table. With `defer`, a wide
-    /// table is left for the caller to rebuild.
+    /// table and crowded chunks are left for the caller to rebuild.
     fn link(&mut self, slot: u32, defer: bool) {
         let Index {
             records,
@@ -396,7 +429,10 @@ impl<P> Index<P> {
         let s = class.shift;
         if span(r.base, r.end, s) <= MAX_SPAN {
             for chunk in (r.base >> s)..=((r.end - 1) >> s) {
-                class.map.insert(a, chunk, slot);
+                let range = |id| range_of(records, id);
+                class
+                    .map
+                    .insert(a, chunk, slot, if defer { None } else { Some(range) });
             }
             return;
         }
@@ -435,7 +471,7 @@ impl<P> Index<P> {
         let s = class.shift;
         if span(r.base, r.end, s) <= MAX_SPAN {
             for chunk in (r.base >> s)..=((r.end - 1) >> s) {
-                let removed = class.map.remove(a, chunk, slot);
+                let removed = class.map.remove(a, chunk, slot, |id| range_of(records, id));
                 debug_assert!(removed, "slot {slot} listed under each of its chunks");
             }
             return;
@@ -466,6 +502,7 @@ impl<P> Index<P> {
         class.map = ChunkMap::with_capacity(expected);
         class.changes = 0;
         class.wide = 0;
+        class.span = 0;
         if global {
             self.global_wide = WideTable::default();
         } else {
@@ -477,9 +514,23 @@ impl<P> Index<P> {
             .map(|(slot, _)| slot)
             .collect();
         for slot in members {
+            if let Some(r) = rec(&self.records, slot) {
+                let (base, end) = (r.base, r.end);
+                if global {
+                    self.global.widen(base, end);
+                } else {
+                    self.procs.widen(base, end);
+                }
+            }
             self.link(slot, true);
         }
         let (records, layout) = (&self.records, self.layout);
+        let class = if global {
+            &mut self.global
+        } else {
+            &mut self.procs
+        };
+        class.map.rebuild_crowds(|id| range_of(records, id));
         if global {
             self.global_wide.rebuild(|id| range_of(records, id), layout);
         } else {

@@ -7,8 +7,9 @@
 //! `((PC - Base) >> BucketSize) * 4` of the object's buffer. Overlapping objects all count.
 //!
 //! [`ObjectManager::record`] finds the candidates through an index whose lookup cost does not
-//! grow with the number of started objects (see [`index`]: one hash probe per table into
-//! address-space chunks, plus a stabbing structure for the rare objects too wide for chunks);
+//! grow with the number of started objects (see [`index`]: one hash probe into address-space
+//! chunks per table whose bounds hold the PC, plus a stabbing structure for the rare objects too
+//! wide for chunks and one for each crowded chunk);
 //! the candidates are then filtered by range, source and affinity.
 //! [`ObjectManager::record_naive`] is the reference model: it walks every object and applies
 //! the rule to each. Both call the same [`CounterSink`].
