@@ -1,21 +1,12 @@
-//! The hottest buckets and functions of a profile object's counts.
+//! The hottest buckets and functions of a profile object's counts, straight from the VMM's
+//! results (what `hvprof run` prints; the files of [`super::write_all`] use [`super::text`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use super::profile::Bucket;
 use super::Symbols;
 use crate::profiler::ObjectResult;
-
-/// One bucket and its count.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Bucket {
-    /// First guest address of the bucket.
-    pub start: u64,
-    /// One past its last address.
-    pub end: u64,
-    /// Samples counted.
-    pub count: u32,
-}
 
 /// A function's share of an object's samples.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -54,6 +54,8 @@ pub struct RunReport {
     pub profile_stats: Vec<StatsSnapshot>,
     /// Every profile object that ran, with the counts the VMM kept.
     pub results: Vec<ObjectResult>,
+    /// The ProfileTime interval in force at the end, in 100 ns units.
+    pub interval_100ns: u32,
 }
 
 impl RunReport {
@@ -244,6 +246,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
     profiler.close_all();
     let profile_stats = profiler.stats();
     let results = profiler.results();
+    let interval_100ns = profiler.time_interval();
     drop(profiler);
     drop(vm_fd);
     if let Some(e) = start_error {
@@ -259,5 +262,6 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
         vcpus,
         profile_stats,
         results,
+        interval_100ns,
     })
 }
