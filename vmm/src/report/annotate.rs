@@ -70,7 +70,10 @@ fn bucket(out: &mut String, o: &ProfileObject, b: &Bucket, symbols: &Symbols) {
         );
         return;
     };
-    let len = usize::try_from(show_to - from).unwrap_or(usize::MAX).min(code.len());
+    // Up to one longest instruction past the end, so the last one shown decodes whole.
+    let len = usize::try_from(show_to - from + 15)
+        .unwrap_or(usize::MAX)
+        .min(code.len());
     let counts: HashMap<u64, u32> = o.counts.iter().copied().collect();
     let shift = o.bucket_shift.min(63);
     let mut decoder = Decoder::with_ip(hit.module.bits, &code[..len], from, DecoderOptions::NONE);
