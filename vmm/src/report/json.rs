@@ -83,6 +83,40 @@ mod tests {
         assert!(matches!(read(&b"not json"[..]), Err(ReportError::Json(_))));
     }
 
+    /// The keys hvprof writes for each kind of object are exactly the ones the JSON Schema
+    /// requires (so the schema and the serde types cannot drift apart unnoticed).
+    #[test]
+    fn the_schema_requires_exactly_the_fields_written() {
+        let schema: serde_json::Value =
+            serde_json::from_str(include_str!("../../../docs/profile.schema.json")).unwrap();
+        let mut p = sample_profile(0x1000);
+        p.symbolize(&Symbols::from_module(module("m", 0x1000, &[(0x20, 0x10, "f")])));
+        let v = serde_json::to_value(&p).unwrap();
+        let keys = |o: &serde_json::Value| {
+            let mut k: Vec<String> = o.as_object().unwrap().keys().cloned().collect();
+            k.sort();
+            k
+        };
+        let required = |s: &serde_json::Value| {
+            let mut k: Vec<String> = s["required"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_str().unwrap().to_string())
+                .collect();
+            k.sort();
+            k
+        };
+        let defs = &schema["$defs"];
+        assert_eq!(keys(&v), required(&schema));
+        assert_eq!(keys(&v["run"]), required(&defs["run"]));
+        assert_eq!(keys(&v["vcpus"][0]), required(&defs["vcpu"]));
+        assert_eq!(keys(&v["modules"][0]), required(&defs["module"]));
+        assert_eq!(keys(&v["objects"][0]), required(&defs["object"]));
+        assert_eq!(keys(&v["objects"][0]["functions"][0]), required(&defs["function"]));
+        assert_eq!(schema["properties"]["format_version"]["const"], FORMAT_VERSION);
+    }
+
     #[test]
     fn unknown_fields_are_ignored_and_missing_ones_refused() {
         let p = sample_profile(0x1000);

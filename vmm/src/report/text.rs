@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::profile::{Bucket, FunctionCount, Profile, ProfileObject};
+use super::profile::{Bucket, FunctionCount, ObjectOwner, Profile, ProfileObject};
 use super::symbols::Symbols;
 
 /// A share of `whole`, in percent.
@@ -99,9 +99,12 @@ fn object(out: &mut String, o: &ProfileObject, symbols: &Symbols, top: usize) {
     let total = o.total;
     let _ = writeln!(
         out,
-        "\nprofile object {} ({:?}): {:#x}..{:#x}, {}-byte buckets, {}, {}, vCPUs {}: {} samples",
+        "\nprofile object {} ({}): {:#x}..{:#x}, {}-byte buckets, {}, {}, vCPUs {}: {} samples",
         o.id,
-        o.owner,
+        match o.owner {
+            ObjectOwner::Guest => "guest agent",
+            ObjectOwner::Host => "host",
+        },
         o.base.0,
         o.end(),
         1u64 << o.bucket_shift.min(63),
@@ -189,7 +192,7 @@ mod tests {
         let p = sample_profile(0x1000);
         let symbols = Symbols::from_module(module("m", 0x1000, &[(0x70, 0x30, "hot")]));
         let t = render(&p, &symbols, 10);
-        assert!(has(&t, "profile object 1 (Guest): 0x1000..0x1100, 16-byte buckets, process 0x12345000, ProfileTime, vCPUs 0,1: 15 samples"), "{t}");
+        assert!(has(&t, "profile object 1 (guest agent): 0x1000..0x1100, 16-byte buckets, process 0x12345000, ProfileTime, vCPUs 0,1: 15 samples"), "{t}");
         assert!(has(&t, "m 15 100.00%"), "{t}");
         assert!(has(&t, "m!hot 10 66.67%"), "{t}");
         assert!(has(&t, "m+0x20 5 33.33%"), "{t}");
