@@ -124,7 +124,9 @@ fn a_pdb_alone_names_every_function_at_its_rva() {
         assert_eq!(found, *rva, "{name}'s RVA");
         assert!(size > 0, "{name} is a procedure with a size");
     }
-    let module = symbols.modules()[0].clone().placed_at(0xffff_f800_1000_0000);
+    let module = symbols.modules()[0]
+        .clone()
+        .placed_at(0xffff_f800_1000_0000);
     let placed = Symbols::from_module(module);
     let beta = b.map["hv_beta"];
     assert_eq!(
@@ -166,7 +168,10 @@ fn a_pe_finds_its_pdb_in_the_symbol_server_layout_and_ignores_a_stale_one() {
         Some(nested.join("tiny.pdb"))
     );
     let symbols = Symbols::from_pe(&bytes, "tiny.dll", Some(server.path())).unwrap();
-    assert!(rva_of(&symbols, "hv_gamma").is_some(), "static function from the PDB");
+    assert!(
+        rva_of(&symbols, "hv_gamma").is_some(),
+        "static function from the PDB"
+    );
 
     // A PDB with another GUID is not used: only the exports remain.
     let mut stale = r.clone();
@@ -182,7 +187,17 @@ fn without_a_pdb_only_the_exports_are_named() {
     let bytes = std::fs::read(&b.dll).unwrap();
     let empty = TempDir::new("nosym");
     let symbols = Symbols::from_pe(&bytes, "tiny.dll", Some(empty.path())).unwrap();
-    assert_eq!(rva_of(&symbols, "hv_alpha").map(|s| s.0), Some(b.map["hv_alpha"]));
-    assert_eq!(rva_of(&symbols, "hv_beta").map(|s| s.0), Some(b.map["hv_beta"]));
-    assert_eq!(rva_of(&symbols, "hv_gamma"), None, "static functions are not exported");
+    assert_eq!(
+        rva_of(&symbols, "hv_alpha").map(|s| s.0),
+        Some(b.map["hv_alpha"])
+    );
+    assert_eq!(
+        rva_of(&symbols, "hv_beta").map(|s| s.0),
+        Some(b.map["hv_beta"])
+    );
+    assert_eq!(
+        rva_of(&symbols, "hv_gamma"),
+        None,
+        "static functions are not exported"
+    );
 }

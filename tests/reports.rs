@@ -26,7 +26,12 @@ fn demo_out() -> TempDir {
     ])
     .run();
     out.assert_status(0);
-    for f in ["profile.json", "profile.pb.gz", "flamegraph.svg", "report.txt"] {
+    for f in [
+        "profile.json",
+        "profile.pb.gz",
+        "flamegraph.svg",
+        "report.txt",
+    ] {
         out.assert_stderr_contains(&format!("hvprof: wrote {}", dir.join(f).display()));
         let len = std::fs::metadata(dir.join(f)).map_or(0, |m| m.len());
         assert!(len > 0, "{f} is written and not empty\n{out}");
@@ -51,7 +56,9 @@ fn go_tool_pprof_lists_the_workload_functions_in_cost_order() {
         .env("HOME", dir.path()) // pprof keeps its history file there
         .output()
         .unwrap_or_else(|e| {
-            panic!("cannot run `go` ({e}): install Debian's golang-go (apt-get install -y golang-go)")
+            panic!(
+                "cannot run `go` ({e}): install Debian's golang-go (apt-get install -y golang-go)"
+            )
         });
     let top = String::from_utf8_lossy(&out.stdout);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -70,7 +77,8 @@ fn go_tool_pprof_lists_the_workload_functions_in_cost_order() {
 
 /// Validates a profile.json against docs/profile.schema.json with Python's jsonschema.
 fn validate_against_schema(json: &std::path::Path) {
-    let schema = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/profile.schema.json");
+    let schema =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/profile.schema.json");
     let script = "import json, sys, jsonschema\n\
                   schema = json.load(open(sys.argv[1]))\n\
                   jsonschema.Draft202012Validator.check_schema(schema)\n\
@@ -80,7 +88,9 @@ fn validate_against_schema(json: &std::path::Path) {
         .arg(&schema)
         .arg(json)
         .output()
-        .unwrap_or_else(|e| panic!("cannot run python3 ({e}): install python3 and python3-jsonschema"));
+        .unwrap_or_else(|e| {
+            panic!("cannot run python3 ({e}): install python3 and python3-jsonschema")
+        });
     assert!(
         out.status.success(),
         "profile.json does not match docs/profile.schema.json (needs python3-jsonschema):\n{}",
@@ -96,7 +106,11 @@ fn the_files_agree_and_a_saved_profile_reprints_with_annotation() {
     assert_eq!(profile.format_version, vmm::report::profile::FORMAT_VERSION);
     let o = &profile.objects[0];
     let names: Vec<&str> = o.functions.iter().map(|f| f.name.as_str()).collect();
-    assert_eq!(names[..3], ["shares_f4", "shares_f2", "shares_f1"], "{json}");
+    assert_eq!(
+        names[..3],
+        ["shares_f4", "shares_f2", "shares_f1"],
+        "{json}"
+    );
     let sum: u64 = o.counts.iter().map(|(_, c)| u64::from(*c)).sum();
     assert_eq!(sum, o.total);
 

@@ -101,7 +101,11 @@ fn bucket(out: &mut String, o: &ProfileObject, b: &Bucket, symbols: &Symbols) {
             .iter()
             .map(|x| format!("{x:02x}"))
             .collect();
-        let mark = if ip >= b.start && ip < b.end { '>' } else { ' ' };
+        let mark = if ip >= b.start && ip < b.end {
+            '>'
+        } else {
+            ' '
+        };
         let count = if count == 0 {
             ".".to_string()
         } else {
@@ -141,10 +145,22 @@ mod tests {
         };
         let p = sample_profile(0x1000);
         let t = render(&p, &Symbols::from_module(module), 1);
-        assert!(t.contains("0x1070..0x1080 m!f+0x10: 9 samples (60.00%)"), "{t}");
-        assert!(t.contains(">         9  0x0000000000001071  83c001               add eax,1"), "{t}");
-        assert!(t.contains(">         9  0x0000000000001074  c3                   ret"), "{t}");
-        assert!(t.contains("          .  0x0000000000001060  90                   nop"), "{t}");
+        assert!(
+            t.contains("0x1070..0x1080 m!f+0x10: 9 samples (60.00%)"),
+            "{t}"
+        );
+        assert!(
+            t.contains(">         9  0x0000000000001071  83c001               add eax,1"),
+            "{t}"
+        );
+        assert!(
+            t.contains(">         9  0x0000000000001074  c3                   ret"),
+            "{t}"
+        );
+        assert!(
+            t.contains("          .  0x0000000000001060  90                   nop"),
+            "{t}"
+        );
         assert!(!t.contains("0x0000000000001080"), "{t}");
     }
 

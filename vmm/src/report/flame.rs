@@ -87,7 +87,10 @@ mod tests {
             ]
         );
         let none = folded(&p, &Symbols::default());
-        assert_eq!(none[0], "object 1 (process 0x12345000);[unknown];0x1020;0x1020 5");
+        assert_eq!(
+            none[0],
+            "object 1 (process 0x12345000);[unknown];0x1020;0x1020 5"
+        );
     }
 
     #[test]

@@ -51,7 +51,8 @@ mod tests {
         let mut p = sample_profile(0xffff_f800_0000_1000);
         assert_eq!(round_trip(&p), p);
         p.symbolize(&Symbols::from_module(
-            module("m", 0xffff_f800_0000_1000, &[(0x20, 0x10, "f")]).placed_at(0xffff_f800_0000_1000),
+            module("m", 0xffff_f800_0000_1000, &[(0x20, 0x10, "f")])
+                .placed_at(0xffff_f800_0000_1000),
         ));
         p.objects[0].process.0 = None;
         assert_eq!(round_trip(&p), p);
@@ -78,7 +79,10 @@ mod tests {
         let text = v.to_string();
         assert!(matches!(
             read(text.as_bytes()),
-            Err(ReportError::Version { found: 99, supported: 1 })
+            Err(ReportError::Version {
+                found: 99,
+                supported: 1
+            })
         ));
         assert!(matches!(read(&b"not json"[..]), Err(ReportError::Json(_))));
     }
@@ -90,7 +94,11 @@ mod tests {
         let schema: serde_json::Value =
             serde_json::from_str(include_str!("../../../docs/profile.schema.json")).unwrap();
         let mut p = sample_profile(0x1000);
-        p.symbolize(&Symbols::from_module(module("m", 0x1000, &[(0x20, 0x10, "f")])));
+        p.symbolize(&Symbols::from_module(module(
+            "m",
+            0x1000,
+            &[(0x20, 0x10, "f")],
+        )));
         let v = serde_json::to_value(&p).unwrap();
         let keys = |o: &serde_json::Value| {
             let mut k: Vec<String> = o.as_object().unwrap().keys().cloned().collect();
@@ -113,8 +121,14 @@ mod tests {
         assert_eq!(keys(&v["vcpus"][0]), required(&defs["vcpu"]));
         assert_eq!(keys(&v["modules"][0]), required(&defs["module"]));
         assert_eq!(keys(&v["objects"][0]), required(&defs["object"]));
-        assert_eq!(keys(&v["objects"][0]["functions"][0]), required(&defs["function"]));
-        assert_eq!(schema["properties"]["format_version"]["const"], FORMAT_VERSION);
+        assert_eq!(
+            keys(&v["objects"][0]["functions"][0]),
+            required(&defs["function"])
+        );
+        assert_eq!(
+            schema["properties"]["format_version"]["const"],
+            FORMAT_VERSION
+        );
     }
 
     #[test]
@@ -124,6 +138,9 @@ mod tests {
         v["objects"][0]["added_in_a_later_build"] = 1.into();
         assert_eq!(read(v.to_string().as_bytes()).unwrap(), p);
         v["objects"][0].as_object_mut().unwrap().remove("counts");
-        assert!(matches!(read(v.to_string().as_bytes()), Err(ReportError::Json(_))));
+        assert!(matches!(
+            read(v.to_string().as_bytes()),
+            Err(ReportError::Json(_))
+        ));
     }
 }

@@ -52,8 +52,10 @@ impl std::str::FromStr for SymbolSpec {
 }
 
 fn file_name(path: &Path) -> String {
-    path.file_name()
-        .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 /// Reads one image as a module placed by `spec`'s base, or else as described above.
@@ -63,8 +65,8 @@ pub fn module(
     profile: Option<&Profile>,
 ) -> Result<Module, ReportError> {
     let err = |e: SymbolError| ReportError::Symbols(spec.path.clone(), e);
-    let bytes = std::fs::read(&spec.path)
-        .map_err(|e| err(SymbolError::Read(spec.path.clone(), e)))?;
+    let bytes =
+        std::fs::read(&spec.path).map_err(|e| err(SymbolError::Read(spec.path.clone(), e)))?;
     let name = file_name(&spec.path);
     let m = if bytes.starts_with(PDB_MAGIC) {
         pdb::read(&name, &bytes).map_err(err)?

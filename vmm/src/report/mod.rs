@@ -131,7 +131,9 @@ pub fn write_all(
     };
     Ok(WrittenFiles {
         json: write_file(dir.join("profile.json"), |w| json::write(profile, w))?,
-        pprof: write_file(dir.join("profile.pb.gz"), |w| pprof::write(profile, symbols, w))?,
+        pprof: write_file(dir.join("profile.pb.gz"), |w| {
+            pprof::write(profile, symbols, w)
+        })?,
         flamegraph: write_file(dir.join("flamegraph.svg"), |w| {
             flame::write(profile, symbols, w)
         })?,

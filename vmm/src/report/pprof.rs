@@ -217,7 +217,10 @@ pub fn build(profile: &Profile, symbols: &Symbols) -> PprofProfile {
     for c in [
         format!("hvprof {}", profile.hvprof_version),
         format!("kernel {} {}", profile.run.kernel, profile.run.cmdline),
-        format!("started {}, {}", profile.run.start_time, profile.run.outcome),
+        format!(
+            "started {}, {}",
+            profile.run.start_time, profile.run.outcome
+        ),
     ] {
         out.comment.push(strings.get(&c));
     }

@@ -486,7 +486,9 @@ pub(crate) mod tests {
                 protocol: "PVH".into(),
                 vcpus: 2,
                 memory_mib: 256,
-                start_time: rfc3339(SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123)),
+                start_time: rfc3339(
+                    SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+                ),
                 wall_time_s: 1.5,
                 outcome: "guest wrote 0x10 to isa-debug-exit".into(),
                 exit_status: 0,
@@ -522,8 +524,22 @@ pub(crate) mod tests {
         let o = &mut p.objects[0];
         o.size = Hex(0x95);
         let b: Vec<Bucket> = o.nonzero().collect();
-        assert_eq!(b[0], Bucket { start: 0x1020, end: 0x1030, count: 5 });
-        assert_eq!(b[2], Bucket { start: 0x1090, end: 0x1095, count: 1 });
+        assert_eq!(
+            b[0],
+            Bucket {
+                start: 0x1020,
+                end: 0x1030,
+                count: 5
+            }
+        );
+        assert_eq!(
+            b[2],
+            Bucket {
+                start: 0x1090,
+                end: 0x1095,
+                count: 1
+            }
+        );
     }
 
     #[test]

@@ -53,7 +53,11 @@ pub fn modules(functions: &[FunctionCount]) -> Vec<(String, u64)> {
 
 fn header(out: &mut String, p: &Profile) {
     let r = &p.run;
-    let _ = writeln!(out, "hvprof {} profile of {} {}", p.hvprof_version, r.kernel, r.cmdline);
+    let _ = writeln!(
+        out,
+        "hvprof {} profile of {} {}",
+        p.hvprof_version, r.kernel, r.cmdline
+    );
     let _ = writeln!(
         out,
         "started {}, {:.3} s, {} vCPU{}, {} MiB, {} boot; {} (exit status {})",
@@ -183,8 +187,12 @@ mod tests {
 
     /// True when some line of `t`, with runs of spaces squeezed, contains `want`.
     fn has(t: &str, want: &str) -> bool {
-        t.lines()
-            .any(|l| l.split_whitespace().collect::<Vec<_>>().join(" ").contains(want))
+        t.lines().any(|l| {
+            l.split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .contains(want)
+        })
     }
 
     #[test]

@@ -12,13 +12,20 @@ use super::{sort_symbols, ImageKind, Module, Section, Symbol, SymbolError};
 /// named `name`, placed where it was linked: its base is the lowest loadable segment's address.
 pub fn read(name: &str, bytes: &[u8]) -> Result<Module, SymbolError> {
     let file = object::File::parse(bytes)?;
-    let (lo, hi) = file
-        .segments()
-        .filter(|s| s.size() > 0)
-        .fold((u64::MAX, 0u64), |(lo, hi), s| {
-            (lo.min(s.address()), hi.max(s.address().saturating_add(s.size())))
-        });
-    let (base, size) = if lo < hi { (lo, hi - lo) } else { (0, u64::MAX) };
+    let (lo, hi) =
+        file.segments()
+            .filter(|s| s.size() > 0)
+            .fold((u64::MAX, 0u64), |(lo, hi), s| {
+                (
+                    lo.min(s.address()),
+                    hi.max(s.address().saturating_add(s.size())),
+                )
+            });
+    let (base, size) = if lo < hi {
+        (lo, hi - lo)
+    } else {
+        (0, u64::MAX)
+    };
     let executable = |s: &object::Symbol<'_, '_>| {
         s.section_index()
             .and_then(|i| file.section_by_index(i).ok())

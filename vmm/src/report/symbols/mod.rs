@@ -192,7 +192,11 @@ impl Symbols {
 
     /// The exports of a PE image, and the symbols of its PDB when `symbol_dir` holds the PDB
     /// its CodeView record names (see [`pe::read`]). Placed at the image's preferred base.
-    pub fn from_pe(bytes: &[u8], name: &str, symbol_dir: Option<&Path>) -> Result<Self, SymbolError> {
+    pub fn from_pe(
+        bytes: &[u8],
+        name: &str,
+        symbol_dir: Option<&Path>,
+    ) -> Result<Self, SymbolError> {
         Ok(Self::from_module(pe::read(name, bytes, symbol_dir)?))
     }
 
@@ -204,11 +208,15 @@ impl Symbols {
 
     /// The symbols of the kernel a VM booted, or none if its image has no readable table.
     pub fn for_kernel(spec: &crate::boot::KernelSpec) -> Self {
-        let name = spec
-            .kernel
-            .file_name()
-            .map_or_else(|| "kernel".to_string(), |n| n.to_string_lossy().into_owned());
-        let name = name.split_whitespace().next().unwrap_or("kernel").to_string();
+        let name = spec.kernel.file_name().map_or_else(
+            || "kernel".to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        let name = name
+            .split_whitespace()
+            .next()
+            .unwrap_or("kernel")
+            .to_string();
         let module = match spec.embedded {
             Some(b) => elf::read(&name, b),
             None => match std::fs::read(&spec.kernel) {

@@ -45,7 +45,9 @@ pub fn id(bytes: &[u8]) -> Result<PdbId, SymbolError> {
     let info = pdb.pdb_information()?;
     let guid = format!("{:X}", info.guid.simple());
     // The DBI stream's age is the one PE files record; the info stream's may be newer.
-    let age = pdb.debug_information().map_or(info.age, |d| d.age().unwrap_or(info.age));
+    let age = pdb
+        .debug_information()
+        .map_or(info.age, |d| d.age().unwrap_or(info.age));
     Ok(PdbId { guid, age })
 }
 

@@ -72,7 +72,11 @@ pub fn read(name: &str, bytes: &[u8], symbol_dir: Option<&Path>) -> Result<Modul
     let image_base = file.relative_address_base();
     let size = file
         .sections()
-        .map(|s| s.address().saturating_add(s.size()).saturating_sub(image_base))
+        .map(|s| {
+            s.address()
+                .saturating_add(s.size())
+                .saturating_sub(image_base)
+        })
         .max()
         .unwrap_or(0);
     let mut symbols: Vec<Symbol> = Vec::new();
