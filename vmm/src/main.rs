@@ -28,6 +28,27 @@ enum Command {
     Demo(DemoArgs),
     /// Measure hvprof's sample and hypercall paths against same-run baselines.
     Bench(BenchArgs),
+    /// Reprint the report of a saved profile.json, optionally with disassembly.
+    Report(ReportArgs),
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// The profile.json to read.
+    profile: PathBuf,
+    /// Disassemble the hottest buckets, counts beside each instruction.
+    #[arg(long)]
+    annotate: bool,
+    /// An image (ELF, PE) or PDB to symbolize with, placed at BASE when given as FILE@0xBASE.
+    #[arg(long = "symbols", value_name = "FILE[@0xBASE]")]
+    symbols: Vec<vmm::report::SymbolSpec>,
+    /// Where PE images' PDBs are: DIR/NAME.pdb or the symbol-server layout
+    /// DIR/NAME.pdb/GUIDAGE/NAME.pdb.
+    #[arg(long, value_name = "DIR")]
+    symbol_dir: Option<PathBuf>,
+    /// Rows per table (and buckets annotated).
+    #[arg(long, default_value_t = 20)]
+    top: usize,
 }
 
 #[derive(Args)]
@@ -85,6 +106,9 @@ struct DemoArgs {
     /// The reference guest's command line (selects the scenario).
     #[arg(long, default_value = vmm::demo::DEFAULT_CMDLINE)]
     cmdline: String,
+    /// Write profile.json, profile.pb.gz, flamegraph.svg and report.txt into DIR.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
     #[command(flatten)]
     vm: VmArgs,
 }
@@ -145,6 +169,48 @@ fn bench(a: &BenchArgs) -> ExitCode {
     }
 }
 
+fn report(a: &ReportArgs) -> ExitCode {
+    let run = || -> Result<String, vmm::report::ReportError> {
+        let profile = vmm::report::read_profile(&a.profile)?;
+        let symbols =
+            vmm::report::load::for_profile(&profile, &a.symbols, a.symbol_dir.as_deref())?;
+        let mut out = vmm::report::text::render(&profile, &symbols, a.top);
+        if a.annotate {
+            out.push_str(&vmm::report::annotate::render(&profile, &symbols, a.top));
+        }
+        Ok(out)
+    };
+    match run() {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("hvprof: error: {:#}", anyhow::Error::from(e));
+            exit_code(STATUS_CONFIG_ERROR)
+        }
+    }
+}
+
+/// Writes the four report files of a finished run into `dir`.
+fn write_reports(
+    dir: &std::path::Path,
+    config: &VmConfig,
+    report: &vmm::vm::RunReport,
+    started: std::time::SystemTime,
+    status: i32,
+) -> Result<(), vmm::report::ReportError> {
+    let mut meta = vmm::report::RunMetadata::new(config, started);
+    meta.exit_status = status;
+    let profile = vmm::report::Profile::from_run(report, &meta);
+    let symbols = vmm::report::Symbols::for_kernel(&config.kernel);
+    let files = vmm::report::write_all(dir, &profile, &symbols)?;
+    for f in files.all() {
+        eprintln!("hvprof: wrote {}", f.display());
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let level = match cli.verbose {
@@ -160,15 +226,20 @@ fn main() -> ExitCode {
     let api_socket = match &cli.command {
         Command::Run(a) => a.vm.api_socket.clone(),
         Command::Demo(a) => a.vm.api_socket.clone(),
-        Command::Bench(_) => None,
+        Command::Bench(_) | Command::Report(_) => None,
     };
-    let (config, demo) = match cli.command {
+    let (config, demo, out) = match cli.command {
         Command::Bench(a) => return bench(&a),
+        Command::Report(a) => return report(&a),
         Command::Run(a) => {
             let kernel = KernelSpec::from_file(a.kernel, a.initrd, a.cmdline);
-            (a.vm.into_config(kernel), false)
+            (a.vm.into_config(kernel), false, None)
         }
-        Command::Demo(a) => (a.vm.into_config(vmm::demo::kernel_spec(&a.cmdline)), true),
+        Command::Demo(a) => (
+            a.vm.into_config(vmm::demo::kernel_spec(&a.cmdline)),
+            true,
+            a.out,
+        ),
     };
     let config = match config {
         Ok(c) => c,
@@ -178,6 +249,7 @@ fn main() -> ExitCode {
         }
     };
 
+    let started = std::time::SystemTime::now();
     let mut hooks = vmm::vm::RunHooks::default();
     if let Some(path) = &api_socket {
         match vmm::api::ApiSocket::bind(path) {
@@ -208,6 +280,12 @@ fn main() -> ExitCode {
             } else {
                 report.outcome.exit_status()
             };
+            if let Some(dir) = out {
+                if let Err(e) = write_reports(&dir, &config, &report, started, status) {
+                    eprintln!("hvprof: error: {:#}", anyhow::Error::from(e));
+                    return exit_code(vmm::outcome::STATUS_HOST_ERROR);
+                }
+            }
             exit_code(status)
         }
         Err(e) => {

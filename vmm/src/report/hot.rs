@@ -1,21 +1,12 @@
-//! The hottest buckets and functions of a profile object's counts.
+//! The hottest buckets and functions of a profile object's counts, straight from the VMM's
+//! results (what `hvprof run` prints; the files of [`super::write_all`] use [`super::text`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use super::profile::Bucket;
 use super::Symbols;
 use crate::profiler::ObjectResult;
-
-/// One bucket and its count.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Bucket {
-    /// First guest address of the bucket.
-    pub start: u64,
-    /// One past its last address.
-    pub end: u64,
-    /// Samples counted.
-    pub count: u32,
-}
 
 /// A function's share of an object's samples.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +31,7 @@ pub fn hottest_buckets(result: &ObjectResult, n: usize) -> Vec<Bucket> {
             Bucket {
                 start,
                 end,
-                count: *c,
+                count: u64::from(*c),
             }
         })
         .collect();
@@ -108,7 +99,7 @@ pub fn text_report(results: &[ObjectResult], symbols: &Symbols, top: usize) -> S
         }
         let _ = writeln!(out, "  {:>9} {:>7}  hottest buckets", "samples", "share");
         for b in hottest_buckets(r, top) {
-            let share = percent(u64::from(b.count), total);
+            let share = percent(b.count, total);
             let _ = writeln!(
                 out,
                 "  {:>9} {:>6.2}%  {:#x}..{:#x} {}",

@@ -1,8 +1,187 @@
-//! Turning counts into something people read: symbols for guest addresses and tables of the
-//! hottest buckets and functions.
+//! Turning counts into something people and tools read.
+//!
+//! [`Profile`] is one run's measurements (built from a [`RunReport`](crate::vm::RunReport)
+//! and [`RunMetadata`]); every format is written from it and [`Symbols`] (the placed modules):
+//!
+//! | file | module | what |
+//! | --- | --- | --- |
+//! | profile.json | [`json`] | the profile itself, versioned (docs/profile-json.md) |
+//! | profile.pb.gz | [`pprof`] | pprof protobuf for `go tool pprof` |
+//! | flamegraph.svg | [`flame`] | inferno flame graph of object → module → function → bucket |
+//! | report.txt | [`text`] | Kernrate-style tables per module, function and bucket |
+//!
+//! [`annotate`] disassembles the hottest buckets; [`load`] finds the symbols for a saved
+//! profile; [`hot`] keeps the plain tables `hvprof run` prints.
 
+pub mod annotate;
+pub mod flame;
+pub mod hex;
 pub mod hot;
+pub mod json;
+pub mod load;
+pub mod pprof;
+pub mod profile;
 pub mod symbols;
+pub mod text;
 
-pub use hot::{function_totals, hottest_buckets, text_report, Bucket, FunctionTotal};
-pub use symbols::{SymbolError, Symbols};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+pub use hot::{function_totals, hottest_buckets, text_report, FunctionTotal};
+pub use load::SymbolSpec;
+pub use profile::{Bucket, ObjectOwner, Profile, ProfileObject, RunMetadata};
+pub use symbols::{Module, SymbolError, Symbols};
+
+/// Rows per table in the report.txt that [`write_all`] writes.
+pub const REPORT_TOP: usize = 20;
+
+/// Errors reading or writing profiles.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// Reading or writing failed.
+    #[error("I/O failed")]
+    Io(#[source] std::io::Error),
+    /// Malformed JSON, or JSON that does not fit the schema.
+    #[error("invalid profile JSON")]
+    Json(#[source] serde_json::Error),
+    /// The JSON is not an hvprof profile.
+    #[error("not an hvprof profile (its \"format\" is not \"hvprof-profile\")")]
+    NotAProfile,
+    /// A profile of another format version.
+    #[error("profile format version {found}; this hvprof reads version {supported}")]
+    Version {
+        /// The file's version.
+        found: u64,
+        /// The one this build reads.
+        supported: u32,
+    },
+    /// An error about one file.
+    #[error("{}", .path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        #[source]
+        source: Box<ReportError>,
+    },
+    /// The output directory could not be created.
+    #[error("cannot create {}", .0.display())]
+    CreateDir(PathBuf, #[source] std::io::Error),
+    /// An image's symbols could not be read.
+    #[error("symbols of {}", .0.display())]
+    Symbols(PathBuf, #[source] SymbolError),
+    /// A `--symbols` argument that is neither `FILE` nor `FILE@0xBASE`.
+    #[error("bad symbols argument {0:?}: expected FILE or FILE@0xBASE")]
+    SymbolSpec(String),
+}
+
+/// The files [`write_all`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrittenFiles {
+    /// profile.json
+    pub json: PathBuf,
+    /// profile.pb.gz
+    pub pprof: PathBuf,
+    /// flamegraph.svg
+    pub flamegraph: PathBuf,
+    /// report.txt
+    pub text: PathBuf,
+}
+
+impl WrittenFiles {
+    /// The four paths.
+    pub fn all(&self) -> [&Path; 4] {
+        [&self.json, &self.pprof, &self.flamegraph, &self.text]
+    }
+}
+
+fn write_file(
+    path: PathBuf,
+    f: impl FnOnce(&mut BufWriter<File>) -> Result<(), ReportError>,
+) -> Result<PathBuf, ReportError> {
+    let wrap = |e: ReportError| ReportError::File {
+        path: path.clone(),
+        source: Box::new(e),
+    };
+    let file = File::create(&path).map_err(|e| wrap(ReportError::Io(e)))?;
+    let mut w = BufWriter::new(file);
+    f(&mut w).map_err(wrap)?;
+    w.flush().map_err(|e| wrap(ReportError::Io(e)))?;
+    Ok(path)
+}
+
+/// Writes profile.json, profile.pb.gz, flamegraph.svg and report.txt into `dir` (created if
+/// needed). With symbols, the profile.json gets their modules and per-function totals (the
+/// profile is symbolized on a copy).
+pub fn write_all(
+    dir: &Path,
+    profile: &Profile,
+    symbols: &Symbols,
+) -> Result<WrittenFiles, ReportError> {
+    std::fs::create_dir_all(dir).map_err(|e| ReportError::CreateDir(dir.to_path_buf(), e))?;
+    let symbolized;
+    let profile = if symbols.modules().is_empty() {
+        profile
+    } else {
+        let mut p = profile.clone();
+        p.symbolize(symbols);
+        symbolized = p;
+        &symbolized
+    };
+    Ok(WrittenFiles {
+        json: write_file(dir.join("profile.json"), |w| json::write(profile, w))?,
+        pprof: write_file(dir.join("profile.pb.gz"), |w| {
+            pprof::write(profile, symbols, w)
+        })?,
+        flamegraph: write_file(dir.join("flamegraph.svg"), |w| {
+            flame::write(profile, symbols, w)
+        })?,
+        text: write_file(dir.join("report.txt"), |w| {
+            w.write_all(text::render(profile, symbols, REPORT_TOP).as_bytes())
+                .map_err(ReportError::Io)
+        })?,
+    })
+}
+
+/// Reads a profile.json file.
+pub fn read_profile(path: &Path) -> Result<Profile, ReportError> {
+    let wrap = |e: ReportError| ReportError::File {
+        path: path.to_path_buf(),
+        source: Box::new(e),
+    };
+    let file = File::open(path).map_err(|e| wrap(ReportError::Io(e)))?;
+    json::read(std::io::BufReader::new(file)).map_err(wrap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profile::tests::sample_profile;
+    use symbols::tests::module;
+
+    #[test]
+    fn write_all_writes_four_files_and_the_json_reads_back_symbolized() {
+        let dir = std::env::temp_dir().join(format!("hvprof-write-all-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let p = sample_profile(0x1000);
+        let symbols = Symbols::from_module(module("m", 0x1000, &[(0x70, 0x30, "hot")]));
+        let files = write_all(&dir, &p, &symbols).unwrap();
+        for f in files.all() {
+            assert!(std::fs::metadata(f).unwrap().len() > 0, "{}", f.display());
+        }
+        let back = read_profile(&files.json).unwrap();
+        assert_eq!(back.objects[0].functions[0].name, "hot");
+        assert_eq!(back.modules[0].name, "m");
+        let text = std::fs::read_to_string(&files.text).unwrap();
+        assert!(text.contains("m!hot"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn errors_name_the_file() {
+        let e = read_profile(Path::new("/nonexistent/profile.json")).unwrap_err();
+        assert_eq!(e.to_string(), "/nonexistent/profile.json");
+        assert!(matches!(e, ReportError::File { .. }));
+    }
+}

@@ -57,6 +57,8 @@ pub struct RunReport {
     pub results: Vec<ObjectResult>,
     /// Every host-side profile, with its counts.
     pub host_results: Vec<HostProfileResult>,
+    /// The ProfileTime interval in force at the end, in 100 ns units.
+    pub interval_100ns: u32,
 }
 
 impl RunReport {
@@ -261,6 +263,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
     let profile_stats = profiler.stats();
     let results = profiler.results();
     let host_results = profiler.host_results();
+    let interval_100ns = profiler.time_interval();
     drop(profiler);
     drop(vm_fd);
     if let Some(e) = start_error {
@@ -277,5 +280,6 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
         profile_stats,
         results,
         host_results,
+        interval_100ns,
     })
 }

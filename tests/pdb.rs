@@ -1,0 +1,203 @@
+//! PE and PDB symbolization on a DLL and PDB produced here: tests/fixtures/pe/tiny.c compiled
+//! with `clang --target=x86_64-pc-windows-msvc -gcodeview` and linked with
+//! `lld-link /dll /debug /pdb:... /map:...`. The linker's map file is the independent truth
+//! for every function's RVA.
+//!
+//! Needs Debian's `clang` and `lld` (for `lld-link`); without them the tests fail and say so.
+
+#[path = "harness/mod.rs"]
+mod harness;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use harness::TempDir;
+use vmm::report::symbols::{pdb, pe};
+use vmm::report::Symbols;
+
+/// The DLL, its PDB and the linker's map.
+struct Built {
+    _dir: TempDir,
+    dll: PathBuf,
+    pdb: PathBuf,
+    /// name -> RVA from the map file.
+    map: BTreeMap<String, u64>,
+    /// The preferred load address from the map file.
+    image_base: u64,
+}
+
+fn tool(name: &str, package: &str, args: &[&std::ffi::OsStr]) {
+    let out = Command::new(name).args(args).output().unwrap_or_else(|e| {
+        panic!("cannot run {name} ({e}): install Debian's {package} package (apt-get install -y {package})")
+    });
+    assert!(
+        out.status.success(),
+        "{name} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Reads `Rva+Base` of every public and static symbol from an lld-link /map file.
+fn parse_map(text: &str) -> (u64, BTreeMap<String, u64>) {
+    let mut base = 0;
+    let mut map = BTreeMap::new();
+    for line in text.lines() {
+        if let Some(rest) = line.trim().strip_prefix("Preferred load address is ") {
+            base = u64::from_str_radix(rest.trim(), 16).unwrap();
+        }
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() == 4 && f[0].starts_with("0001:") && f[3].ends_with(".obj") {
+            let va = u64::from_str_radix(f[2], 16).unwrap();
+            map.insert(f[1].to_string(), va - base);
+        }
+    }
+    (base, map)
+}
+
+fn build() -> Built {
+    let dir = TempDir::new("pdb");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/pe/tiny.c");
+    let obj = dir.join("tiny.obj");
+    let dll = dir.join("tiny.dll");
+    let pdb = dir.join("tiny.pdb");
+    let map = dir.join("tiny.map");
+    let os = |s: &str| std::ffi::OsString::from(s);
+    tool(
+        "clang",
+        "clang",
+        &[
+            &os("--target=x86_64-pc-windows-msvc"),
+            &os("-g"),
+            &os("-gcodeview"),
+            &os("-O1"),
+            &os("-c"),
+            src.as_os_str(),
+            &os("-o"),
+            obj.as_os_str(),
+        ],
+    );
+    let arg = |flag: &str, p: &Path| os(&format!("{flag}{}", p.display()));
+    tool(
+        "lld-link",
+        "lld",
+        &[
+            &os("/dll"),
+            &os("/debug"),
+            &os("/noentry"),
+            &os("/nodefaultlib"),
+            &arg("/pdb:", &pdb),
+            &arg("/out:", &dll),
+            &arg("/map:", &map),
+            obj.as_os_str(),
+        ],
+    );
+    let (image_base, map) = parse_map(&std::fs::read_to_string(&map).unwrap());
+    for f in ["hv_alpha", "hv_beta", "hv_gamma"] {
+        assert!(map.contains_key(f), "the map file names {f}: {map:?}");
+    }
+    Built {
+        _dir: dir,
+        dll,
+        pdb,
+        map,
+        image_base,
+    }
+}
+
+fn rva_of(symbols: &Symbols, name: &str) -> Option<(u64, u64)> {
+    let m = &symbols.modules()[0];
+    m.symbols
+        .iter()
+        .find(|s| s.name == name)
+        .map(|s| (s.rva, s.size))
+}
+
+#[test]
+fn a_pdb_alone_names_every_function_at_its_rva() {
+    let b = build();
+    let bytes = std::fs::read(&b.pdb).unwrap();
+    let symbols = Symbols::from_pdb(&bytes, "tiny.pdb").unwrap();
+    for (name, rva) in &b.map {
+        let (found, size) = rva_of(&symbols, name).unwrap_or_else(|| panic!("{name} in the PDB"));
+        assert_eq!(found, *rva, "{name}'s RVA");
+        assert!(size > 0, "{name} is a procedure with a size");
+    }
+    let module = symbols.modules()[0]
+        .clone()
+        .placed_at(0xffff_f800_1000_0000);
+    let placed = Symbols::from_module(module);
+    let beta = b.map["hv_beta"];
+    assert_eq!(
+        placed.describe_qualified(0xffff_f800_1000_0000 + beta + 2),
+        "tiny.pdb!hv_beta+0x2"
+    );
+}
+
+#[test]
+fn a_pe_finds_its_pdb_in_a_flat_symbol_directory() {
+    let b = build();
+    let bytes = std::fs::read(&b.dll).unwrap();
+    let symdir = b.pdb.parent().unwrap();
+    let symbols = Symbols::from_pe(&bytes, "tiny.dll", Some(symdir)).unwrap();
+    let m = &symbols.modules()[0];
+    assert_eq!(m.base, b.image_base);
+    for (name, rva) in &b.map {
+        assert_eq!(rva_of(&symbols, name).map(|s| s.0), Some(*rva), "{name}");
+    }
+    let gamma = b.image_base + b.map["hv_gamma"];
+    assert_eq!(symbols.describe_qualified(gamma), "tiny.dll!hv_gamma");
+    let r = pe::pdb_ref(&bytes).unwrap().expect("a CodeView record");
+    assert_eq!(r.name, "tiny.pdb");
+    assert_eq!(m.debug_id.as_deref(), Some(r.id.key().as_str()));
+    assert!(m.code_at(gamma).is_some(), "code bytes for annotation");
+}
+
+#[test]
+fn a_pe_finds_its_pdb_in_the_symbol_server_layout_and_ignores_a_stale_one() {
+    let b = build();
+    let bytes = std::fs::read(&b.dll).unwrap();
+    let r = pe::pdb_ref(&bytes).unwrap().unwrap();
+    let server = TempDir::new("symsrv");
+    let nested = server.path().join("tiny.pdb").join(r.id.key());
+    std::fs::create_dir_all(&nested).unwrap();
+    std::fs::copy(&b.pdb, nested.join("tiny.pdb")).unwrap();
+    assert_eq!(
+        pe::find_pdb(server.path(), &r),
+        Some(nested.join("tiny.pdb"))
+    );
+    let symbols = Symbols::from_pe(&bytes, "tiny.dll", Some(server.path())).unwrap();
+    assert!(
+        rva_of(&symbols, "hv_gamma").is_some(),
+        "static function from the PDB"
+    );
+
+    // A PDB with another GUID is not used: only the exports remain.
+    let mut stale = r.clone();
+    stale.id.guid = "0".repeat(32);
+    assert_eq!(pe::find_pdb(server.path(), &stale), None);
+    let pdb_id = pdb::id(&std::fs::read(&b.pdb).unwrap()).unwrap();
+    assert_eq!(pdb_id.guid, r.id.guid);
+}
+
+#[test]
+fn without_a_pdb_only_the_exports_are_named() {
+    let b = build();
+    let bytes = std::fs::read(&b.dll).unwrap();
+    let empty = TempDir::new("nosym");
+    let symbols = Symbols::from_pe(&bytes, "tiny.dll", Some(empty.path())).unwrap();
+    assert_eq!(
+        rva_of(&symbols, "hv_alpha").map(|s| s.0),
+        Some(b.map["hv_alpha"])
+    );
+    assert_eq!(
+        rva_of(&symbols, "hv_beta").map(|s| s.0),
+        Some(b.map["hv_beta"])
+    );
+    assert_eq!(
+        rva_of(&symbols, "hv_gamma"),
+        None,
+        "static functions are not exported"
+    );
+}

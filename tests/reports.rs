@@ -1,0 +1,151 @@
+//! The report files of a real run: `hvprof demo --out DIR` on the reference guest's 1:2:4
+//! workload writes profile.json, profile.pb.gz, flamegraph.svg and report.txt; `go tool pprof`
+//! reads the pprof file and lists the workload's functions; `hvprof report --annotate`
+//! reprints the saved profile with the hot code disassembled.
+//!
+//! The pprof check needs Go (Debian's `golang-go`); without it that test fails and says so.
+
+#[path = "harness/mod.rs"]
+mod harness;
+
+use std::process::Command;
+
+use harness::{hvprof, TempDir};
+
+const WORKLOAD: [&str; 3] = ["shares_f1", "shares_f2", "shares_f4"];
+
+/// Runs the demo with `--out` into a fresh directory.
+fn demo_out() -> TempDir {
+    let dir = TempDir::new("reports");
+    let out = hvprof([
+        "demo",
+        "--serial",
+        "null",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ])
+    .run();
+    out.assert_status(0);
+    for f in [
+        "profile.json",
+        "profile.pb.gz",
+        "flamegraph.svg",
+        "report.txt",
+    ] {
+        out.assert_stderr_contains(&format!("hvprof: wrote {}", dir.join(f).display()));
+        let len = std::fs::metadata(dir.join(f)).map_or(0, |m| m.len());
+        assert!(len > 0, "{f} is written and not empty\n{out}");
+    }
+    dir
+}
+
+/// The `flat` column of `go tool pprof -top` for `function`.
+fn flat(top: &str, function: &str) -> Option<u64> {
+    top.lines()
+        .find(|l| l.split_whitespace().last() == Some(function))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+}
+
+#[test]
+fn go_tool_pprof_lists_the_workload_functions_in_cost_order() {
+    let dir = demo_out();
+    let pb = dir.join("profile.pb.gz");
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-top"])
+        .arg(&pb)
+        .env("HOME", dir.path()) // pprof keeps its history file there
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run `go` ({e}): install Debian's golang-go (apt-get install -y golang-go)"
+            )
+        });
+    let top = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "go tool pprof failed\n{top}\n{err}");
+    let counts: Vec<u64> = WORKLOAD
+        .iter()
+        .map(|f| flat(&top, f).unwrap_or_else(|| panic!("{f} in pprof -top\n{top}\n{err}")))
+        .collect();
+    // Costs 1:2:4: each function takes more samples than the one before.
+    assert!(
+        counts[0] < counts[1] && counts[1] < counts[2],
+        "{counts:?}\n{top}"
+    );
+    assert!(top.contains("Type: samples"), "{top}");
+}
+
+/// Validates a profile.json against docs/profile.schema.json with Python's jsonschema.
+fn validate_against_schema(json: &std::path::Path) {
+    let schema =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/profile.schema.json");
+    let script = "import json, sys, jsonschema\n\
+                  schema = json.load(open(sys.argv[1]))\n\
+                  jsonschema.Draft202012Validator.check_schema(schema)\n\
+                  jsonschema.validate(json.load(open(sys.argv[2])), schema)\n";
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(&schema)
+        .arg(json)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run python3 ({e}): install python3 and python3-jsonschema")
+        });
+    assert!(
+        out.status.success(),
+        "profile.json does not match docs/profile.schema.json (needs python3-jsonschema):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_files_agree_and_a_saved_profile_reprints_with_annotation() {
+    let dir = demo_out();
+    let json = std::fs::read_to_string(dir.join("profile.json")).unwrap();
+    let profile = vmm::report::read_profile(&dir.join("profile.json")).unwrap();
+    assert_eq!(profile.format_version, vmm::report::profile::FORMAT_VERSION);
+    let o = &profile.objects[0];
+    let names: Vec<&str> = o.functions.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(
+        names[..3],
+        ["shares_f4", "shares_f2", "shares_f1"],
+        "{json}"
+    );
+    let sum: u64 = o.counts.iter().map(|(_, c)| *c).sum();
+    assert_eq!(sum, o.total);
+
+    validate_against_schema(&dir.join("profile.json"));
+
+    let text = std::fs::read_to_string(dir.join("report.txt")).unwrap();
+    let svg = std::fs::read_to_string(dir.join("flamegraph.svg")).unwrap();
+    for f in WORKLOAD {
+        assert!(text.contains(&format!("refguest!{f}")), "{text}");
+        assert!(svg.contains(f), "flamegraph names {f}");
+    }
+
+    let out = hvprof([
+        "report",
+        dir.join("profile.json").to_str().unwrap(),
+        "--annotate",
+        "--top",
+        "3",
+    ])
+    .run();
+    out.assert_status(0);
+    out.assert_stdout_contains("refguest!shares_f4");
+    // The hottest bucket is listed with its instructions, each marked with its count.
+    let hot = o.counts.iter().max_by_key(|(_, c)| *c).unwrap();
+    let start = o.base.0 + (hot.0 << o.bucket_shift);
+    let line = format!(">{:>10}  {start:#018x}", hot.1);
+    out.assert_stdout_contains(&line);
+    assert!(!out.stdout.contains("(bad)"), "{out}");
+}
+
+#[test]
+fn report_refuses_a_file_that_is_not_a_profile() {
+    let dir = TempDir::new("not-a-profile");
+    let path = dir.write("x.json", b"{\"format\": \"something else\"}");
+    let out = hvprof(["report", path.to_str().unwrap()]).run();
+    out.assert_status(harness::status::USAGE);
+    out.assert_error_line(&["x.json", "not an hvprof profile"]);
+}

@@ -1,0 +1,172 @@
+//! `hvprof report --annotate`: the hottest buckets disassembled with iced-x86, each
+//! instruction with the count of the bucket it starts in.
+//!
+//! The code bytes come from the symbol image (an ELF's or PE's code sections, mapped to guest
+//! addresses through the module's load base), not from the guest: a profile names addresses,
+//! the image says what was there. Decoding starts at the function's first byte when a symbol
+//! covers the bucket (so instruction boundaries are right), and the listing shows the bucket
+//! with one bucket of context either side (within the function when its size is known),
+//! the hot bucket's lines marked `>`.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use iced_x86::{Decoder, DecoderOptions, Formatter, Instruction, IntelFormatter};
+
+use super::profile::{Bucket, Profile, ProfileObject};
+use super::symbols::Symbols;
+use super::text::{hottest, percent};
+
+/// Longest stretch decoded before a bucket, when no symbol says where its function starts.
+const MAX_LEAD_IN: u64 = 4096;
+
+/// The annotated listing of the `top` hottest buckets of every object.
+pub fn render(p: &Profile, symbols: &Symbols, top: usize) -> String {
+    let mut out = String::new();
+    for o in p.objects.iter().filter(|o| o.total > 0) {
+        let _ = writeln!(
+            out,
+            "\nprofile object {} ({}): the {} hottest buckets",
+            o.id,
+            o.scope(),
+            top
+        );
+        for b in hottest(o, top) {
+            bucket(&mut out, o, &b, symbols);
+        }
+    }
+    out
+}
+
+fn bucket(out: &mut String, o: &ProfileObject, b: &Bucket, symbols: &Symbols) {
+    let _ = writeln!(
+        out,
+        "\n{:#x}..{:#x} {}: {} samples ({:.2}%)",
+        b.start,
+        b.end,
+        symbols.describe_qualified(b.start),
+        b.count,
+        percent(b.count, o.total)
+    );
+    let Some(hit) = symbols.resolve(b.start) else {
+        let _ = writeln!(out, "  (no module covers this address: pass --symbols)");
+        return;
+    };
+    let width = b.end - b.start;
+    let from = match hit.symbol {
+        Some(_) => b.start - hit.offset,
+        None => b.start.saturating_sub(MAX_LEAD_IN.min(width)),
+    };
+    let show_from = b.start.saturating_sub(width).max(from);
+    let mut show_to = b.end.saturating_add(width);
+    if let Some(sym) = hit.symbol.filter(|s| s.size > 0) {
+        show_to = show_to.min(from.saturating_add(sym.size)).max(b.end);
+    }
+    let Some(code) = hit.module.code_at(from) else {
+        let _ = writeln!(
+            out,
+            "  (no code bytes for this address in {})",
+            hit.module.name
+        );
+        return;
+    };
+    // Up to one longest instruction past the end, so the last one shown decodes whole.
+    let len = usize::try_from(show_to - from + 15)
+        .unwrap_or(usize::MAX)
+        .min(code.len());
+    let counts: HashMap<u64, u64> = o.counts.iter().copied().collect();
+    let shift = o.bucket_shift.min(63);
+    let mut decoder = Decoder::with_ip(hit.module.bits, &code[..len], from, DecoderOptions::NONE);
+    let mut formatter = IntelFormatter::new();
+    let mut insn = Instruction::default();
+    let mut text = String::new();
+    while decoder.can_decode() {
+        decoder.decode_out(&mut insn);
+        let ip = insn.ip();
+        if ip < show_from {
+            continue;
+        }
+        if ip >= show_to {
+            break;
+        }
+        let count = ip
+            .checked_sub(o.base.0)
+            .and_then(|off| counts.get(&(off >> shift)))
+            .copied()
+            .unwrap_or(0);
+        text.clear();
+        formatter.format(&insn, &mut text);
+        let start = usize::try_from(ip - from).unwrap_or(0);
+        let bytes: String = code[start..start + insn.len()]
+            .iter()
+            .map(|x| format!("{x:02x}"))
+            .collect();
+        let mark = if ip >= b.start && ip < b.end {
+            '>'
+        } else {
+            ' '
+        };
+        let count = if count == 0 {
+            ".".to_string()
+        } else {
+            count.to_string()
+        };
+        let _ = writeln!(out, "{mark} {count:>9}  {ip:#018x}  {bytes:<20} {text}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::profile::tests::sample_profile;
+    use crate::report::symbols::{ImageKind, Module, Section, Symbol};
+
+    #[test]
+    fn instructions_carry_their_bucket_counts() {
+        // Bucket 7 (0x1070..0x1080) is the hottest: code there is `nop; add eax, 1; ret` then
+        // int3 padding; bucket 6 holds nops.
+        let mut data = vec![0x90u8; 0x100];
+        data[0x70..0x75].copy_from_slice(&[0x90, 0x83, 0xc0, 0x01, 0xc3]);
+        data[0x75..0x80].fill(0xcc);
+        let module = Module {
+            name: "m".into(),
+            path: None,
+            kind: ImageKind::Elf,
+            base: 0x1000,
+            size: 0x100,
+            debug_id: None,
+            symbols: vec![Symbol {
+                rva: 0x60,
+                size: 0x20,
+                name: "f".into(),
+            }],
+            code: vec![Section { rva: 0, data }],
+            bits: 64,
+        };
+        let p = sample_profile(0x1000);
+        let t = render(&p, &Symbols::from_module(module), 1);
+        assert!(
+            t.contains("0x1070..0x1080 m!f+0x10: 9 samples (60.00%)"),
+            "{t}"
+        );
+        assert!(
+            t.contains(">         9  0x0000000000001071  83c001               add eax,1"),
+            "{t}"
+        );
+        assert!(
+            t.contains(">         9  0x0000000000001074  c3                   ret"),
+            "{t}"
+        );
+        assert!(
+            t.contains("          .  0x0000000000001060  90                   nop"),
+            "{t}"
+        );
+        assert!(!t.contains("0x0000000000001080"), "{t}");
+    }
+
+    #[test]
+    fn addresses_without_images_say_so() {
+        let t = render(&sample_profile(0x1000), &Symbols::default(), 1);
+        assert!(t.contains("no module covers this address"), "{t}");
+    }
+}

@@ -1,0 +1,154 @@
+//! Loading symbols for a profile: the kernel it ran (the built-in reference guest, or the
+//! kernel file when it is still there), plus `--symbols FILE[@BASE]` images.
+//!
+//! An image is recognised by its first bytes: ELF, PE (`MZ`), or PDB (the MSF 7.00 magic).
+//! Without `@BASE` an ELF stays where it was linked; a PE is placed at the base of the first
+//! profile object whose size is exactly its image size (a module profile, as a Windows tool
+//! creates it with `NtCreateProfile(ImageBase, SizeOfImage)`), else at its preferred base; a
+//! bare PDB needs `@BASE` (it knows only RVAs) and is placed at 0 without one.
+
+use std::path::{Path, PathBuf};
+
+use super::profile::Profile;
+use super::symbols::{elf, pdb, pe, Module, SymbolError, Symbols};
+use super::ReportError;
+
+const PDB_MAGIC: &[u8] = b"Microsoft C/C++ MSF 7.00\r\n\x1aDS\0\0\0";
+
+/// One `--symbols` argument.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SymbolSpec {
+    /// The image or PDB.
+    pub path: PathBuf,
+    /// Where to place it, when given.
+    pub base: Option<u64>,
+}
+
+impl std::str::FromStr for SymbolSpec {
+    type Err = ReportError;
+
+    /// `FILE` or `FILE@0xBASE` (hex).
+    fn from_str(s: &str) -> Result<Self, ReportError> {
+        let bad = || ReportError::SymbolSpec(s.to_string());
+        match s.rsplit_once('@') {
+            Some((path, base)) => {
+                let digits = base.strip_prefix("0x").ok_or_else(bad)?;
+                let base = u64::from_str_radix(digits, 16).map_err(|_| bad())?;
+                if path.is_empty() {
+                    return Err(bad());
+                }
+                Ok(SymbolSpec {
+                    path: path.into(),
+                    base: Some(base),
+                })
+            }
+            None if !s.is_empty() => Ok(SymbolSpec {
+                path: s.into(),
+                base: None,
+            }),
+            None => Err(bad()),
+        }
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+/// Reads one image as a module placed by `spec`'s base, or else as described above.
+pub fn module(
+    spec: &SymbolSpec,
+    symbol_dir: Option<&Path>,
+    profile: Option<&Profile>,
+) -> Result<Module, ReportError> {
+    let err = |e: SymbolError| ReportError::Symbols(spec.path.clone(), e);
+    let bytes =
+        std::fs::read(&spec.path).map_err(|e| err(SymbolError::Read(spec.path.clone(), e)))?;
+    let name = file_name(&spec.path);
+    let m = if bytes.starts_with(PDB_MAGIC) {
+        pdb::read(&name, &bytes).map_err(err)?
+    } else if bytes.starts_with(b"MZ") {
+        let m = pe::read(&name, &bytes, symbol_dir).map_err(err)?;
+        let module_profile = profile
+            .and_then(|p| p.objects.iter().find(|o| o.size.0 == m.size))
+            .map(|o| o.base.0);
+        match module_profile {
+            Some(base) if spec.base.is_none() => m.placed_at(base),
+            _ => m,
+        }
+    } else {
+        elf::read(&name, &bytes).map_err(err)?
+    };
+    let m = Module {
+        path: Some(spec.path.clone()),
+        ..m
+    };
+    Ok(match spec.base {
+        Some(base) => m.placed_at(base),
+        None => m,
+    })
+}
+
+/// The symbols for `profile`: its kernel's when they can be found (the built-in reference
+/// guest, or the kernel file), then every `specs` image.
+pub fn for_profile(
+    profile: &Profile,
+    specs: &[SymbolSpec],
+    symbol_dir: Option<&Path>,
+) -> Result<Symbols, ReportError> {
+    let mut symbols = Symbols::default();
+    if profile.run.kernel == crate::demo::kernel_spec("").kernel.display().to_string() {
+        if let Ok(m) = elf::read("refguest", crate::demo::REFGUEST_ELF) {
+            symbols.push(m);
+        }
+    } else if let Ok(bytes) = std::fs::read(&profile.run.kernel) {
+        let path = PathBuf::from(&profile.run.kernel);
+        if let Ok(m) = elf::read(&file_name(&path), &bytes) {
+            symbols.push(Module {
+                path: Some(path),
+                ..m
+            });
+        }
+    }
+    for spec in specs {
+        symbols.push(module(spec, symbol_dir, Some(profile))?);
+    }
+    Ok(symbols)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::profile::tests::sample_profile;
+
+    #[test]
+    fn specs_parse_with_and_without_base() {
+        let s: SymbolSpec = "a/b.dll@0xfffff80000000000".parse().unwrap();
+        assert_eq!(s.path, PathBuf::from("a/b.dll"));
+        assert_eq!(s.base, Some(0xffff_f800_0000_0000));
+        let s: SymbolSpec = "x.pdb".parse().unwrap();
+        assert_eq!(s.base, None);
+        for bad in ["", "x@1000", "@0x1000", "x@0xzz"] {
+            assert!(bad.parse::<SymbolSpec>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_reference_guest_is_found_by_name() {
+        let p = sample_profile(0x1000);
+        let s = for_profile(&p, &[], None).unwrap();
+        assert_eq!(s.modules()[0].name, "refguest");
+        assert!(s.len() > 10);
+    }
+
+    #[test]
+    fn a_missing_image_is_an_error_naming_it() {
+        let p = sample_profile(0x1000);
+        let spec: SymbolSpec = "/nonexistent/x.dll".parse().unwrap();
+        let e = for_profile(&p, &[spec], None).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/x.dll"), "{e}");
+    }
+}

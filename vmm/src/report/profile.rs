@@ -1,0 +1,615 @@
+//! The in-memory profile: what one run measured, built from a [`RunReport`] and its metadata.
+//! Every output format (profile.json, profile.pb.gz, flamegraph.svg, report.txt) and the later
+//! compare and merge consume this type. Its serde form is profile.json (docs/profile-json.md).
+
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use super::hex::{Hex, OptHex};
+use super::symbols::{ImageKind, Symbols};
+use crate::profiler::host::HostProfileResult;
+use crate::profiler::ObjectResult;
+use crate::vm::RunReport;
+
+/// The value of `format` in every profile.json.
+pub const FORMAT_NAME: &str = "hvprof-profile";
+
+/// The schema version this build writes. Readers accept any file with the same version; a new
+/// version is made for every change that old readers would misread (docs/profile-json.md).
+pub const FORMAT_VERSION: u32 = 1;
+
+/// One run's profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    /// Always [`FORMAT_NAME`].
+    pub format: String,
+    /// [`FORMAT_VERSION`] when written by this build.
+    pub format_version: u32,
+    /// The hvprof version that wrote it.
+    pub hvprof_version: String,
+    /// How the run was set up and how it ended.
+    pub run: RunInfo,
+    /// Per-vCPU profiling counters.
+    pub vcpus: Vec<VcpuStats>,
+    /// The modules the profile was symbolized with (empty when it was not).
+    pub modules: Vec<ModuleInfo>,
+    /// Every profile object that ran.
+    pub objects: Vec<ProfileObject>,
+}
+
+/// What was run and how it ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// The kernel (file path, or the name of a built-in one).
+    pub kernel: String,
+    /// Its command line.
+    pub cmdline: String,
+    /// The boot protocol used.
+    pub protocol: String,
+    /// Number of vCPUs.
+    pub vcpus: u32,
+    /// Guest memory in MiB.
+    pub memory_mib: u64,
+    /// When the run started, RFC 3339 in UTC with milliseconds.
+    pub start_time: String,
+    /// Wall time of the run in seconds.
+    pub wall_time_s: f64,
+    /// Why it ended, as hvprof prints it.
+    pub outcome: String,
+    /// hvprof's exit status for that outcome.
+    pub exit_status: i32,
+    /// The ProfileTime interval in force at the end, in 100 ns units.
+    pub interval_100ns: u32,
+}
+
+/// One vCPU's profiling counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VcpuStats {
+    /// vCPU index.
+    pub vcpu: u32,
+    /// Samples taken.
+    pub samples: u64,
+    /// Samples that counted into at least one object.
+    pub attributed: u64,
+    /// Samples outside every started object.
+    pub outside: u64,
+    /// Timer ticks lost to coalescing.
+    pub lost: u64,
+    /// Counter increments (one per matching object).
+    pub counts: u64,
+    /// Profile interrupts injected.
+    pub injected: u64,
+    /// Hypercalls served.
+    pub hypercalls: u64,
+}
+
+/// Who created a profile object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ObjectOwner {
+    /// A guest agent, by hypercall.
+    Guest,
+    /// hvprof itself (a host-side profile).
+    Host,
+}
+
+/// A module the profile was symbolized with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleInfo {
+    /// Short name.
+    pub name: String,
+    /// Where its symbols came from.
+    pub kind: ImageKind,
+    /// The file, when read from one.
+    pub path: Option<String>,
+    /// Load address.
+    pub base: Hex,
+    /// Bytes spanned.
+    pub size: Hex,
+    /// Build id or PDB GUID+age.
+    pub debug_id: Option<String>,
+}
+
+/// A function's share of one object's samples.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionCount {
+    /// The module, or none outside every module.
+    pub module: Option<String>,
+    /// The function (or `module+0xrva`, or the bare address, where no symbol covers it).
+    pub name: String,
+    /// Samples counted in buckets that start inside it.
+    pub samples: u64,
+}
+
+/// One profile object and its counts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfileObject {
+    /// The object's id (unique for the run).
+    pub id: u64,
+    /// Who created it.
+    pub owner: ObjectOwner,
+    /// The process key (CR3 without PCID bits) it is restricted to, or null for all.
+    pub process: OptHex,
+    /// First profiled address.
+    pub base: Hex,
+    /// Bytes profiled.
+    pub size: Hex,
+    /// log2 of the bucket size in bytes (NT's `BucketSize`).
+    pub bucket_shift: u32,
+    /// `KPROFILE_SOURCE` value.
+    pub source: u32,
+    /// Its name (`ProfileTime`, ...).
+    pub source_name: String,
+    /// The vCPUs it sampled.
+    pub affinity: Vec<u32>,
+    /// Number of buckets.
+    pub buckets: u64,
+    /// Sum of all counts.
+    pub total: u64,
+    /// The nonzero buckets, as `[index, count]` in index order.
+    pub counts: Vec<(u64, u64)>,
+    /// Per-function totals, largest first (empty when not symbolized).
+    pub functions: Vec<FunctionCount>,
+}
+
+/// One nonzero bucket of an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bucket {
+    /// First guest address of the bucket.
+    pub start: u64,
+    /// One past its last address.
+    pub end: u64,
+    /// Samples counted.
+    pub count: u64,
+}
+
+/// What a [`RunReport`] does not know about its run.
+#[derive(Debug, Clone)]
+pub struct RunMetadata {
+    /// The kernel file or built-in name.
+    pub kernel: String,
+    /// Its command line.
+    pub cmdline: String,
+    /// Guest memory in MiB.
+    pub memory_mib: u64,
+    /// When the run started.
+    pub start_time: SystemTime,
+    /// hvprof's exit status for the outcome (the demo maps it its own way).
+    pub exit_status: i32,
+}
+
+impl RunMetadata {
+    /// The metadata of a run of `config` started at `start_time`, with the outcome's own exit
+    /// status (set `exit_status` afterwards for the demo's).
+    pub fn new(config: &crate::config::VmConfig, start_time: SystemTime) -> Self {
+        RunMetadata {
+            kernel: config.kernel.kernel.display().to_string(),
+            cmdline: config.kernel.cmdline.clone(),
+            memory_mib: config.memory_mib,
+            start_time,
+            exit_status: 0,
+        }
+    }
+}
+
+impl ProfileObject {
+    /// The object of `result`, owned by `owner`, not yet symbolized.
+    pub fn from_result(result: &ObjectResult, owner: ObjectOwner) -> Self {
+        let c = &result.config;
+        ProfileObject {
+            id: result.object.0,
+            owner,
+            process: OptHex(c.process),
+            base: Hex(c.base),
+            size: Hex(c.size),
+            bucket_shift: c.bucket_size,
+            source: c.source.0,
+            source_name: source_name(c.source.0).to_string(),
+            affinity: c.affinity.iter().collect(),
+            buckets: result.counts.len() as u64,
+            total: result.total(),
+            counts: result
+                .counts
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| **c > 0)
+                .map(|(i, c)| (i as u64, u64::from(*c)))
+                .collect(),
+            functions: Vec::new(),
+        }
+    }
+
+    /// A host-side profile as an object owned by the host: a sampled range, every source
+    /// the timer gives, on the vCPUs it names.
+    pub fn from_host(result: &HostProfileResult, vcpus: u32) -> Self {
+        let spec = &result.spec;
+        let size = (spec.last - spec.start).saturating_add(1);
+        let affinity = match &spec.vcpus {
+            Some(v) => v.iter().filter_map(|v| u32::try_from(*v).ok()).collect(),
+            None => (0..vcpus).collect(),
+        };
+        ProfileObject {
+            id: u64::from(result.id),
+            owner: ObjectOwner::Host,
+            process: OptHex(spec.cr3.map(profile_core::attribution::process_key)),
+            base: Hex(spec.start),
+            size: Hex(size),
+            bucket_shift: spec.bucket_shift,
+            source: 0,
+            source_name: source_name(0).to_string(),
+            affinity,
+            buckets: ((size - 1) >> spec.bucket_shift.min(63)) + 1,
+            total: result.total(),
+            counts: result.counts.iter().map(|(b, c)| (*b, *c)).collect(),
+            functions: Vec::new(),
+        }
+    }
+
+    /// One past the last profiled address.
+    pub fn end(&self) -> u64 {
+        self.base.0.saturating_add(self.size.0)
+    }
+
+    /// The address range of bucket `index`.
+    pub fn bucket_range(&self, index: u64) -> (u64, u64) {
+        let shift = self.bucket_shift.min(63);
+        let start = self
+            .base
+            .0
+            .saturating_add(index.checked_shl(shift).unwrap_or(u64::MAX));
+        let end = start.saturating_add(1u64 << shift).min(self.end());
+        (start, end)
+    }
+
+    /// The nonzero buckets in address order.
+    pub fn nonzero(&self) -> impl Iterator<Item = Bucket> + '_ {
+        self.counts.iter().map(|(i, count)| {
+            let (start, end) = self.bucket_range(*i);
+            Bucket {
+                start,
+                end,
+                count: *count,
+            }
+        })
+    }
+
+    /// `all processes` or `process 0x...`.
+    pub fn scope(&self) -> String {
+        match self.process.0 {
+            Some(key) => format!("process {key:#x}"),
+            None => "all processes".to_string(),
+        }
+    }
+
+    /// Per-function totals from `symbols`, largest first (ties by module and name).
+    pub fn function_counts(&self, symbols: &Symbols) -> Vec<FunctionCount> {
+        let mut totals: std::collections::BTreeMap<(Option<String>, String), u64> =
+            Default::default();
+        for b in self.nonzero() {
+            let key = match symbols.resolve(b.start) {
+                Some(hit) => (Some(hit.module.name.clone()), hit.function()),
+                None => (None, format!("{:#x}", b.start)),
+            };
+            *totals.entry(key).or_default() += b.count;
+        }
+        let mut v: Vec<FunctionCount> = totals
+            .into_iter()
+            .map(|((module, name), samples)| FunctionCount {
+                module,
+                name,
+                samples,
+            })
+            .collect();
+        v.sort_by(|a, b| {
+            b.samples
+                .cmp(&a.samples)
+                .then_with(|| a.module.cmp(&b.module))
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        v
+    }
+}
+
+impl Profile {
+    /// The profile of a finished run: every object in `report.results` is a guest agent's
+    /// (add host-side objects with [`Profile::push_object`]). Symbolize with
+    /// [`Profile::symbolize`].
+    pub fn from_run(report: &RunReport, meta: &RunMetadata) -> Self {
+        let run = RunInfo {
+            kernel: meta.kernel.clone(),
+            cmdline: meta.cmdline.clone(),
+            protocol: report.protocol.to_string(),
+            vcpus: u32::try_from(report.vcpus.len()).unwrap_or(u32::MAX),
+            memory_mib: meta.memory_mib,
+            start_time: rfc3339(meta.start_time),
+            wall_time_s: report.wall_time.as_secs_f64(),
+            outcome: report.outcome.to_string(),
+            exit_status: meta.exit_status,
+            interval_100ns: report.interval_100ns,
+        };
+        let vcpus = report
+            .profile_stats
+            .iter()
+            .enumerate()
+            .map(|(i, s)| VcpuStats {
+                vcpu: u32::try_from(i).unwrap_or(u32::MAX),
+                samples: s.samples,
+                attributed: s.attributed,
+                outside: s.outside(),
+                lost: s.coalesced,
+                counts: s.counts,
+                injected: s.injected,
+                hypercalls: s.hypercalls,
+            })
+            .collect();
+        Profile {
+            format: FORMAT_NAME.to_string(),
+            format_version: FORMAT_VERSION,
+            hvprof_version: env!("CARGO_PKG_VERSION").to_string(),
+            run,
+            vcpus,
+            modules: Vec::new(),
+            objects: report
+                .results
+                .iter()
+                .map(|r| ProfileObject::from_result(r, ObjectOwner::Guest))
+                .chain(report.host_results.iter().map(|h| {
+                    ProfileObject::from_host(h, u32::try_from(report.vcpus.len()).unwrap_or(0))
+                }))
+                .collect(),
+        }
+    }
+
+    /// Adds an object (a host-side profile's, say).
+    pub fn push_object(&mut self, object: ProfileObject) {
+        self.objects.push(object);
+    }
+
+    /// Records `symbols`' modules and fills every object's per-function totals from them.
+    pub fn symbolize(&mut self, symbols: &Symbols) {
+        self.modules = symbols
+            .modules()
+            .iter()
+            .map(|m| ModuleInfo {
+                name: m.name.clone(),
+                kind: m.kind,
+                path: m.path.as_ref().map(|p| p.display().to_string()),
+                base: Hex(m.base),
+                size: Hex(m.size),
+                debug_id: m.debug_id.clone(),
+            })
+            .collect();
+        for o in &mut self.objects {
+            o.functions = if symbols.modules().is_empty() {
+                Vec::new()
+            } else {
+                o.function_counts(symbols)
+            };
+        }
+    }
+
+    /// Samples over all vCPUs.
+    pub fn total_stats(&self) -> VcpuStats {
+        self.vcpus.iter().fold(
+            VcpuStats {
+                vcpu: 0,
+                samples: 0,
+                attributed: 0,
+                outside: 0,
+                lost: 0,
+                counts: 0,
+                injected: 0,
+                hypercalls: 0,
+            },
+            |a, s| VcpuStats {
+                vcpu: 0,
+                samples: a.samples + s.samples,
+                attributed: a.attributed + s.attributed,
+                outside: a.outside + s.outside,
+                lost: a.lost + s.lost,
+                counts: a.counts + s.counts,
+                injected: a.injected + s.injected,
+                hypercalls: a.hypercalls + s.hypercalls,
+            },
+        )
+    }
+}
+
+/// The name of a `KPROFILE_SOURCE` value.
+pub fn source_name(source: u32) -> &'static str {
+    const NAMES: [&str; 24] = [
+        "ProfileTime",
+        "ProfileAlignmentFixup",
+        "ProfileTotalIssues",
+        "ProfilePipelineDry",
+        "ProfileLoadInstructions",
+        "ProfilePipelineFrozen",
+        "ProfileBranchInstructions",
+        "ProfileTotalNonissues",
+        "ProfileDcacheMisses",
+        "ProfileIcacheMisses",
+        "ProfileCacheMisses",
+        "ProfileBranchMispredictions",
+        "ProfileStoreInstructions",
+        "ProfileFpInstructions",
+        "ProfileIntegerInstructions",
+        "Profile2Issue",
+        "Profile3Issue",
+        "Profile4Issue",
+        "ProfileSpecialInstructions",
+        "ProfileTotalCycles",
+        "ProfileIcacheIssues",
+        "ProfileDcacheAccesses",
+        "ProfileMemoryBarrierCycles",
+        "ProfileLoadLinkedIssues",
+    ];
+    usize::try_from(source)
+        .ok()
+        .and_then(|i| NAMES.get(i))
+        .copied()
+        .unwrap_or("processor-specific")
+}
+
+/// `t` as RFC 3339 in UTC with milliseconds (`1970-01-01T00:00:00.000Z` before the epoch).
+pub fn rfc3339(t: SystemTime) -> String {
+    let ms = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let ms = u64::try_from(ms).unwrap_or(u64::MAX);
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
+/// Year, month, day of the day `days` after 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + u64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A small profile used by every format's tests: one object over `base..base+0x100` with
+    /// 16-byte buckets and counts 5, 9, 1 in buckets 2, 7, 9.
+    pub(crate) fn sample_profile(base: u64) -> Profile {
+        let object = ProfileObject {
+            id: 1,
+            owner: ObjectOwner::Guest,
+            process: OptHex(Some(0x1234_5000)),
+            base: Hex(base),
+            size: Hex(0x100),
+            bucket_shift: 4,
+            source: 0,
+            source_name: source_name(0).into(),
+            affinity: vec![0, 1],
+            buckets: 16,
+            total: 15,
+            counts: vec![(2, 5), (7, 9), (9, 1)],
+            functions: Vec::new(),
+        };
+        Profile {
+            format: FORMAT_NAME.into(),
+            format_version: FORMAT_VERSION,
+            hvprof_version: "0.1.0".into(),
+            run: RunInfo {
+                kernel: "refguest (built in)".into(),
+                cmdline: "scenario=shares".into(),
+                protocol: "PVH".into(),
+                vcpus: 2,
+                memory_mib: 256,
+                start_time: rfc3339(
+                    SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+                ),
+                wall_time_s: 1.5,
+                outcome: "guest wrote 0x10 to isa-debug-exit".into(),
+                exit_status: 0,
+                interval_100ns: 39_063,
+            },
+            vcpus: vec![VcpuStats {
+                vcpu: 0,
+                samples: 20,
+                attributed: 15,
+                outside: 5,
+                lost: 1,
+                counts: 15,
+                injected: 0,
+                hypercalls: 7,
+            }],
+            modules: Vec::new(),
+            objects: vec![object],
+        }
+    }
+
+    #[test]
+    fn rfc3339_dates() {
+        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+        assert_eq!(rfc3339(t), "2023-11-14T22:13:20.123Z");
+        let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
+        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn buckets_are_sparse_and_clipped_to_the_range() {
+        let mut p = sample_profile(0x1000);
+        let o = &mut p.objects[0];
+        o.size = Hex(0x95);
+        let b: Vec<Bucket> = o.nonzero().collect();
+        assert_eq!(
+            b[0],
+            Bucket {
+                start: 0x1020,
+                end: 0x1030,
+                count: 5
+            }
+        );
+        assert_eq!(
+            b[2],
+            Bucket {
+                start: 0x1090,
+                end: 0x1095,
+                count: 1
+            }
+        );
+    }
+
+    #[test]
+    fn function_counts_by_module_and_symbol() {
+        let mut p = sample_profile(0x1000);
+        let symbols = Symbols::from_module(crate::report::symbols::tests::module(
+            "m",
+            0x1000,
+            &[(0x20, 0x10, "f"), (0x70, 0x30, "g")],
+        ));
+        p.symbolize(&symbols);
+        let f = &p.objects[0].functions;
+        assert_eq!(f.len(), 2);
+        assert_eq!((f[0].name.as_str(), f[0].samples), ("g", 10));
+        assert_eq!((f[1].name.as_str(), f[1].samples), ("f", 5));
+        assert_eq!(f[0].module.as_deref(), Some("m"));
+        assert_eq!(p.modules[0].name, "m");
+    }
+
+    #[test]
+    fn objects_from_results_keep_only_nonzero_buckets() {
+        let config = profile_core::object::ObjectConfig {
+            process: None,
+            base: 0x1000,
+            size: 0x40,
+            bucket_size: 4,
+            buffer: 0,
+            buffer_size: 16,
+            source: profile_core::ProfileSource::TIME,
+            affinity: profile_core::affinity::ProcessorSet::all_active(2),
+        };
+        let r = ObjectResult {
+            object: profile_core::ObjectId(3),
+            config,
+            counts: vec![0, 4, 0, 2],
+        };
+        let o = ProfileObject::from_result(&r, ObjectOwner::Host);
+        assert_eq!(o.counts, vec![(1, 4), (3, 2)]);
+        assert_eq!((o.buckets, o.total, o.id), (4, 6, 3));
+        assert_eq!(o.affinity, vec![0, 1]);
+        assert_eq!(o.source_name, "ProfileTime");
+    }
+}

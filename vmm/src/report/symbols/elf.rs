@@ -1,0 +1,111 @@
+//! ELF images through the object crate: function symbols, build id and code sections.
+//!
+//! Function symbols are `STT_FUNC` symbols. As a fallback for hand-written assembly, a
+//! `STT_NOTYPE` label defined in an executable section counts too (a `FUNC` symbol at the same
+//! address wins); a label without a size extends to the next symbol.
+
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SectionKind, SymbolKind};
+
+use super::{sort_symbols, ImageKind, Module, Section, Symbol, SymbolError};
+
+/// Reads an ELF image (or any other format the object crate reads the same way) as a module
+/// named `name`, placed where it was linked: its base is the lowest loadable segment's address.
+pub fn read(name: &str, bytes: &[u8]) -> Result<Module, SymbolError> {
+    let file = object::File::parse(bytes)?;
+    let (lo, hi) =
+        file.segments()
+            .filter(|s| s.size() > 0)
+            .fold((u64::MAX, 0u64), |(lo, hi), s| {
+                (
+                    lo.min(s.address()),
+                    hi.max(s.address().saturating_add(s.size())),
+                )
+            });
+    let (base, size) = if lo < hi {
+        (lo, hi - lo)
+    } else {
+        (0, u64::MAX)
+    };
+    let executable = |s: &object::Symbol<'_, '_>| {
+        s.section_index()
+            .and_then(|i| file.section_by_index(i).ok())
+            .is_some_and(|sec| sec.kind() == SectionKind::Text)
+    };
+    let mut symbols: Vec<(bool, Symbol)> = file
+        .symbols()
+        .filter(|s| s.address() >= base && s.address() != 0)
+        .filter_map(|s| {
+            let func = s.kind() == SymbolKind::Text;
+            let label = s.kind() == SymbolKind::Unknown && executable(&s);
+            if !func && !label {
+                return None;
+            }
+            let name = s.name().ok().filter(|n| !n.is_empty())?;
+            Some((
+                func,
+                Symbol {
+                    rva: s.address() - base,
+                    size: s.size(),
+                    name: rustc_demangle::demangle(name).to_string(),
+                },
+            ))
+        })
+        .collect();
+    // FUNC symbols first, so they survive the per-address dedup over labels.
+    symbols.sort_by_key(|(func, _)| !*func);
+    let mut symbols: Vec<Symbol> = symbols.into_iter().map(|(_, s)| s).collect();
+    sort_symbols(&mut symbols);
+    let code = file
+        .sections()
+        .filter(|s| s.kind() == SectionKind::Text && s.address() >= base)
+        .filter_map(|s| {
+            Some(Section {
+                rva: s.address() - base,
+                data: s.data().ok()?.to_vec(),
+            })
+        })
+        .collect();
+    let debug_id = file
+        .build_id()
+        .ok()
+        .flatten()
+        .map(|id| id.iter().map(|b| format!("{b:02x}")).collect());
+    Ok(Module {
+        name: name.to_string(),
+        path: None,
+        kind: ImageKind::Elf,
+        base,
+        size,
+        debug_id,
+        symbols,
+        code,
+        bits: if file.is_64() { 64 } else { 32 },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Symbols;
+
+    #[test]
+    fn the_embedded_reference_guest_has_symbols_and_code() {
+        let m = read("refguest", crate::demo::REFGUEST_ELF).unwrap();
+        assert!(m.symbols.len() > 10);
+        assert!(!m.code.is_empty());
+        let symbols = Symbols::from_module(m);
+        for f in ["shares_f1", "shares_f2", "shares_f4"] {
+            let m = &symbols.modules()[0];
+            let s = m.symbols.iter().find(|s| s.name == f);
+            let s = s.unwrap_or_else(|| panic!("{f} is a symbol of the reference guest"));
+            let addr = m.base + s.rva;
+            assert_eq!(symbols.describe(addr), f);
+            assert!(m.code_at(addr).is_some_and(|c| !c.is_empty()));
+        }
+    }
+
+    #[test]
+    fn garbage_is_an_error() {
+        assert!(read("x", b"not an image").is_err());
+    }
+}

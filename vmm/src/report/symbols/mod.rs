@@ -1,0 +1,378 @@
+//! Symbol tables of guest images, looked up by guest-virtual address.
+//!
+//! A [`Module`] is one image (an ELF file, a PE file, or a bare PDB) with its symbols as offsets
+//! from its image base (RVAs) and its code bytes, placed at a load address. [`Symbols`] is the
+//! set of placed modules a profile is symbolized with.
+//!
+//! Readers: ELF through the object crate ([`elf`]: the reference guest, Linux kernels), PE export
+//! tables plus the matching PDB found in a symbol directory ([`pe`]), and PDB files on their own
+//! ([`pdb`]: public symbols and procedures).
+
+pub mod elf;
+pub mod pdb;
+pub mod pe;
+
+use std::path::{Path, PathBuf};
+
+/// One symbol of a module.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Symbol {
+    /// Offset from the module's image base.
+    pub rva: u64,
+    /// Size in bytes (0 if unknown: it then extends to the next symbol).
+    pub size: u64,
+    /// Demangled name.
+    pub name: String,
+}
+
+/// Bytes of one code section, for disassembly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Section {
+    /// Offset of the first byte from the module's image base.
+    pub rva: u64,
+    /// The section's bytes as they are in the file (shorter than the section when it has
+    /// uninitialised tail).
+    pub data: Vec<u8>,
+}
+
+/// What a module's symbols were read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ImageKind {
+    /// An ELF file's symbol table.
+    Elf,
+    /// A PE file's export table (and its PDB when one was found).
+    Pe,
+    /// A PDB file alone.
+    Pdb,
+}
+
+/// One image: its symbols and code, placed at a load address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Module {
+    /// Short name (the file name without directories), as shown in reports.
+    pub name: String,
+    /// The file it came from, when read from one.
+    pub path: Option<PathBuf>,
+    /// The format its symbols came from.
+    pub kind: ImageKind,
+    /// Where the image is placed in the guest's address space.
+    pub base: u64,
+    /// Bytes it spans from `base`.
+    pub size: u64,
+    /// ELF build id (hex) or PDB signature (`GUID` in hex followed by the age), when known.
+    pub debug_id: Option<String>,
+    /// Symbols sorted by RVA, at most one per RVA.
+    pub symbols: Vec<Symbol>,
+    /// Code sections, sorted by RVA.
+    pub code: Vec<Section>,
+    /// 64 or 32: how its code decodes.
+    pub bits: u32,
+}
+
+/// A symbol found for an address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hit<'a> {
+    /// The module whose range holds the address.
+    pub module: &'a Module,
+    /// The symbol covering it, if any.
+    pub symbol: Option<&'a Symbol>,
+    /// Offset from the symbol's start (or from the module's base when there is no symbol).
+    pub offset: u64,
+}
+
+impl Hit<'_> {
+    /// `module!name+0xoff`, `module!name`, or `module+0xrva` when no symbol covers it.
+    pub fn describe(&self) -> String {
+        match (self.symbol, self.offset) {
+            (Some(s), 0) => format!("{}!{}", self.module.name, s.name),
+            (Some(s), off) => format!("{}!{}+{off:#x}", self.module.name, s.name),
+            (None, off) => format!("{}+{off:#x}", self.module.name),
+        }
+    }
+
+    /// The function's name, or `module+0xrva`.
+    pub fn function(&self) -> String {
+        match self.symbol {
+            Some(s) => s.name.clone(),
+            None => format!("{}+{:#x}", self.module.name, self.offset),
+        }
+    }
+}
+
+/// Errors reading symbols.
+#[derive(Debug, thiserror::Error)]
+pub enum SymbolError {
+    /// The object crate could not parse the image.
+    #[error("cannot parse the image")]
+    Object(#[from] object::Error),
+    /// The pdb crate could not read the PDB.
+    #[error("cannot read the PDB")]
+    Pdb(#[from] ::pdb::Error),
+    /// The image is neither ELF nor PE.
+    #[error("not an ELF or PE image, nor a PDB")]
+    UnknownFormat,
+    /// A file could not be read.
+    #[error("cannot read {}", .0.display())]
+    Read(PathBuf, #[source] std::io::Error),
+}
+
+/// Sorts symbols by RVA and keeps one per RVA: the one with a size over one without, then the
+/// first one given (callers list preferred kinds first).
+pub(crate) fn sort_symbols(syms: &mut Vec<Symbol>) {
+    syms.sort_by_key(|s| (s.rva, s.size == 0));
+    syms.dedup_by_key(|s| s.rva);
+}
+
+impl Module {
+    /// Moves the module to `base`.
+    pub fn placed_at(mut self, base: u64) -> Self {
+        self.base = base;
+        self
+    }
+
+    /// One past its last byte.
+    pub fn end(&self) -> u64 {
+        self.base.saturating_add(self.size)
+    }
+
+    /// True when `addr` lies in the module's range.
+    pub fn contains(&self, addr: u64) -> bool {
+        addr >= self.base && addr < self.end()
+    }
+
+    /// The symbol containing `rva`, and the offset into it.
+    pub fn lookup_rva(&self, rva: u64) -> Option<(&Symbol, u64)> {
+        let i = self
+            .symbols
+            .partition_point(|s| s.rva <= rva)
+            .checked_sub(1)?;
+        let s = &self.symbols[i];
+        let offset = rva - s.rva;
+        let inside = if s.size > 0 {
+            offset < s.size
+        } else {
+            self.symbols.get(i + 1).is_none_or(|n| rva < n.rva)
+        };
+        inside.then_some((s, offset))
+    }
+
+    /// The code bytes from guest address `addr` to the end of its section, if `addr` is in
+    /// one.
+    pub fn code_at(&self, addr: u64) -> Option<&[u8]> {
+        let rva = addr.checked_sub(self.base)?;
+        let s = self
+            .code
+            .iter()
+            .find(|s| rva >= s.rva && rva - s.rva < s.data.len() as u64)?;
+        let from = usize::try_from(rva - s.rva).ok()?;
+        s.data.get(from..)
+    }
+}
+
+/// A set of placed modules.
+#[derive(Debug, Clone, Default)]
+pub struct Symbols {
+    modules: Vec<Module>,
+}
+
+impl Symbols {
+    /// A set holding one module.
+    pub fn from_module(module: Module) -> Self {
+        Symbols {
+            modules: vec![module],
+        }
+    }
+
+    /// The function symbols of an ELF image, placed where it was linked, as one module named
+    /// `image` ([`elf::read`] names it).
+    pub fn from_image(bytes: &[u8]) -> Result<Self, SymbolError> {
+        Ok(Self::from_module(elf::read("image", bytes)?))
+    }
+
+    /// The exports of a PE image, and the symbols of its PDB when `symbol_dir` holds the PDB
+    /// its CodeView record names (see [`pe::read`]). Placed at the image's preferred base.
+    pub fn from_pe(
+        bytes: &[u8],
+        name: &str,
+        symbol_dir: Option<&Path>,
+    ) -> Result<Self, SymbolError> {
+        Ok(Self::from_module(pe::read(name, bytes, symbol_dir)?))
+    }
+
+    /// The public symbols and procedures of a PDB, placed at 0 until moved with
+    /// [`Module::placed_at`].
+    pub fn from_pdb(bytes: &[u8], name: &str) -> Result<Self, SymbolError> {
+        Ok(Self::from_module(pdb::read(name, bytes)?))
+    }
+
+    /// The symbols of the kernel a VM booted, or none if its image has no readable table.
+    pub fn for_kernel(spec: &crate::boot::KernelSpec) -> Self {
+        let name = spec.kernel.file_name().map_or_else(
+            || "kernel".to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        let name = name
+            .split_whitespace()
+            .next()
+            .unwrap_or("kernel")
+            .to_string();
+        let module = match spec.embedded {
+            Some(b) => elf::read(&name, b),
+            None => match std::fs::read(&spec.kernel) {
+                Ok(b) => elf::read(&name, &b).map(|m| Module {
+                    path: Some(spec.kernel.clone()),
+                    ..m
+                }),
+                Err(_) => return Symbols::default(),
+            },
+        };
+        module.map(Self::from_module).unwrap_or_default()
+    }
+
+    /// Adds a module.
+    pub fn push(&mut self, module: Module) {
+        self.modules.push(module);
+        self.modules.sort_by_key(|m| m.base);
+    }
+
+    /// The modules, by base address.
+    pub fn modules(&self) -> &[Module] {
+        &self.modules
+    }
+
+    /// Number of symbols over all modules.
+    pub fn len(&self) -> usize {
+        self.modules.iter().map(|m| m.symbols.len()).sum()
+    }
+
+    /// True when there are no symbols.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The module whose range holds `addr` (the last placed one when ranges overlap).
+    pub fn module_at(&self, addr: u64) -> Option<&Module> {
+        self.modules.iter().rev().find(|m| m.contains(addr))
+    }
+
+    /// The module and symbol at `addr`.
+    pub fn resolve(&self, addr: u64) -> Option<Hit<'_>> {
+        let module = self.module_at(addr)?;
+        let rva = addr - module.base;
+        Some(match module.lookup_rva(rva) {
+            Some((symbol, offset)) => Hit {
+                module,
+                symbol: Some(symbol),
+                offset,
+            },
+            None => Hit {
+                module,
+                symbol: None,
+                offset: rva,
+            },
+        })
+    }
+
+    /// The symbol containing `addr`, and the offset into it.
+    pub fn lookup(&self, addr: u64) -> Option<(&Symbol, u64)> {
+        let hit = self.resolve(addr)?;
+        Some((hit.symbol?, hit.offset))
+    }
+
+    /// `name+0xoff` for `addr`, or the bare address.
+    pub fn describe(&self, addr: u64) -> String {
+        match self.lookup(addr) {
+            Some((s, 0)) => s.name.clone(),
+            Some((s, off)) => format!("{}+{off:#x}", s.name),
+            None => format!("{addr:#x}"),
+        }
+    }
+
+    /// `module!name+0xoff`, `module+0xrva`, or the bare address outside every module.
+    pub fn describe_qualified(&self, addr: u64) -> String {
+        self.resolve(addr)
+            .map_or_else(|| format!("{addr:#x}"), |h| h.describe())
+    }
+}
+
+/// The file name of `path` without directories (either separator), for PDB paths recorded on
+/// Windows.
+pub(crate) fn base_name(path: &str) -> &str {
+    path.rsplit(['/', '\\']).next().unwrap_or(path)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn module(name: &str, base: u64, syms: &[(u64, u64, &str)]) -> Module {
+        Module {
+            name: name.into(),
+            path: None,
+            kind: ImageKind::Elf,
+            base,
+            size: 0x100,
+            debug_id: None,
+            symbols: syms
+                .iter()
+                .map(|(rva, size, n)| Symbol {
+                    rva: *rva,
+                    size: *size,
+                    name: (*n).into(),
+                })
+                .collect(),
+            code: vec![Section {
+                rva: 0x40,
+                data: vec![0x90; 8],
+            }],
+            bits: 64,
+        }
+    }
+
+    fn table() -> Symbols {
+        Symbols::from_module(module(
+            "m",
+            0x1000,
+            &[(0, 0x10, "a"), (0x20, 0, "b"), (0x40, 0x8, "c")],
+        ))
+    }
+
+    #[test]
+    fn lookup_respects_sizes_and_gaps() {
+        let t = table();
+        assert_eq!(t.describe(0x1000), "a");
+        assert_eq!(t.describe(0x100f), "a+0xf");
+        assert_eq!(t.describe(0x1010), "0x1010");
+        assert_eq!(t.describe(0x103f), "b+0x1f");
+        assert_eq!(t.describe(0x1048), "0x1048");
+        assert_eq!(t.describe(0xfff), "0xfff");
+        assert_eq!(t.describe_qualified(0x1041), "m!c+0x1");
+        assert_eq!(t.describe_qualified(0x1048), "m+0x48");
+        assert_eq!(t.describe_qualified(0x1100), "0x1100");
+    }
+
+    #[test]
+    fn modules_are_found_by_range_and_can_move() {
+        let mut t = table();
+        t.push(module("n", 0x8000, &[(0x10, 4, "x")]).placed_at(0x9000));
+        assert_eq!(t.describe_qualified(0x9011), "n!x+0x1");
+        assert_eq!(t.describe_qualified(0x8011), "0x8011");
+        assert_eq!(t.len(), 4);
+    }
+
+    #[test]
+    fn code_bytes_follow_the_placement() {
+        let m = module("m", 0x1000, &[]);
+        assert_eq!(m.code_at(0x1042), Some(&[0x90u8; 6][..]));
+        assert_eq!(m.code_at(0x1048), None);
+        assert_eq!(m.code_at(0x0fff), None);
+    }
+
+    #[test]
+    fn base_names_accept_both_separators() {
+        assert_eq!(base_name(r"C:\build\tiny.pdb"), "tiny.pdb");
+        assert_eq!(base_name("/tmp/x/tiny.pdb"), "tiny.pdb");
+        assert_eq!(base_name("tiny.pdb"), "tiny.pdb");
+    }
+}

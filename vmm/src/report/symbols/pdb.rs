@@ -1,0 +1,139 @@
+//! PDB files through the pdb crate: public symbols and procedures, as RVAs.
+//!
+//! Procedures (`S_GPROC32`/`S_LPROC32` in the modules' symbol streams) carry undecorated names
+//! and sizes; public symbols (`S_PUB32` in the global stream) cover functions compiled without
+//! debug information. Where both name the same RVA the procedure wins.
+
+use std::io::Cursor;
+
+use ::pdb::{FallibleIterator, SymbolData, PDB};
+
+use super::{sort_symbols, ImageKind, Module, Symbol, SymbolError};
+
+/// A PDB's identity: the GUID its PE's CodeView record must carry, and its age.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PdbId {
+    /// The GUID as 32 upper-case hex digits in the symbol-server order.
+    pub guid: String,
+    /// The age.
+    pub age: u32,
+}
+
+impl PdbId {
+    /// `GUID` followed by the age in hex: the symbol-server directory name.
+    pub fn key(&self) -> String {
+        format!("{}{:X}", self.guid, self.age)
+    }
+}
+
+/// Formats a GUID stored as in a CodeView record (Data1..Data3 little-endian, Data4 as bytes)
+/// as 32 upper-case hex digits.
+pub fn guid_hex(raw: [u8; 16]) -> String {
+    let d1 = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
+    let d2 = u16::from_le_bytes([raw[4], raw[5]]);
+    let d3 = u16::from_le_bytes([raw[6], raw[7]]);
+    let mut s = format!("{d1:08X}{d2:04X}{d3:04X}");
+    for b in &raw[8..] {
+        s.push_str(&format!("{b:02X}"));
+    }
+    s
+}
+
+/// The identity of a PDB.
+pub fn id(bytes: &[u8]) -> Result<PdbId, SymbolError> {
+    let mut pdb = PDB::open(Cursor::new(bytes))?;
+    let info = pdb.pdb_information()?;
+    let guid = format!("{:X}", info.guid.simple());
+    // The DBI stream's age is the one PE files record; the info stream's may be newer.
+    let age = pdb
+        .debug_information()
+        .map_or(info.age, |d| d.age().unwrap_or(info.age));
+    Ok(PdbId { guid, age })
+}
+
+/// Reads a PDB's functions as a module named `name` placed at 0 (move it with
+/// [`Module::placed_at`]). Its size reaches the end of the last function.
+pub fn read(name: &str, bytes: &[u8]) -> Result<Module, SymbolError> {
+    let pdb_id = id(bytes)?;
+    let mut pdb = PDB::open(Cursor::new(bytes))?;
+    let address_map = pdb.address_map()?;
+    let mut symbols = Vec::new();
+
+    let dbi = pdb.debug_information()?;
+    let mut modules = dbi.modules()?;
+    while let Some(m) = modules.next()? {
+        let Some(info) = pdb.module_info(&m)? else {
+            continue;
+        };
+        let mut syms = info.symbols()?;
+        while let Some(sym) = syms.next()? {
+            if let Ok(SymbolData::Procedure(p)) = sym.parse() {
+                if let Some(rva) = p.offset.to_rva(&address_map) {
+                    symbols.push(Symbol {
+                        rva: u64::from(rva.0),
+                        size: u64::from(p.len),
+                        name: p.name.to_string().into_owned(),
+                    });
+                }
+            }
+        }
+    }
+
+    let globals = pdb.global_symbols()?;
+    let mut it = globals.iter();
+    while let Some(sym) = it.next()? {
+        if let Ok(SymbolData::Public(p)) = sym.parse() {
+            if !(p.function || p.code) {
+                continue;
+            }
+            if let Some(rva) = p.offset.to_rva(&address_map) {
+                symbols.push(Symbol {
+                    rva: u64::from(rva.0),
+                    size: 0,
+                    name: p.name.to_string().into_owned(),
+                });
+            }
+        }
+    }
+    sort_symbols(&mut symbols);
+    let size = symbols
+        .iter()
+        .map(|s| s.rva + s.size.max(1))
+        .max()
+        .unwrap_or(0);
+    Ok(Module {
+        name: name.to_string(),
+        path: None,
+        kind: ImageKind::Pdb,
+        base: 0,
+        size,
+        debug_id: Some(pdb_id.key()),
+        symbols,
+        code: Vec::new(),
+        bits: 64,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guids_use_the_symbol_server_order() {
+        let raw = [
+            0x33, 0x22, 0x11, 0x00, 0x55, 0x44, 0x77, 0x66, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd,
+            0xee, 0xff,
+        ];
+        assert_eq!(guid_hex(raw), "00112233445566778899AABBCCDDEEFF");
+        let id = PdbId {
+            guid: guid_hex(raw),
+            age: 10,
+        };
+        assert_eq!(id.key(), "00112233445566778899AABBCCDDEEFFA");
+    }
+
+    #[test]
+    fn garbage_is_an_error() {
+        assert!(read("x.pdb", b"Microsoft C/C++ MSF 7.00 but not really").is_err());
+    }
+}

@@ -1,0 +1,157 @@
+//! PE images: export tables, code sections, and the PDB their CodeView record names.
+//!
+//! The PDB is looked up in a symbol directory `DIR` first in the symbol-server layout,
+//! `DIR/<pdb name>/<GUID><age>/<pdb name>`, then flat, `DIR/<pdb name>`. A PDB is used only
+//! when its GUID is the one the PE records (a stale PDB would name the wrong functions); a
+//! missing or stale PDB leaves the exports alone.
+
+use std::path::{Path, PathBuf};
+
+use object::{BinaryFormat, Object, ObjectSection, SectionKind};
+
+use super::{base_name, pdb, sort_symbols, ImageKind, Module, Section, Symbol, SymbolError};
+
+/// The PDB a PE file names in its CodeView (RSDS) debug record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PdbRef {
+    /// The PDB's file name (directories dropped).
+    pub name: String,
+    /// The GUID and age it must have.
+    pub id: pdb::PdbId,
+}
+
+/// The PDB reference in a PE image, if it has one.
+pub fn pdb_ref(bytes: &[u8]) -> Result<Option<PdbRef>, SymbolError> {
+    let file = object::File::parse(bytes)?;
+    Ok(file.pdb_info()?.map(|cv| PdbRef {
+        name: base_name(&String::from_utf8_lossy(cv.path())).to_string(),
+        id: pdb::PdbId {
+            guid: pdb::guid_hex(cv.guid()),
+            age: cv.age(),
+        },
+    }))
+}
+
+/// Where the PDB for `r` is in `dir`: the symbol-server path, then the flat one, whichever
+/// exists and has the right GUID.
+pub fn find_pdb(dir: &Path, r: &PdbRef) -> Option<PathBuf> {
+    let candidates = [
+        dir.join(&r.name).join(r.id.key()).join(&r.name),
+        dir.join(&r.name),
+    ];
+    candidates.into_iter().find(|p| {
+        let Ok(bytes) = std::fs::read(p) else {
+            return false;
+        };
+        match pdb::id(&bytes) {
+            Ok(id) if id.guid == r.id.guid => true,
+            Ok(id) => {
+                log::warn!(
+                    "{} has GUID {}, not the {} its image names: ignored",
+                    p.display(),
+                    id.guid,
+                    r.id.guid
+                );
+                false
+            }
+            Err(e) => {
+                log::warn!("{}: {e}", p.display());
+                false
+            }
+        }
+    })
+}
+
+/// Reads a PE image as a module named `name`, placed at its preferred image base: its exports,
+/// its code sections, and the symbols of its PDB when `symbol_dir` holds the matching one.
+pub fn read(name: &str, bytes: &[u8], symbol_dir: Option<&Path>) -> Result<Module, SymbolError> {
+    let file = object::File::parse(bytes)?;
+    if file.format() != BinaryFormat::Pe {
+        return Err(SymbolError::UnknownFormat);
+    }
+    let image_base = file.relative_address_base();
+    let size = file
+        .sections()
+        .map(|s| {
+            s.address()
+                .saturating_add(s.size())
+                .saturating_sub(image_base)
+        })
+        .max()
+        .unwrap_or(0);
+    let mut symbols: Vec<Symbol> = Vec::new();
+    for export in file.exports()? {
+        let export = export?;
+        let object::ExportTarget::Address { address } = export.target() else {
+            continue; // forwarders name another DLL's code
+        };
+        let (object::NameOrOrdinal::Name(name), Some(rva)) =
+            (export.name(), address.checked_sub(image_base))
+        else {
+            continue;
+        };
+        if rva < size {
+            symbols.push(Symbol {
+                rva,
+                size: 0,
+                name: String::from_utf8_lossy(name).into_owned(),
+            });
+        }
+    }
+    let code = file
+        .sections()
+        .filter(|s| s.kind() == SectionKind::Text && s.address() >= image_base)
+        .filter_map(|s| {
+            Some(Section {
+                rva: s.address() - image_base,
+                data: s.data().ok()?.to_vec(),
+            })
+        })
+        .collect();
+    let mut debug_id = None;
+    if let (Some(dir), Some(r)) = (symbol_dir, pdb_ref(bytes)?) {
+        debug_id = Some(r.id.key());
+        match find_pdb(dir, &r) {
+            Some(path) => {
+                let pdb_bytes =
+                    std::fs::read(&path).map_err(|e| SymbolError::Read(path.clone(), e))?;
+                let from_pdb = pdb::read(&r.name, &pdb_bytes)?;
+                // PDB symbols first: they have sizes and undecorated names.
+                let mut all = from_pdb.symbols;
+                all.append(&mut symbols);
+                symbols = all;
+            }
+            None => log::info!(
+                "no PDB {} with GUID {} in {}: exports only",
+                r.name,
+                r.id.key(),
+                dir.display()
+            ),
+        }
+    }
+    sort_symbols(&mut symbols);
+    Ok(Module {
+        name: name.to_string(),
+        path: None,
+        kind: ImageKind::Pe,
+        base: image_base,
+        size,
+        debug_id,
+        symbols,
+        code,
+        bits: if file.is_64() { 64 } else { 32 },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_elf_is_not_a_pe() {
+        assert!(matches!(
+            read("refguest", crate::demo::REFGUEST_ELF, None),
+            Err(SymbolError::UnknownFormat)
+        ));
+    }
+}

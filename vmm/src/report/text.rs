@@ -1,0 +1,227 @@
+//! report.txt, Kernrate style: the run and its counters, then per profile object the samples
+//! per module, per function and the hottest buckets, each with its share of the object's
+//! samples.
+//!
+//! With symbols the tables are computed from them; without (a saved profile reprinted with no
+//! `--symbols`) the module and function tables come from the per-function totals stored in the
+//! profile, and buckets are named by address.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::profile::{Bucket, FunctionCount, ObjectOwner, Profile, ProfileObject};
+use super::symbols::Symbols;
+
+/// A share of `whole`, in percent.
+pub fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        // Counts stay far below 2^52, where the conversion is exact.
+        100.0 * part as f64 / whole as f64
+    }
+}
+
+/// The `n` buckets with the most counts, hottest first (ties by address).
+pub fn hottest(o: &ProfileObject, n: usize) -> Vec<Bucket> {
+    let mut b: Vec<Bucket> = o.nonzero().collect();
+    b.sort_by(|a, b| b.count.cmp(&a.count).then(a.start.cmp(&b.start)));
+    b.truncate(n);
+    b
+}
+
+/// Per-function totals: from `symbols` when it has modules, else those stored in the object.
+pub fn functions(o: &ProfileObject, symbols: &Symbols) -> Vec<FunctionCount> {
+    if symbols.modules().is_empty() {
+        o.functions.clone()
+    } else {
+        o.function_counts(symbols)
+    }
+}
+
+/// Per-module totals from per-function ones, largest first.
+pub fn modules(functions: &[FunctionCount]) -> Vec<(String, u64)> {
+    let mut m: BTreeMap<String, u64> = BTreeMap::new();
+    for f in functions {
+        let name = f.module.clone().unwrap_or_else(|| "[unknown]".into());
+        *m.entry(name).or_default() += f.samples;
+    }
+    let mut v: Vec<(String, u64)> = m.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    v
+}
+
+fn header(out: &mut String, p: &Profile) {
+    let r = &p.run;
+    let _ = writeln!(
+        out,
+        "hvprof {} profile of {} {}",
+        p.hvprof_version, r.kernel, r.cmdline
+    );
+    let _ = writeln!(
+        out,
+        "started {}, {:.3} s, {} vCPU{}, {} MiB, {} boot; {} (exit status {})",
+        r.start_time,
+        r.wall_time_s,
+        r.vcpus,
+        if r.vcpus == 1 { "" } else { "s" },
+        r.memory_mib,
+        r.protocol,
+        r.outcome,
+        r.exit_status
+    );
+    let _ = writeln!(
+        out,
+        "ProfileTime interval {} (x 100 ns = {:.1} us)\n",
+        r.interval_100ns,
+        f64::from(r.interval_100ns) / 10.0
+    );
+    let _ = writeln!(
+        out,
+        "{:>6} {:>10} {:>10} {:>10} {:>8} {:>10} {:>9} {:>10}",
+        "vCPU", "samples", "attributed", "outside", "lost", "counts", "injected", "hypercalls"
+    );
+    let mut rows: Vec<(String, _)> = p.vcpus.iter().map(|v| (v.vcpu.to_string(), *v)).collect();
+    if p.vcpus.len() > 1 {
+        rows.push(("total".into(), p.total_stats()));
+    }
+    for (name, v) in rows {
+        let _ = writeln!(
+            out,
+            "{name:>6} {:>10} {:>10} {:>10} {:>8} {:>10} {:>9} {:>10}",
+            v.samples, v.attributed, v.outside, v.lost, v.counts, v.injected, v.hypercalls
+        );
+    }
+}
+
+fn affinity(v: &[u32]) -> String {
+    let list: Vec<String> = v.iter().map(u32::to_string).collect();
+    list.join(",")
+}
+
+fn object(out: &mut String, o: &ProfileObject, symbols: &Symbols, top: usize) {
+    let total = o.total;
+    let _ = writeln!(
+        out,
+        "\nprofile object {} ({}): {:#x}..{:#x}, {}-byte buckets, {}, {}, vCPUs {}: {} samples",
+        o.id,
+        match o.owner {
+            ObjectOwner::Guest => "guest agent",
+            ObjectOwner::Host => "host",
+        },
+        o.base.0,
+        o.end(),
+        1u64 << o.bucket_shift.min(63),
+        o.scope(),
+        o.source_name,
+        affinity(&o.affinity),
+        total
+    );
+    if total == 0 {
+        return;
+    }
+    let funcs = functions(o, symbols);
+    if !funcs.is_empty() {
+        let rows: Vec<(String, u64)> = modules(&funcs).into_iter().take(top).collect();
+        table(out, "Module", &rows, total);
+        let rows: Vec<(String, u64)> = funcs
+            .iter()
+            .take(top)
+            .map(|f| {
+                let name = match &f.module {
+                    Some(m) if !f.name.starts_with(m.as_str()) => format!("{m}!{}", f.name),
+                    _ => f.name.clone(),
+                };
+                (name, f.samples)
+            })
+            .collect();
+        table(out, "Function", &rows, total);
+    }
+    let rows: Vec<(String, u64)> = hottest(o, top)
+        .iter()
+        .map(|b| {
+            let name = format!(
+                "{:#x}..{:#x} {}",
+                b.start,
+                b.end,
+                symbols.describe_qualified(b.start)
+            );
+            (name, b.count)
+        })
+        .collect();
+    table(out, "Hottest buckets", &rows, total);
+}
+
+/// A table of names, samples and shares, the name column as wide as its longest entry.
+fn table(out: &mut String, title: &str, rows: &[(String, u64)], total: u64) {
+    let w = rows
+        .iter()
+        .map(|(n, _)| n.chars().count())
+        .chain([title.len(), 32])
+        .max()
+        .unwrap_or(32);
+    let _ = writeln!(out, "\n  {title:<w$} {:>10} {:>8}", "Samples", "% Total");
+    for (name, n) in rows {
+        let _ = writeln!(out, "  {name:<w$} {n:>10} {:>7.2}%", percent(*n, total));
+    }
+}
+
+/// The whole report, with at most `top` rows per table.
+pub fn render(p: &Profile, symbols: &Symbols, top: usize) -> String {
+    let mut out = String::new();
+    header(&mut out, p);
+    if p.objects.is_empty() {
+        let _ = writeln!(out, "\nno profile objects ran");
+    }
+    for o in &p.objects {
+        object(&mut out, o, symbols, top);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::profile::tests::sample_profile;
+    use crate::report::symbols::tests::module;
+
+    /// True when some line of `t`, with runs of spaces squeezed, contains `want`.
+    fn has(t: &str, want: &str) -> bool {
+        t.lines().any(|l| {
+            l.split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .contains(want)
+        })
+    }
+
+    #[test]
+    fn kernrate_tables_with_shares() {
+        let p = sample_profile(0x1000);
+        let symbols = Symbols::from_module(module("m", 0x1000, &[(0x70, 0x30, "hot")]));
+        let t = render(&p, &symbols, 10);
+        assert!(has(&t, "profile object 1 (guest agent): 0x1000..0x1100, 16-byte buckets, process 0x12345000, ProfileTime, vCPUs 0,1: 15 samples"), "{t}");
+        assert!(has(&t, "m 15 100.00%"), "{t}");
+        assert!(has(&t, "m!hot 10 66.67%"), "{t}");
+        assert!(has(&t, "m+0x20 5 33.33%"), "{t}");
+        assert!(has(&t, "0x1070..0x1080 m!hot 9 60.00%"), "{t}");
+        assert!(has(&t, "0 20 15 5 1 15 0 7"), "{t}");
+    }
+
+    #[test]
+    fn a_saved_profile_reprints_its_stored_functions() {
+        let mut p = sample_profile(0x1000);
+        let symbols = Symbols::from_module(module("m", 0x1000, &[(0x70, 0x30, "hot")]));
+        p.symbolize(&symbols);
+        let t = render(&p, &Symbols::default(), 10);
+        assert!(has(&t, "m!hot 10 66.67%"), "{t}");
+        assert!(has(&t, "0x1070..0x1080 0x1070 9 60.00%"), "{t}");
+    }
+
+    #[test]
+    fn hottest_first_then_by_address() {
+        let p = sample_profile(0x1000);
+        let b = hottest(&p.objects[0], 2);
+        assert_eq!(b.iter().map(|b| b.count).collect::<Vec<_>>(), vec![9, 5]);
+    }
+}
