@@ -8,7 +8,7 @@
 //! (Windows' allocation granularity) after a random gap of 0 to 15 x 64 KiB. Every tenth object
 //! is a "zoom" (4 to 64 KiB) into the module before it, as Kernrate's zoom does. Samples hit
 //! objects: each picks an object and a PC inside it. Nested zooms make some PCs count in many
-//! objects (the uniform stream averages about 2.4 counts per sample at 10,000 objects, against
+//! objects (the uniform stream averages 1.85 counts per sample at 10,000 objects, against
 //! exactly 1 with one object); `index_one_hit` keeps only samples that exactly one object counts,
 //! to compare lookup cost at equal output.
 

@@ -1,0 +1,194 @@
+//! The IOCTL sequence of a profiling run, over any [`Device`] (the driver on Windows, a model in
+//! the tests): set the interval, create, start, wait, stop, close, collect.
+
+use std::fmt;
+use std::time::Instant;
+
+use hvprof_ioctl::codes::{
+    IOCTL_HVPROF_CLOSE, IOCTL_HVPROF_CREATE, IOCTL_HVPROF_QUERY_INFO, IOCTL_HVPROF_QUERY_INTERVAL,
+    IOCTL_HVPROF_READ_STATS, IOCTL_HVPROF_SET_INTERVAL, IOCTL_HVPROF_START, IOCTL_HVPROF_STOP,
+};
+use hvprof_ioctl::messages::{
+    CreateReply, DriverInfo, InfoReply, IntervalReply, StartReply, StatsReply, Wire,
+};
+use hvprof_ioctl::NtStatus;
+
+use crate::plan::{self, Plan};
+
+/// Something that answers the driver's IOCTLs.
+pub trait Device {
+    /// Issues `code` with `input`; on success returns the bytes written to `output`, else the
+    /// NTSTATUS the driver completed the request with.
+    fn ioctl(&mut self, code: u32, input: &[u8], output: &mut [u8]) -> Result<usize, NtStatus>;
+}
+
+/// A failed run.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum SessionError {
+    /// The driver failed `call` with `status`.
+    Driver {
+        /// The IOCTL's name.
+        call: &'static str,
+        /// The NTSTATUS.
+        status: NtStatus,
+    },
+    /// The driver returned fewer bytes than `call`'s reply.
+    ShortReply(&'static str),
+    /// Waiting (the command) failed.
+    Wait(String),
+}
+
+impl fmt::Display for SessionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SessionError::Driver { call, status } => {
+                write!(f, "{} failed: {}", call, crate::status_text(*status))
+            }
+            SessionError::ShortReply(call) => {
+                write!(f, "{}: the driver's reply is too short", call)
+            }
+            SessionError::Wait(why) => write!(f, "{}", why),
+        }
+    }
+}
+
+impl std::error::Error for SessionError {}
+
+fn call<D: Device + ?Sized, R: Wire>(
+    d: &mut D,
+    name: &'static str,
+    code: u32,
+    input: &[u8],
+) -> Result<R, SessionError> {
+    let mut out = [0u8; 64];
+    let n = d
+        .ioctl(code, input, &mut out[..R::SIZE])
+        .map_err(|status| SessionError::Driver { call: name, status })?;
+    if n < R::SIZE {
+        return Err(SessionError::ShortReply(name));
+    }
+    R::decode(&out).ok_or(SessionError::ShortReply(name))
+}
+
+fn call_no_reply<D: Device + ?Sized>(
+    d: &mut D,
+    name: &'static str,
+    code: u32,
+    input: &[u8],
+) -> Result<(), SessionError> {
+    d.ioctl(code, input, &mut [])
+        .map(|_| ())
+        .map_err(|status| SessionError::Driver { call: name, status })
+}
+
+fn bytes<W: Wire>(w: &W) -> Vec<u8> {
+    let mut v = vec![0u8; W::SIZE];
+    let _ = w.encode(&mut v);
+    v
+}
+
+/// QUERY_INFO: where the driver found the doorbell, and the VMM's limits and sources.
+pub fn query_info<D: Device + ?Sized>(d: &mut D) -> Result<(DriverInfo, InfoReply), SessionError> {
+    let mut out = [0u8; 48];
+    let n = d
+        .ioctl(IOCTL_HVPROF_QUERY_INFO, &[], &mut out)
+        .map_err(|status| SessionError::Driver {
+            call: "QUERY_INFO",
+            status,
+        })?;
+    if n < out.len() {
+        return Err(SessionError::ShortReply("QUERY_INFO"));
+    }
+    let driver = DriverInfo::decode(&out).ok_or(SessionError::ShortReply("QUERY_INFO"))?;
+    let vmm = InfoReply::decode(&out[DriverInfo::SIZE..])
+        .ok_or(SessionError::ShortReply("QUERY_INFO"))?;
+    Ok((driver, vmm))
+}
+
+/// READ_STATS.
+pub fn read_stats<D: Device + ?Sized>(d: &mut D) -> Result<StatsReply, SessionError> {
+    call(d, "READ_STATS", IOCTL_HVPROF_READ_STATS, &[])
+}
+
+/// SET_INTERVAL: returns the interval now in force.
+pub fn set_interval<D: Device + ?Sized>(
+    d: &mut D,
+    source: u32,
+    interval: u32,
+) -> Result<u32, SessionError> {
+    let input = bytes(&plan::set_interval_in(source, interval));
+    call::<_, IntervalReply>(d, "SET_INTERVAL", IOCTL_HVPROF_SET_INTERVAL, &input)
+        .map(|r| r.interval)
+}
+
+/// QUERY_INTERVAL.
+pub fn query_interval<D: Device + ?Sized>(d: &mut D, source: u32) -> Result<u32, SessionError> {
+    let input = bytes(&plan::query_interval_in(source));
+    call::<_, IntervalReply>(d, "QUERY_INTERVAL", IOCTL_HVPROF_QUERY_INTERVAL, &input)
+        .map(|r| r.interval)
+}
+
+/// What a run collected.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Outcome {
+    /// One counter per bucket.
+    pub counts: Vec<u32>,
+    /// The source's interval during the run.
+    pub interval: u32,
+    /// Milliseconds between START and STOP.
+    pub duration_ms: u64,
+    /// Pages the VMM pinned.
+    pub pinned_pages: u32,
+}
+
+/// Runs a profile: optional SET_INTERVAL, CREATE, START, `wait()`, STOP, CLOSE. The counters
+/// live in this process; the driver locks them and the VMM counts into them while started. On
+/// any failure after CREATE the object is closed (which also stops it).
+pub fn run<D, W>(
+    d: &mut D,
+    plan: &Plan,
+    interval: Option<u32>,
+    wait: W,
+) -> Result<Outcome, SessionError>
+where
+    D: Device + ?Sized,
+    W: FnOnce() -> Result<(), String>,
+{
+    if let Some(i) = interval {
+        set_interval(d, plan.source, i)?;
+    }
+    let interval = query_interval(d, plan.source)?;
+    let mut counts = vec![0u32; plan.buckets];
+    let buffer = counts.as_mut_ptr() as u64;
+    let create = bytes(&plan.create_in(buffer));
+    let created: CreateReply = call(d, "CREATE", IOCTL_HVPROF_CREATE, &create)?;
+    let handle = bytes(&plan::handle_in(created.handle));
+    let started = Instant::now();
+    let result = call::<_, StartReply>(d, "START", IOCTL_HVPROF_START, &handle).and_then(|s| {
+        let waited = wait().map_err(SessionError::Wait);
+        let stopped = call_no_reply(d, "STOP", IOCTL_HVPROF_STOP, &handle);
+        waited.and(stopped).map(|()| s.pinned_pages)
+    });
+    let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let closed = call_no_reply(d, "CLOSE", IOCTL_HVPROF_CLOSE, &handle);
+    let pinned_pages = result?;
+    closed?;
+    // The VMM wrote the counters behind the compiler's back (through the pages the driver
+    // locked); read them afresh now that STOP has returned and nothing writes them any more.
+    let counts = counts
+        .iter()
+        .map(|c| {
+            // SAFETY: `c` is a valid, aligned reference into `counts`.
+            unsafe { std::ptr::read_volatile(c) }
+        })
+        .collect();
+    Ok(Outcome {
+        counts,
+        interval,
+        duration_ms,
+        pinned_pages,
+    })
+}
+
+#[cfg(test)]
+mod tests;
