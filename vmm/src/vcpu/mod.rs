@@ -207,6 +207,9 @@ impl Vcpu {
         if self.shared.stop.is_requested() {
             return State::Exited;
         }
+        if let Some(stamp) = &self.shared.entry_stamp {
+            stamp.mark();
+        }
         let buses = Buses {
             pio: &self.shared.pio,
             mmio: &self.shared.mmio,
