@@ -3,7 +3,7 @@
 //! 1/7, 2/7, 4/7). After stop, the guest sums the buckets of each function's range. PASS if
 //! each share is within 3 percentage points of its ideal and enough samples arrived.
 //! Parameters: `shares.ms` (default 2000), `shares.interval` (100 ns units, default 10000),
-//! `shares.bucket` (log2 bytes, default 4).
+//! `shares.bucket` (log2 bytes, default 4), `shares.slowf2=1` (f2 20% slower: 1 : 2.4 : 4).
 
 use core::sync::atomic::{AtomicU32, Ordering};
 
@@ -27,6 +27,11 @@ fn params() -> guest_agent::ProfileParams {
     p
 }
 
+/// `shares.slowf2=1`: f2 runs 20% longer (costs 1 : 2.4 : 4), for regression tests.
+fn slow_f2() -> bool {
+    param_u64("shares.slowf2", 0) != 0
+}
+
 fn duration_ms() -> u64 {
     param_u64("shares.ms", 2000)
 }
@@ -47,8 +52,9 @@ fn setup(env: &Env) -> Result<(), &'static str> {
     );
     HANDLE.store(common::create_start(&p, None)?, Ordering::Relaxed);
     let plan = work::plan(common::ms(duration_ms()), 1, false);
+    let round = if slow_f2() { work::round_slow_f2() } else { work::round() };
     for cpu in 0..env.cpus {
-        common::spawn(work::round(), cpu, plan)?;
+        common::spawn(round, cpu, plan)?;
     }
     WORKERS.store(env.cpus as u32, Ordering::Relaxed);
     Ok(())
@@ -58,14 +64,17 @@ fn check(_: &Table) -> Result<(), &'static str> {
     let handle = HANDLE.load(Ordering::Relaxed);
     common::stop(handle)?;
     let p = params();
-    let fns = [(work::f1(), 1u64), (work::f2(), 2), (work::f4(), 4)];
+    // Relative costs in fifths: 1 : 2 : 4, or 1 : 2.4 : 4 with f2 slowed.
+    let f2_weight = if slow_f2() { 12 } else { 10 };
+    let fns = [(work::f1(), 5u64), (work::f2(), f2_weight), (work::f4(), 20)];
+    let weight_sum: u64 = fns.iter().map(|(_, w)| w).sum();
     let counts = fns.map(|(r, _)| common::count(&p, &r));
     let in_fns: u64 = counts.iter().sum();
     let total = crate::prof::sum(p.buffer, p.base, p.bucket_size, p.base, p.base + p.size);
     let mut good = true;
     for ((r, weight), count) in fns.iter().zip(counts) {
         let share = common::hundredths(count, in_fns);
-        let ideal = common::hundredths(*weight, 7);
+        let ideal = common::hundredths(*weight, weight_sum);
         let fn_ok = share.abs_diff(ideal) <= 300;
         good &= fn_ok;
         crate::println!(

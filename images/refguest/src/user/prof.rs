@@ -64,12 +64,36 @@ shares_round:
     .global shares_round_end
 shares_round_end:
     .size shares_round, shares_round_end - shares_round
+
+    /* The same round with f2 20% slower: f1(n), f2(12n/5), f4(4n) (for hvprof compare). */
+    .p2align 6
+    .global shares_round_slow_f2
+    .type shares_round_slow_f2, @function
+shares_round_slow_f2:
+    push %rbx
+    mov %rdi, %rbx
+    call shares_f1
+    lea (%rbx,%rbx,2), %rax
+    shl $2, %rax
+    xor %edx, %edx
+    mov $5, %ecx
+    div %rcx
+    mov %rax, %rdi
+    call shares_f2
+    lea (,%rbx,4), %rdi
+    call shares_f4
+    pop %rbx
+    ret
+    .global shares_round_slow_f2_end
+shares_round_slow_f2_end:
+    .size shares_round_slow_f2, shares_round_slow_f2_end - shares_round_slow_f2
     .text
     "#,
     options(att_syntax)
 );
 
 extern "C" {
+    fn shares_round_slow_f2(n: u64);
     pub fn shares_f1(n: u64);
     pub fn shares_f2(n: u64);
     pub fn shares_f4(n: u64);
@@ -130,6 +154,11 @@ pub fn w() -> Range {
 /// The address `main` calls for the shares workload.
 pub fn round() -> u64 {
     shares_round as *const () as u64
+}
+
+/// The shares workload with f2 20% slower (`shares.slowf2=1`).
+pub fn round_slow_f2() -> u64 {
+    shares_round_slow_f2 as *const () as u64
 }
 
 /// `main`'s second argument: `phases` phases of `phase_tsc` TSC ticks, with a CONTROL system
