@@ -2,8 +2,10 @@
 //! statistical test, a Markdown summary and JUnit XML; a significant regression above the
 //! threshold fails the comparison.
 
+pub mod profiles;
 pub mod render;
 pub mod stats;
 
+pub use profiles::{compare_profiles, label, merge_profiles, MergeError, ObjectComparison};
 pub use render::{junit, markdown};
 pub use stats::{compare, Change, TestOptions};

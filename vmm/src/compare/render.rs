@@ -35,11 +35,13 @@ pub fn markdown(title: &str, rows: &[Change], opts: &TestOptions, top: usize) ->
         s,
         "Method: one-sided two-proportion z-test on each symbol's share of samples, Bonferroni \
          over the {} symbols with at least {} samples, family-wise alpha {}; a regression is a \
-         significant share increase of more than {:.1}% (relative).\n",
+         significant share increase of more than {:.1}% (relative) and at least {:.1} \
+         percentage points.\n",
         rows.iter().filter(|r| r.tested).count(),
         opts.min_samples,
         opts.alpha,
-        opts.threshold
+        opts.threshold,
+        opts.min_points
     );
     let _ = writeln!(
         s,

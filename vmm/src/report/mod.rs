@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 pub use hot::{function_totals, hottest_buckets, text_report, FunctionTotal};
 pub use load::SymbolSpec;
-pub use profile::{Bucket, ObjectOwner, Profile, ProfileObject, RunMetadata};
+pub use profile::{Bucket, FunctionCount, ObjectOwner, Profile, ProfileObject, RunMetadata};
 pub use symbols::{Module, SymbolError, Symbols};
 
 /// Rows per table in the report.txt that [`write_all`] writes.

@@ -85,7 +85,7 @@ pub struct VcpuStats {
 }
 
 /// Who created a profile object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ObjectOwner {
     /// A guest agent, by hypercall.

@@ -1,0 +1,245 @@
+//! Argument types.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use vmm::boot::KernelSpec;
+use vmm::config::{SerialOutput, VmConfig};
+use vmm::profiler::host::HostProfileSpec;
+
+/// Options every VM-running subcommand shares.
+#[derive(Args)]
+pub struct VmArgs {
+    /// Number of vCPUs.
+    #[arg(long, default_value_t = 1)]
+    pub cpus: usize,
+    /// Guest memory in MiB.
+    #[arg(long, default_value_t = 256)]
+    pub memory: u64,
+    /// Where COM1's output goes: `stdout`, `null` or a file path.
+    #[arg(long, default_value = "stdout")]
+    pub serial: String,
+    /// Log file for the debug console at port 0x402.
+    #[arg(long)]
+    pub debugcon: Option<PathBuf>,
+    /// End the run (exit status 8) after this many seconds.
+    #[arg(long)]
+    pub timeout: Option<f64>,
+    /// Serve the control API (HTTP + JSON) on this Unix socket, for its owner only.
+    #[arg(long)]
+    pub api_socket: Option<PathBuf>,
+}
+
+/// What to boot.
+#[derive(Args)]
+pub struct KernelArgs {
+    /// The kernel to boot.
+    #[arg(long)]
+    pub kernel: PathBuf,
+    /// An initrd (Linux) or first module (multiboot, PVH).
+    #[arg(long)]
+    pub initrd: Option<PathBuf>,
+    /// The kernel command line.
+    #[arg(long, default_value = "")]
+    pub cmdline: String,
+}
+
+impl KernelArgs {
+    /// The kernel spec.
+    pub fn spec(self) -> KernelSpec {
+        KernelSpec::from_file(self.kernel, self.initrd, self.cmdline)
+    }
+}
+
+/// `hvprof run`.
+#[derive(Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub kernel: KernelArgs,
+    #[command(flatten)]
+    pub vm: VmArgs,
+}
+
+/// `hvprof demo`.
+#[derive(Args)]
+pub struct DemoArgs {
+    /// The reference guest's command line (selects the scenario).
+    #[arg(long, default_value = vmm::demo::DEFAULT_CMDLINE)]
+    pub cmdline: String,
+    /// Write profile.json, profile.pb.gz, flamegraph.svg and report.txt into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub vm: VmArgs,
+}
+
+/// `hvprof profile`.
+#[derive(Args)]
+pub struct ProfileArgs {
+    /// The kernel to boot (default: the bundled reference guest).
+    #[arg(long)]
+    pub kernel: Option<PathBuf>,
+    /// An initrd (Linux) or first module (multiboot, PVH).
+    #[arg(long)]
+    pub initrd: Option<PathBuf>,
+    /// The kernel command line (default for the reference guest: its demo scenario).
+    #[arg(long)]
+    pub cmdline: Option<String>,
+    /// Profile for this many seconds, then stop the VM.
+    #[arg(long, conflicts_with = "until_exit")]
+    pub duration: Option<f64>,
+    /// Profile until the guest ends the run (the default when --duration is absent).
+    #[arg(long)]
+    pub until_exit: bool,
+    /// ProfileTime interval in 100 ns units (clamped to [1000, 10000000]; default 39063).
+    #[arg(long, value_name = "100NS")]
+    pub interval: Option<u32>,
+    /// Host-side profile range START:LAST (inclusive, hex or decimal); default: everything.
+    #[arg(long, value_name = "START:LAST")]
+    pub range: Option<String>,
+    /// Host-side profile bucket size as log2 bytes.
+    #[arg(long, default_value_t = 4)]
+    pub bucket: u32,
+    /// Host-side profile of only this process (CR3).
+    #[arg(long)]
+    pub cr3: Option<String>,
+    /// No host-side profile: collect only the guest agent's objects.
+    #[arg(long)]
+    pub no_host_profile: bool,
+    /// Where profile.json, profile.pb.gz, flamegraph.svg and report.txt go.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub vm: VmArgs,
+}
+
+/// `hvprof report`.
+#[derive(Args)]
+pub struct ReportArgs {
+    /// The profile.json to read.
+    pub profile: PathBuf,
+    /// Disassemble the hottest buckets, counts beside each instruction.
+    #[arg(long)]
+    pub annotate: bool,
+    /// An image (ELF, PE) or PDB to symbolize with, placed at BASE when given as FILE@0xBASE.
+    #[arg(long = "symbols", value_name = "FILE[@0xBASE]")]
+    pub symbols: Vec<vmm::report::SymbolSpec>,
+    /// Where PE images' PDBs are: DIR/NAME.pdb or DIR/NAME.pdb/GUIDAGE/NAME.pdb.
+    #[arg(long, value_name = "DIR")]
+    pub symbol_dir: Option<PathBuf>,
+    /// Rows per table (and buckets annotated).
+    #[arg(long, default_value_t = 20)]
+    pub top: usize,
+}
+
+/// `hvprof compare`.
+#[derive(Args)]
+pub struct CompareArgs {
+    /// The baseline profile.json.
+    pub base: PathBuf,
+    /// The new profile.json.
+    pub new: PathBuf,
+    /// Smallest relative increase of a function's share that counts as a regression (%).
+    #[arg(long, default_value_t = 10.0)]
+    pub threshold: f64,
+    /// Family-wise significance level of the test.
+    #[arg(long, default_value_t = 0.01)]
+    pub alpha: f64,
+    /// Samples (base + new) a function needs to be tested.
+    #[arg(long, default_value_t = 20)]
+    pub min_samples: u64,
+    /// Smallest absolute increase of a function's share that counts (percentage points).
+    #[arg(long, default_value_t = 1.0)]
+    pub min_points: f64,
+    /// Write the Markdown summary here (it is always printed).
+    #[arg(long)]
+    pub markdown: Option<PathBuf>,
+    /// Write JUnit XML here.
+    #[arg(long)]
+    pub junit: Option<PathBuf>,
+}
+
+/// `hvprof merge`.
+#[derive(Args)]
+pub struct MergeArgs {
+    /// Where the merged profile.json goes.
+    #[arg(long, short)]
+    pub out: PathBuf,
+    /// The profiles to merge.
+    #[arg(required = true)]
+    pub profiles: Vec<PathBuf>,
+}
+
+/// `hvprof bench`.
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Kicks of each kind per round.
+    #[arg(long, default_value_t = 500)]
+    pub kicks: usize,
+    /// Rounds.
+    #[arg(long, default_value_t = 6)]
+    pub rounds: usize,
+}
+
+impl VmArgs {
+    /// The VM configuration for `kernel`.
+    pub fn into_config(self, kernel: KernelSpec) -> Result<VmConfig, String> {
+        let mut c = VmConfig::new(kernel);
+        c.cpus = self.cpus;
+        c.memory_mib = self.memory;
+        c.serial = match self.serial.as_str() {
+            "stdout" => SerialOutput::Stdout,
+            "null" => SerialOutput::Null,
+            path => SerialOutput::File(path.into()),
+        };
+        c.debugcon = self.debugcon;
+        c.timeout = match self.timeout {
+            None => None,
+            Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
+            Some(s) => {
+                return Err(format!(
+                    "--timeout must be a positive number of seconds, not {s}"
+                ))
+            }
+        };
+        Ok(c)
+    }
+}
+
+/// Parses `0x...` or decimal.
+pub fn parse_u64(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(&hex.replace('_', ""), 16),
+        None => t.replace('_', "").parse(),
+    };
+    r.map_err(|_| format!("not a number: {s:?}"))
+}
+
+impl ProfileArgs {
+    /// The host-side profile the options describe.
+    pub fn host_profile(&self) -> Result<Option<HostProfileSpec>, String> {
+        if self.no_host_profile {
+            return Ok(None);
+        }
+        let mut spec = HostProfileSpec::whole_space();
+        if let Some(r) = &self.range {
+            let (a, b) = r
+                .split_once(':')
+                .ok_or_else(|| format!("--range {r:?}: want START:LAST"))?;
+            spec.start = parse_u64(a)?;
+            spec.last = parse_u64(b)?;
+        }
+        spec.bucket_shift = self.bucket;
+        spec.cr3 = self.cr3.as_deref().map(parse_u64).transpose()?;
+        spec.validate().map_err(|e| e.to_string())?;
+        Ok(Some(spec))
+    }
+}

@@ -1,0 +1,75 @@
+//! The command line: argument types (clap) and one function per subcommand, each a thin call
+//! into the `vmm` library.
+
+mod args;
+mod run;
+mod tools;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use args::{BenchArgs, CompareArgs, DemoArgs, MergeArgs, ProfileArgs, ReportArgs, RunArgs};
+
+/// hvprof: a KVM hypervisor that profiles its guests from outside.
+#[derive(Parser)]
+#[command(name = "hvprof", version, about)]
+struct Cli {
+    /// More log output on stderr (-v info, -vv debug, -vvv trace).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Boot a kernel (PVH ELF, multiboot or Linux bzImage) and run it to its end.
+    Run(RunArgs),
+    /// Run the bundled reference guest's default scenario (a profiled 1:2:4 workload).
+    Demo(DemoArgs),
+    /// Run a VM and collect every profile: the guest agent's objects and a host-side profile.
+    Profile(ProfileArgs),
+    /// Reprint the report of a saved profile.json, optionally with disassembly.
+    Report(ReportArgs),
+    /// Compare two profiles; exit status 1 on a significant regression above the threshold.
+    Compare(CompareArgs),
+    /// Combine runs (repetitions or hosts) into one profile.json.
+    Merge(MergeArgs),
+    /// Measure hvprof's sample and hypercall paths against same-run baselines.
+    Bench(BenchArgs),
+}
+
+/// The process exit code for an hvprof status.
+pub fn exit_code(status: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(status & 0xff).unwrap_or(u8::MAX))
+}
+
+/// Prints an error with its causes and returns `status`.
+pub fn fail(e: impl Into<anyhow::Error>, status: i32) -> ExitCode {
+    eprintln!("hvprof: error: {:#}", e.into());
+    exit_code(status)
+}
+
+/// Parses the arguments and runs the subcommand.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let level = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
+        .format_timestamp(None)
+        .init();
+    match cli.command {
+        Command::Run(a) => run::run(a),
+        Command::Demo(a) => run::demo(a),
+        Command::Profile(a) => run::profile(a),
+        Command::Report(a) => tools::report(&a),
+        Command::Compare(a) => tools::compare(&a),
+        Command::Merge(a) => tools::merge(&a),
+        Command::Bench(a) => tools::bench(&a),
+    }
+}

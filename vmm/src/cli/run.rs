@@ -1,0 +1,155 @@
+//! The subcommands that run a VM: run, demo, profile.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use vmm::config::VmConfig;
+use vmm::outcome::{STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
+use vmm::session::{SessionOptions, Span};
+use vmm::vm::{RunHooks, RunReport};
+
+use super::args::{DemoArgs, ProfileArgs, RunArgs, VmArgs};
+use super::{exit_code, fail};
+
+/// Builds the config, or prints why not.
+fn config(vm: VmArgs, kernel: vmm::boot::KernelSpec) -> Result<(VmConfig, RunHooks), ExitCode> {
+    let socket = vm.api_socket.clone();
+    let config = vm.into_config(kernel).map_err(|e| {
+        eprintln!("hvprof: error: {e}");
+        exit_code(STATUS_CONFIG_ERROR)
+    })?;
+    let mut hooks = RunHooks::default();
+    if let Some(path) = socket {
+        let socket = vmm::api::ApiSocket::bind(&path).map_err(|e| fail(e, STATUS_CONFIG_ERROR))?;
+        hooks
+            .controllers
+            .push(Box::new(move |control| socket.serve(control)));
+    }
+    Ok((config, hooks))
+}
+
+/// Prints the end-of-run summary (and the error, if the outcome is one).
+fn summarize(report: &RunReport) {
+    eprint!("{}", report.summary());
+    if report.outcome.is_error() {
+        eprintln!("hvprof: error: {}", report.outcome);
+    }
+}
+
+/// Writes the four report files of a finished run into `dir`.
+fn write_reports(
+    dir: &Path,
+    config: &VmConfig,
+    report: &RunReport,
+    started: SystemTime,
+    status: i32,
+) -> Result<(), vmm::report::ReportError> {
+    let mut meta = vmm::report::RunMetadata::new(config, started);
+    meta.exit_status = status;
+    let profile = vmm::report::Profile::from_run(report, &meta);
+    let symbols = vmm::report::Symbols::for_kernel(&config.kernel);
+    let files = vmm::report::write_all(dir, &profile, &symbols)?;
+    for f in files.all() {
+        eprintln!("hvprof: wrote {}", f.display());
+    }
+    Ok(())
+}
+
+/// Finishes a run: the text report of the guest's objects, the summary, the files.
+fn finish(
+    config: &VmConfig,
+    result: Result<RunReport, vmm::vm::VmError>,
+    started: SystemTime,
+    out: Option<&Path>,
+    status_of: impl Fn(&RunReport) -> i32,
+) -> ExitCode {
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            let status = e.exit_status();
+            return fail(e, status);
+        }
+    };
+    if !report.results.is_empty() {
+        let symbols = vmm::report::Symbols::for_kernel(&config.kernel);
+        print!(
+            "{}",
+            vmm::report::text_report(&report.results, &symbols, 10)
+        );
+    }
+    summarize(&report);
+    let status = status_of(&report);
+    if let Some(dir) = out {
+        if let Err(e) = write_reports(dir, config, &report, started, status) {
+            return fail(e, STATUS_HOST_ERROR);
+        }
+    }
+    exit_code(status)
+}
+
+/// `hvprof run`.
+pub fn run(a: RunArgs) -> ExitCode {
+    let (config, hooks) = match config(a.vm, a.kernel.spec()) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let started = SystemTime::now();
+    let result = vmm::vm::run_with(&config, hooks);
+    finish(&config, result, started, None, |r| r.outcome.exit_status())
+}
+
+/// `hvprof demo`.
+pub fn demo(a: DemoArgs) -> ExitCode {
+    let (config, hooks) = match config(a.vm, vmm::demo::kernel_spec(&a.cmdline)) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let started = SystemTime::now();
+    let result = vmm::vm::run_with(&config, hooks);
+    finish(&config, result, started, a.out.as_deref(), |r| {
+        vmm::demo::exit_status(&r.outcome)
+    })
+}
+
+/// `hvprof profile`.
+pub fn profile(a: ProfileArgs) -> ExitCode {
+    let host = match a.host_profile() {
+        Ok(h) => h,
+        Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
+    };
+    let span = match a.duration {
+        Some(s) if s.is_finite() && s > 0.0 => Span::For(Duration::from_secs_f64(s)),
+        Some(s) => {
+            return fail(
+                anyhow::anyhow!("--duration must be positive, not {s}"),
+                STATUS_CONFIG_ERROR,
+            )
+        }
+        None => Span::UntilExit,
+    };
+    let embedded = a.kernel.is_none();
+    let kernel = match a.kernel {
+        Some(k) => vmm::boot::KernelSpec::from_file(k, a.initrd, a.cmdline.unwrap_or_default()),
+        None => vmm::demo::kernel_spec(a.cmdline.as_deref().unwrap_or(vmm::demo::DEFAULT_CMDLINE)),
+    };
+    let (config, hooks) = match config(a.vm, kernel) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let opts = SessionOptions {
+        span,
+        interval: a.interval,
+        host_profiles: host.into_iter().collect(),
+        quiet: a.quiet,
+    };
+    let started = SystemTime::now();
+    let result = vmm::session::run(&config, &opts, hooks);
+    finish(&config, result, started, Some(&a.out), |r| {
+        if embedded {
+            vmm::demo::exit_status(&r.outcome)
+        } else {
+            r.outcome.exit_status()
+        }
+    })
+}

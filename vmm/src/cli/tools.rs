@@ -1,0 +1,168 @@
+//! The subcommands that work on saved profiles, and the benchmark.
+
+use std::process::ExitCode;
+
+use vmm::compare::{compare_profiles, junit, markdown, merge_profiles, TestOptions};
+use vmm::outcome::{STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
+
+use super::args::{BenchArgs, CompareArgs, MergeArgs, ReportArgs};
+use super::fail;
+
+/// `hvprof report`.
+pub fn report(a: &ReportArgs) -> ExitCode {
+    let run = || -> Result<String, vmm::report::ReportError> {
+        let profile = vmm::report::read_profile(&a.profile)?;
+        let symbols =
+            vmm::report::load::for_profile(&profile, &a.symbols, a.symbol_dir.as_deref())?;
+        let mut out = vmm::report::text::render(&profile, &symbols, a.top);
+        if a.annotate {
+            out.push_str(&vmm::report::annotate::render(&profile, &symbols, a.top));
+        }
+        Ok(out)
+    };
+    match run() {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e, STATUS_CONFIG_ERROR),
+    }
+}
+
+/// `hvprof compare`: exit status 1 on a significant regression.
+pub fn compare(a: &CompareArgs) -> ExitCode {
+    let (base, new) = match (
+        vmm::report::read_profile(&a.base),
+        vmm::report::read_profile(&a.new),
+    ) {
+        (Ok(b), Ok(n)) => (b, n),
+        (Err(e), _) | (_, Err(e)) => return fail(e, STATUS_CONFIG_ERROR),
+    };
+    let opts = TestOptions {
+        threshold: a.threshold,
+        alpha: a.alpha,
+        min_samples: a.min_samples,
+        min_points: a.min_points,
+    };
+    let (objects, unmatched) = compare_profiles(&base, &new, &opts);
+    if objects.is_empty() {
+        return fail(
+            anyhow::anyhow!("the profiles have no object in common"),
+            STATUS_CONFIG_ERROR,
+        );
+    }
+    let title = format!("{} vs {}", a.base.display(), a.new.display());
+    let mut md = String::new();
+    let mut xml_rows = Vec::new();
+    for o in &objects {
+        md.push_str(&markdown(
+            &format!("{title}, {}", o.label),
+            &o.functions,
+            &opts,
+            20,
+        ));
+        let moved: Vec<_> = o.buckets.iter().filter(|b| b.regression).take(10).collect();
+        if !moved.is_empty() {
+            md.push_str("\nBuckets whose share grew significantly:\n\n");
+            for b in moved {
+                md.push_str(&format!(
+                    "- `{}`: {} -> {} samples ({:+.1}%)\n",
+                    b.name, b.base, b.new, b.relative
+                ));
+            }
+        }
+        md.push('\n');
+        xml_rows.extend(o.functions.iter().cloned().map(|mut c| {
+            c.name = format!("{}: {}", o.label, c.name);
+            c
+        }));
+    }
+    for u in &unmatched {
+        md.push_str(&format!("_{u} is only in the base profile._\n"));
+    }
+    print!("{md}");
+    let write = |path: &Option<std::path::PathBuf>, text: &str| -> Result<(), std::io::Error> {
+        match path {
+            Some(p) => std::fs::write(p, text),
+            None => Ok(()),
+        }
+    };
+    if let Err(e) =
+        write(&a.markdown, &md).and_then(|()| write(&a.junit, &junit("hvprof compare", &xml_rows)))
+    {
+        return fail(e, STATUS_HOST_ERROR);
+    }
+    let regressions: usize = objects.iter().map(|o| o.regressions()).sum();
+    if regressions > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// `hvprof merge`.
+pub fn merge(a: &MergeArgs) -> ExitCode {
+    let mut profiles = Vec::new();
+    for p in &a.profiles {
+        match vmm::report::read_profile(p) {
+            Ok(x) => profiles.push(x),
+            Err(e) => return fail(e, STATUS_CONFIG_ERROR),
+        }
+    }
+    let merged = match merge_profiles(profiles) {
+        Ok(m) => m,
+        Err(e) => return fail(e, STATUS_CONFIG_ERROR),
+    };
+    let file = match std::fs::File::create(&a.out) {
+        Ok(f) => f,
+        Err(e) => {
+            return fail(
+                anyhow::Error::new(e).context(format!("cannot create {}", a.out.display())),
+                STATUS_HOST_ERROR,
+            )
+        }
+    };
+    match vmm::report::json::write(&merged, std::io::BufWriter::new(file)) {
+        Ok(()) => {
+            eprintln!(
+                "hvprof: merged {} profiles into {}",
+                a.profiles.len(),
+                a.out.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e, STATUS_HOST_ERROR),
+    }
+}
+
+/// `hvprof bench`.
+pub fn bench(a: &BenchArgs) -> ExitCode {
+    let opts = vmm::bench::BenchOptions {
+        kicks: a.kicks,
+        rounds: a.rounds,
+        ..Default::default()
+    };
+    match vmm::bench::run(&opts) {
+        Ok(r) if a.json => {
+            println!("{}", r.to_json());
+            ExitCode::SUCCESS
+        }
+        Ok(r) => {
+            println!(
+                "sample path:    {:>9.0} ns full vs {:>9.0} ns bare kick (median of {} each; p90 {:.0} vs {:.0})",
+                r.kick_full_ns, r.kick_bare_ns, r.kicks, r.kick_full_p90_ns, r.kick_bare_p90_ns
+            );
+            println!("sample_ratio    {:>9.3}   (target <= 1.15)", r.sample_ratio);
+            println!(
+                "hypercall path: {:>9.0} ns full vs {:>9.0} ns bare port-I/O exit (guest-measured medians)",
+                r.hypercall_ns, r.io_exit_ns
+            );
+            println!(
+                "hypercall_ratio {:>9.3}   (target <= 1.2)",
+                r.hypercall_ratio
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e, STATUS_HOST_ERROR),
+    }
+}

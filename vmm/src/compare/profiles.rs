@@ -1,0 +1,175 @@
+//! Comparing and merging saved profiles (profile.json). Objects are matched across runs by
+//! owner, id, range and bucket size (a guest agent creates its objects in the same order each
+//! run; per-process keys are not compared, since CR3 values differ between boots).
+
+use std::collections::BTreeMap;
+
+use super::stats::{compare, Change, TestOptions};
+use crate::report::{FunctionCount, ObjectOwner, Profile, ProfileObject};
+
+/// The identity of an object across runs.
+type ObjectKey = (ObjectOwner, u64, u64, u64, u32);
+
+fn key(o: &ProfileObject) -> ObjectKey {
+    (o.owner, o.id, o.base.0, o.size.0, o.bucket_shift)
+}
+
+/// A label for people: `guest object 1 (0x40000000..0x40001000)`.
+pub fn label(o: &ProfileObject) -> String {
+    let owner = match o.owner {
+        ObjectOwner::Guest => "guest object",
+        ObjectOwner::Host => "host profile",
+    };
+    format!("{owner} {} ({:#x}..{:#x})", o.id, o.base.0, o.end())
+}
+
+/// One object compared.
+#[derive(Debug, Clone)]
+pub struct ObjectComparison {
+    /// Which object.
+    pub label: String,
+    /// Per-function changes (the verdict).
+    pub functions: Vec<Change>,
+    /// Per-bucket changes (detail).
+    pub buckets: Vec<Change>,
+}
+
+impl ObjectComparison {
+    /// Function-level regressions.
+    pub fn regressions(&self) -> usize {
+        self.functions.iter().filter(|c| c.regression).count()
+    }
+}
+
+fn function_rows(o: &ProfileObject) -> Vec<(String, u64)> {
+    if o.functions.is_empty() {
+        // No symbols: every bucket stands for itself.
+        return bucket_rows(o);
+    }
+    o.functions
+        .iter()
+        .map(|f| (function_name(f), f.samples))
+        .collect()
+}
+
+fn function_name(f: &FunctionCount) -> String {
+    match &f.module {
+        Some(m) => format!("{m}!{}", f.name),
+        None => f.name.clone(),
+    }
+}
+
+fn bucket_rows(o: &ProfileObject) -> Vec<(String, u64)> {
+    o.nonzero()
+        .map(|b| (format!("{:#x}..{:#x}", b.start, b.end), b.count))
+        .collect()
+}
+
+/// Compares every object present in both profiles. Objects in only one are ignored (and
+/// reported by the caller from `unmatched`).
+pub fn compare_profiles(
+    base: &Profile,
+    new: &Profile,
+    opts: &TestOptions,
+) -> (Vec<ObjectComparison>, Vec<String>) {
+    let new_by_key: BTreeMap<ObjectKey, &ProfileObject> =
+        new.objects.iter().map(|o| (key(o), o)).collect();
+    let mut out = Vec::new();
+    let mut unmatched = Vec::new();
+    for b in &base.objects {
+        match new_by_key.get(&key(b)) {
+            Some(n) => out.push(ObjectComparison {
+                label: label(b),
+                functions: compare(&function_rows(b), &function_rows(n), opts),
+                buckets: compare(&bucket_rows(b), &bucket_rows(n), opts),
+            }),
+            None => unmatched.push(label(b)),
+        }
+    }
+    (out, unmatched)
+}
+
+/// Why profiles cannot be merged.
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    /// Nothing to merge.
+    #[error("no profiles to merge")]
+    Empty,
+}
+
+/// Merges runs (repetitions, or the same workload on several hosts) into one profile: the
+/// counts of matching objects add up, per-vCPU counters add up, the run's wall time is the sum.
+pub fn merge_profiles(profiles: Vec<Profile>) -> Result<Profile, MergeError> {
+    let mut iter = profiles.into_iter();
+    let mut merged = iter.next().ok_or(MergeError::Empty)?;
+    let mut runs = 1;
+    for p in iter {
+        runs += 1;
+        merged.run.wall_time_s += p.run.wall_time_s;
+        merged.run.start_time = merged.run.start_time.clone().min(p.run.start_time.clone());
+        merged.run.exit_status = merged.run.exit_status.max(p.run.exit_status);
+        if merged.run.kernel != p.run.kernel {
+            merged.run.kernel = "(several kernels)".to_string();
+        }
+        for v in p.vcpus {
+            match merged.vcpus.iter_mut().find(|m| m.vcpu == v.vcpu) {
+                Some(m) => {
+                    m.samples += v.samples;
+                    m.attributed += v.attributed;
+                    m.outside += v.outside;
+                    m.lost += v.lost;
+                    m.counts += v.counts;
+                    m.injected += v.injected;
+                    m.hypercalls += v.hypercalls;
+                }
+                None => merged.vcpus.push(v),
+            }
+        }
+        for m in p.modules {
+            if !merged
+                .modules
+                .iter()
+                .any(|x| x.name == m.name && x.base == m.base)
+            {
+                merged.modules.push(m);
+            }
+        }
+        for o in p.objects {
+            match merged.objects.iter_mut().find(|x| key(x) == key(&o)) {
+                Some(x) => add_object(x, &o),
+                None => merged.objects.push(o),
+            }
+        }
+    }
+    merged.run.outcome = format!("merged from {runs} runs");
+    Ok(merged)
+}
+
+fn add_object(into: &mut ProfileObject, from: &ProfileObject) {
+    let mut counts: BTreeMap<u64, u64> = into.counts.iter().copied().collect();
+    for (i, c) in &from.counts {
+        *counts.entry(*i).or_default() += c;
+    }
+    into.counts = counts.into_iter().collect();
+    into.total += from.total;
+    let mut functions: BTreeMap<(Option<String>, String), u64> = into
+        .functions
+        .iter()
+        .map(|f| ((f.module.clone(), f.name.clone()), f.samples))
+        .collect();
+    for f in &from.functions {
+        *functions
+            .entry((f.module.clone(), f.name.clone()))
+            .or_default() += f.samples;
+    }
+    into.functions = functions
+        .into_iter()
+        .map(|((module, name), samples)| FunctionCount {
+            module,
+            name,
+            samples,
+        })
+        .collect();
+    into.functions
+        .sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.name.cmp(&b.name)));
+}
