@@ -289,7 +289,10 @@ mod tests {
             Err(BusError::Overlap { .. })
         ));
         assert_eq!(bus.write(0x2020, &[4], &o), Access::Handled);
-        assert_eq!(bus.relocate(0x5000, 0x6000), Err(BusError::NotFound(0x5000)));
+        assert_eq!(
+            bus.relocate(0x5000, 0x6000),
+            Err(BusError::NotFound(0x5000))
+        );
         bus.detach(0x2000).unwrap();
         assert_eq!(bus.write(0x2010, &[5], &o), Access::Unclaimed);
         assert!(bus.detach(0x2000).is_err());

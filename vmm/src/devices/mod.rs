@@ -6,6 +6,7 @@ pub mod debug_exit;
 pub mod debugcon;
 pub mod doorbell;
 pub mod i8042;
+pub mod pci;
 pub mod serial;
 
 pub use bus::{Bus, BusDevice, BusError, Origin};
