@@ -8,5 +8,6 @@ pub mod doorbell;
 pub mod i8042;
 pub mod pci;
 pub mod serial;
+pub mod virtio;
 
 pub use bus::{Bus, BusDevice, BusError, Origin};
