@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use vmm::boot::KernelSpec;
-use vmm::config::{SerialOutput, VmConfig};
+use vmm::config::{DiskConfig, SerialOutput, VmConfig};
 use vmm::outcome::STATUS_CONFIG_ERROR;
 
 /// hvprof: a KVM hypervisor that profiles its guests from outside.
@@ -73,6 +73,9 @@ struct RunArgs {
     /// The kernel command line.
     #[arg(long, default_value = "")]
     cmdline: String,
+    /// A raw disk image as a virtio-blk PCI device: IMAGE[,readonly]. Repeatable.
+    #[arg(long = "disk", value_name = "IMAGE[,readonly]")]
+    disks: Vec<String>,
     #[command(flatten)]
     vm: VmArgs,
 }
@@ -158,7 +161,15 @@ fn main() -> ExitCode {
         Command::Bench(a) => return bench(&a),
         Command::Run(a) => {
             let kernel = KernelSpec::from_file(a.kernel, a.initrd, a.cmdline);
-            (a.vm.into_config(kernel), false)
+            let disks: Result<Vec<_>, _> = a.disks.iter().map(|d| DiskConfig::parse(d)).collect();
+            let config = match disks {
+                Ok(disks) => a.vm.into_config(kernel).map(|mut c| {
+                    c.disks = disks;
+                    c
+                }),
+                Err(e) => Err(e.to_string()),
+            };
+            (config, false)
         }
         Command::Demo(a) => (a.vm.into_config(vmm::demo::kernel_spec(&a.cmdline)), true),
     };

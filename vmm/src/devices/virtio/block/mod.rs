@@ -4,11 +4,18 @@
 pub mod disk;
 pub mod request;
 
+use std::sync::{Arc, Mutex};
+
+use kvm_ioctls::VmFd;
 use virtio_queue::{Queue, QueueOwnedT, QueueT};
 use vm_memory::{Bytes, GuestMemoryMmap};
 
+use super::pci::VirtioPciDevice;
 use super::queue::collect_chain;
-use super::{ProcessError, VirtioDevice};
+use super::{KvmIrqLine, ProcessError, VirtioDevice};
+use crate::config::DiskConfig;
+use crate::devices::pci::{devfn, intx_gsi, ConfigSpaceError, PciError, PciRoot};
+use disk::DiskError;
 use disk::{DiskImage, SECTOR_SIZE};
 use request::{
     execute, parse, status_address, RequestKind, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK,
@@ -29,6 +36,52 @@ pub const VIRTIO_BLK_F_FLUSH: u64 = 1 << 9;
 pub const QUEUE_SIZE: u16 = 256;
 /// Size of the configuration the device exposes (capacity .. blk_size).
 pub const CONFIG_LEN: usize = 24;
+
+/// Errors attaching a disk.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// The image could not be used.
+    #[error(transparent)]
+    Disk(#[from] DiskError),
+    /// No room on the PCI bus.
+    #[error(transparent)]
+    Pci(#[from] PciError),
+    /// The device's configuration space (a VMM bug).
+    #[error("virtio-blk configuration space")]
+    Config(#[from] ConfigSpaceError),
+}
+
+/// Where a disk was attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttachedDisk {
+    /// PCI slot on bus 0 (function 0).
+    pub slot: u8,
+    /// The GSI its INTA# raises (also in its interrupt line register).
+    pub gsi: u8,
+}
+
+/// Opens `disk` and puts a virtio-blk device for it in the next free slot of `root`, its
+/// INTA# on the GSI `intx_gsi` gives for that slot. Its BAR appears on the MMIO bus once
+/// the guest (or firmware) enables it.
+pub fn attach_block(
+    root: &PciRoot,
+    vm_fd: &Arc<VmFd>,
+    mem: &GuestMemoryMmap,
+    disk: &DiskConfig,
+) -> Result<AttachedDisk, AttachError> {
+    let image = disk::DiskImage::open(disk)?;
+    let slot = root.free_slot()?;
+    let gsi = intx_gsi(slot, 1);
+    let irq = Box::new(KvmIrqLine::new(vm_fd.clone(), u32::from(gsi)));
+    let device = VirtioPciDevice::new(BlockDevice::new(image), mem.clone(), irq, gsi)?;
+    root.add_device(devfn(slot, 0), "virtio-blk", Arc::new(Mutex::new(device)))?;
+    log::info!(
+        "virtio-blk {} at 00:{slot:02x}.0, INTA# on GSI {gsi}{}",
+        disk.path.display(),
+        if disk.readonly { ", read-only" } else { "" }
+    );
+    Ok(AttachedDisk { slot, gsi })
+}
 
 /// Counts of what the device has served.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
