@@ -20,8 +20,13 @@ struct CheckedDisk(Vec<u8>);
 
 impl CheckedDisk {
     fn check(&self, offset: u64, len: usize) -> std::ops::Range<usize> {
-        let end = offset.checked_add(len as u64).expect("disk offset overflows");
-        assert!(end <= IMAGE / SECTOR_SIZE * SECTOR_SIZE, "access beyond the capacity");
+        let end = offset
+            .checked_add(len as u64)
+            .expect("disk offset overflows");
+        assert!(
+            end <= IMAGE / SECTOR_SIZE * SECTOR_SIZE,
+            "access beyond the capacity"
+        );
         usize::try_from(offset).unwrap()..usize::try_from(end).unwrap()
     }
 }
