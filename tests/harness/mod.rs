@@ -128,6 +128,9 @@ pub enum Fixture {
     /// PVH kernel that writes `value` to isa-debug-exit with a `width`-byte
     /// access (debug_exit.S).
     DebugExit { value: u8, width: u8 },
+    /// PVH kernel that drives a virtio-blk PCI device (virtio_blk.S); `readonly`
+    /// expects the device to refuse writes.
+    VirtioBlk { readonly: bool },
 }
 
 enum Format {
@@ -149,6 +152,15 @@ impl Fixture {
             Fixture::Spin => ("spin", Format::Elf32Pvh, vec![]),
             Fixture::Idle => ("idle", Format::Elf32Pvh, vec![]),
             Fixture::Reset => ("reset", Format::Elf32Pvh, vec![]),
+            Fixture::VirtioBlk { readonly } => (
+                "virtio_blk",
+                Format::Elf32Pvh,
+                if readonly {
+                    vec!["READONLY=1".into()]
+                } else {
+                    vec![]
+                },
+            ),
             Fixture::DebugExit { value, width } => (
                 "debug_exit",
                 Format::Elf32Pvh,

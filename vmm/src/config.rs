@@ -57,6 +57,40 @@ impl std::io::Write for SharedBuffer {
     }
 }
 
+/// Most disks a VM may have (PCI slots 2-31 of bus 0, with room left for other devices).
+pub const MAX_DISKS: usize = 16;
+
+/// A disk image attached as a virtio-blk device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskConfig {
+    /// The raw image.
+    pub path: PathBuf,
+    /// Refuse the guest's writes (and open the file read-only).
+    pub readonly: bool,
+}
+
+impl DiskConfig {
+    /// Parses `IMAGE[,readonly]` (`ro` is accepted for `readonly`).
+    pub fn parse(s: &str) -> Result<Self, ConfigError> {
+        let mut parts = s.split(',');
+        let path = parts.next().unwrap_or_default();
+        if path.is_empty() {
+            return Err(ConfigError::DiskOption(s.to_owned()));
+        }
+        let mut readonly = false;
+        for opt in parts {
+            match opt {
+                "readonly" | "ro" => readonly = true,
+                _ => return Err(ConfigError::DiskOption(s.to_owned())),
+            }
+        }
+        Ok(DiskConfig {
+            path: PathBuf::from(path),
+            readonly,
+        })
+    }
+}
+
 /// A VM to run.
 #[derive(Clone, Debug)]
 pub struct VmConfig {
@@ -76,6 +110,8 @@ pub struct VmConfig {
     pub timeout: Option<Duration>,
     /// How often the watchdog looks for a hung guest.
     pub watchdog_period: Duration,
+    /// Disk images, one virtio-blk device each, in PCI slot order.
+    pub disks: Vec<DiskConfig>,
 }
 
 impl VmConfig {
@@ -90,6 +126,7 @@ impl VmConfig {
             debugcon: None,
             timeout: None,
             watchdog_period: Duration::from_millis(500),
+            disks: Vec::new(),
         }
     }
 
@@ -103,6 +140,12 @@ impl VmConfig {
         }
         if self.timeout.is_some_and(|t| t.is_zero()) {
             return Err(ConfigError::Timeout);
+        }
+        if self.disks.len() > MAX_DISKS {
+            return Err(ConfigError::Disks(self.disks.len()));
+        }
+        if self.disks.iter().any(|d| d.path.as_os_str().is_empty()) {
+            return Err(ConfigError::DiskOption(String::new()));
         }
         Ok(())
     }
@@ -120,6 +163,12 @@ pub enum ConfigError {
     /// Timeout.
     #[error("--timeout must be more than zero seconds")]
     Timeout,
+    /// Too many disks.
+    #[error("at most {MAX_DISKS} disks, not {0}")]
+    Disks(usize),
+    /// A malformed --disk value.
+    #[error("--disk takes IMAGE[,readonly], not {0:?}")]
+    DiskOption(String),
 }
 
 #[cfg(test)]
@@ -146,5 +195,24 @@ mod tests {
         let mut c = cfg();
         c.timeout = Some(Duration::ZERO);
         assert_eq!(c.validate(), Err(ConfigError::Timeout));
+    }
+
+    #[test]
+    fn disk_options_parse() {
+        assert_eq!(
+            DiskConfig::parse("a.img").unwrap(),
+            DiskConfig {
+                path: "a.img".into(),
+                readonly: false
+            }
+        );
+        assert!(DiskConfig::parse("/x/a.img,readonly").unwrap().readonly);
+        assert!(DiskConfig::parse("a.img,ro").unwrap().readonly);
+        assert!(DiskConfig::parse("a.img,rw").is_err());
+        assert!(DiskConfig::parse("").is_err());
+        assert!(DiskConfig::parse(",readonly").is_err());
+        let mut c = cfg();
+        c.disks = vec![DiskConfig::parse("a").unwrap(); MAX_DISKS + 1];
+        assert_eq!(c.validate(), Err(ConfigError::Disks(MAX_DISKS + 1)));
     }
 }

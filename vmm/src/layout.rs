@@ -11,7 +11,11 @@
 //! 0x000e_0000  ACPI tables (RSDP first, so legacy scanners find it)
 //! 0x0010_0000  kernel (ELF segments at their physical addresses, bzImage at 1 MiB)
 //! ...          RAM, then the initrd at the top of low RAM
-//! 0xc000_0000  PCI hole: MMIO up to 4 GiB (IOAPIC 0xfec0_0000, LAPIC 0xfee0_0000)
+//! 0xc000_0000  PCI hole: MMIO up to 4 GiB
+//!                0xc000_0000  32-bit PCI BARs the VMM assigns (512 MiB)
+//!                0xe000_0000  PCI ECAM (MMCONFIG), buses 0-255 (256 MiB)
+//!                0xf000_0000  free: firmware (SeaBIOS) places BARs top-down below the IOAPIC
+//!                0xfec0_0000  IOAPIC, 0xfee0_0000 LAPIC
 //! 0x1_0000_0000 RAM above 4 GiB when the VM has more than 3 GiB
 //! ```
 
@@ -43,6 +47,18 @@ pub const ACPI_SIZE: u64 = 0x20000;
 pub const HIGH_MEMORY_START: u64 = 0x10_0000;
 /// Start of the 32-bit PCI/MMIO hole.
 pub const MMIO_HOLE_START: u64 = 0xc000_0000;
+/// First address of the window the VMM assigns 32-bit PCI memory BARs from.
+pub const PCI_MMIO32_START: u64 = MMIO_HOLE_START;
+/// End (exclusive) of that window.
+pub const PCI_MMIO32_END: u64 = PCI_ECAM_START;
+/// PCI Express enhanced configuration space (MMCONFIG); the MCFG table points here.
+pub const PCI_ECAM_START: u64 = 0xe000_0000;
+/// Size of the ECAM window: 1 MiB per bus, buses 0-255.
+pub const PCI_ECAM_SIZE: u64 = 0x1000_0000;
+/// First port of the window the VMM assigns PCI I/O BARs from (as SeaBIOS does).
+pub const PCI_IO_START: u64 = 0xc000;
+/// End (exclusive) of that window.
+pub const PCI_IO_END: u64 = 0x1_0000;
 /// RAM resumes here when the VM has more memory than fits below the hole.
 pub const RAM_ABOVE_4G_START: u64 = 0x1_0000_0000;
 /// IOAPIC MMIO base.

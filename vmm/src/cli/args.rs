@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 use vmm::boot::KernelSpec;
-use vmm::config::{SerialOutput, VmConfig};
+use vmm::config::{DiskConfig, SerialOutput, VmConfig};
 use vmm::profiler::host::HostProfileSpec;
 
 /// Options every VM-running subcommand shares.
@@ -29,6 +29,9 @@ pub struct VmArgs {
     /// Serve the control API (HTTP + JSON) on this Unix socket, for its owner only.
     #[arg(long)]
     pub api_socket: Option<PathBuf>,
+    /// A raw disk image as a virtio-blk PCI device: IMAGE[,readonly]. Repeatable.
+    #[arg(long = "disk", value_name = "IMAGE[,readonly]")]
+    pub disks: Vec<String>,
 }
 
 /// What to boot.
@@ -200,6 +203,11 @@ impl VmArgs {
             path => SerialOutput::File(path.into()),
         };
         c.debugcon = self.debugcon;
+        c.disks = self
+            .disks
+            .iter()
+            .map(|d| DiskConfig::parse(d).map_err(|e| e.to_string()))
+            .collect::<Result<_, _>>()?;
         c.timeout = match self.timeout {
             None => None,
             Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),

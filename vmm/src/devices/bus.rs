@@ -1,8 +1,13 @@
 //! An address-range bus: port I/O and MMIO accesses are routed to the device whose range
 //! covers the address. Accesses nobody claims read as all ones and are logged once per address.
+//!
+//! Devices are inserted while the VM is built (`insert`), and PCI BARs are attached, moved and
+//! detached while it runs (`attach`, `detach`), when the guest programs them. An access looks
+//! the device up under a read lock and calls it after releasing the lock, so a device may move
+//! itself (or another device) on the bus from inside its own `write`.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// Who made an access. Devices that need more of the caller's state (the hypercall doorbell)
 /// latch the access and let the vCPU finish it once the exit is handled, when its registers
@@ -38,8 +43,12 @@ pub enum BusError {
     /// An empty or wrapping range.
     #[error("{0}: empty or wrapping range")]
     BadRange(&'static str),
+    /// No device starts at this address.
+    #[error("no device at {0:#x}")]
+    NotFound(u64),
 }
 
+#[derive(Clone)]
 struct Entry {
     len: u64,
     name: &'static str,
@@ -58,7 +67,7 @@ pub enum Access {
 /// A bus of devices keyed by their base address.
 pub struct Bus {
     kind: &'static str,
-    devices: BTreeMap<u64, Entry>,
+    devices: RwLock<BTreeMap<u64, Entry>>,
     logged: Mutex<HashSet<u64>>,
 }
 
@@ -67,12 +76,12 @@ impl Bus {
     pub fn new(kind: &'static str) -> Self {
         Bus {
             kind,
-            devices: BTreeMap::new(),
+            devices: RwLock::new(BTreeMap::new()),
             logged: Mutex::new(HashSet::new()),
         }
     }
 
-    /// Puts `device` at `[base, base + len)`.
+    /// Puts `device` at `[base, base + len)` while the VM is built.
     pub fn insert(
         &mut self,
         name: &'static str,
@@ -80,35 +89,78 @@ impl Bus {
         base: u64,
         len: u64,
     ) -> Result<(), BusError> {
+        self.attach(name, device, base, len)
+    }
+
+    /// Puts `device` at `[base, base + len)` on a bus that may be in use.
+    pub fn attach(
+        &self,
+        name: &'static str,
+        device: Arc<Mutex<dyn BusDevice>>,
+        base: u64,
+        len: u64,
+    ) -> Result<(), BusError> {
+        let mut devices = self.devices.write().unwrap_or_else(|e| e.into_inner());
+        Self::check_free(&devices, name, base, len)?;
+        devices.insert(base, Entry { len, name, device });
+        Ok(())
+    }
+
+    fn check_free(
+        devices: &BTreeMap<u64, Entry>,
+        name: &'static str,
+        base: u64,
+        len: u64,
+    ) -> Result<(), BusError> {
         let end = base
             .checked_add(len)
             .filter(|_| len > 0)
             .ok_or(BusError::BadRange(name))?;
-        let overlaps_prev = self
-            .devices
+        let overlaps_prev = devices
             .range(..=base)
             .next_back()
             .is_some_and(|(b, e)| b + e.len > base);
-        let overlaps_next = self.devices.range(base..end).next().is_some();
+        let overlaps_next = devices.range(base..end).next().is_some();
         if overlaps_prev || overlaps_next {
             return Err(BusError::Overlap { name, base, len });
         }
-        self.devices.insert(base, Entry { len, name, device });
         Ok(())
     }
 
-    fn find(&self, addr: u64, size: usize) -> Option<(u64, &Entry)> {
-        let (base, entry) = self.devices.range(..=addr).next_back()?;
+    /// Removes the device that starts at `base` and returns it.
+    pub fn detach(&self, base: u64) -> Result<Arc<Mutex<dyn BusDevice>>, BusError> {
+        let mut devices = self.devices.write().unwrap_or_else(|e| e.into_inner());
+        devices
+            .remove(&base)
+            .map(|e| e.device)
+            .ok_or(BusError::NotFound(base))
+    }
+
+    /// Moves the device that starts at `old` to start at `new`, keeping its length. On an
+    /// error the device stays where it was.
+    pub fn relocate(&self, old: u64, new: u64) -> Result<(), BusError> {
+        let mut devices = self.devices.write().unwrap_or_else(|e| e.into_inner());
+        let entry = devices.remove(&old).ok_or(BusError::NotFound(old))?;
+        if let Err(e) = Self::check_free(&devices, entry.name, new, entry.len) {
+            devices.insert(old, entry);
+            return Err(e);
+        }
+        devices.insert(new, entry);
+        Ok(())
+    }
+
+    fn find(&self, addr: u64, size: usize) -> Option<(u64, Arc<Mutex<dyn BusDevice>>)> {
+        let devices = self.devices.read().unwrap_or_else(|e| e.into_inner());
+        let (base, entry) = devices.range(..=addr).next_back()?;
         let end = addr.checked_add(size as u64)?;
-        (end <= base + entry.len).then_some((addr - base, entry))
+        (end <= base + entry.len).then(|| (addr - base, entry.device.clone()))
     }
 
     /// Routes a read.
     pub fn read(&self, addr: u64, data: &mut [u8], origin: &Origin) -> Access {
         match self.find(addr, data.len()) {
-            Some((offset, entry)) => {
-                entry
-                    .device
+            Some((offset, device)) => {
+                device
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .read(offset, data, origin);
@@ -125,9 +177,8 @@ impl Bus {
     /// Routes a write.
     pub fn write(&self, addr: u64, data: &[u8], origin: &Origin) -> Access {
         match self.find(addr, data.len()) {
-            Some((offset, entry)) => {
-                entry
-                    .device
+            Some((offset, device)) => {
+                device
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .write(offset, data, origin);
@@ -155,8 +206,9 @@ impl Bus {
     }
 
     /// The names and ranges of the devices, in address order.
-    pub fn devices(&self) -> impl Iterator<Item = (&'static str, u64, u64)> + '_ {
-        self.devices.iter().map(|(b, e)| (e.name, *b, e.len))
+    pub fn devices(&self) -> Vec<(&'static str, u64, u64)> {
+        let devices = self.devices.read().unwrap_or_else(|e| e.into_inner());
+        devices.iter().map(|(b, e)| (e.name, *b, e.len)).collect()
     }
 }
 
@@ -218,5 +270,56 @@ mod tests {
         assert!(bus.insert("c", d(), 0x08, 0x09).is_err());
         assert!(bus.insert("d", d(), 0x20, 0x10).is_ok());
         assert_eq!(bus.insert("e", d(), 0x40, 0), Err(BusError::BadRange("e")));
+    }
+
+    #[test]
+    fn attach_detach_and_relocate_move_the_range() {
+        let dev = Arc::new(Mutex::new(Echo(Vec::new())));
+        let bus = Bus::new("MMIO");
+        bus.attach("bar", dev.clone(), 0x1000, 0x100).unwrap();
+        bus.attach("other", dev.clone(), 0x3000, 0x100).unwrap();
+        let o = Origin::default();
+        assert_eq!(bus.write(0x1010, &[1], &o), Access::Handled);
+        bus.relocate(0x1000, 0x2000).unwrap();
+        assert_eq!(bus.write(0x1010, &[2], &o), Access::Unclaimed);
+        assert_eq!(bus.write(0x2010, &[3], &o), Access::Handled);
+        // A move onto another device is refused and leaves the device in place.
+        assert!(matches!(
+            bus.relocate(0x2000, 0x2f80),
+            Err(BusError::Overlap { .. })
+        ));
+        assert_eq!(bus.write(0x2020, &[4], &o), Access::Handled);
+        assert_eq!(
+            bus.relocate(0x5000, 0x6000),
+            Err(BusError::NotFound(0x5000))
+        );
+        bus.detach(0x2000).unwrap();
+        assert_eq!(bus.write(0x2010, &[5], &o), Access::Unclaimed);
+        assert!(bus.detach(0x2000).is_err());
+        assert_eq!(
+            dev.lock().unwrap().0,
+            vec![(0x10, vec![1]), (0x10, vec![3]), (0x20, vec![4])]
+        );
+        assert_eq!(bus.devices(), vec![("other", 0x3000, 0x100)]);
+    }
+
+    /// A device that detaches itself from inside its own write: the bus must not hold its
+    /// lock while calling the device.
+    #[test]
+    fn device_can_move_itself_during_an_access() {
+        struct Mover(Arc<Bus>);
+        impl BusDevice for Mover {
+            fn read(&mut self, _: u64, _: &mut [u8], _: &Origin) {}
+            fn write(&mut self, _: u64, _: &[u8], _: &Origin) {
+                self.0.relocate(0x10, 0x20).unwrap();
+            }
+        }
+        let bus = Arc::new(Bus::new("port"));
+        bus.attach("mover", Arc::new(Mutex::new(Mover(bus.clone()))), 0x10, 1)
+            .unwrap();
+        assert_eq!(bus.write(0x10, &[0], &Origin::default()), Access::Handled);
+        assert_eq!(bus.devices(), vec![("mover", 0x20, 1)]);
+        // Break the cycle so the test does not leak.
+        bus.detach(0x20).unwrap();
     }
 }

@@ -6,6 +6,8 @@ pub mod debug_exit;
 pub mod debugcon;
 pub mod doorbell;
 pub mod i8042;
+pub mod pci;
 pub mod serial;
+pub mod virtio;
 
 pub use bus::{Bus, BusDevice, BusError, Origin};

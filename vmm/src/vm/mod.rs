@@ -21,7 +21,9 @@ use crate::acpi::{create_acpi_tables, AcpiError};
 use crate::arch::cpuid::{vcpu_cpuid, Leaf};
 use crate::boot::{load_kernel, BootError, BootSetup};
 use crate::config::{ConfigError, VmConfig};
+use crate::devices::pci::{PciError, PciRoot};
 use crate::devices::serial::SerialDevice;
+use crate::devices::virtio::block::{AttachError, AttachedDisk};
 use crate::devices::BusError;
 use crate::layout::{KVM_IDENTITY_MAP_ADDRESS, KVM_TSS_ADDRESS};
 use crate::memory::{create_guest_memory, MemoryError};
@@ -55,6 +57,12 @@ pub enum VmError {
     /// A device could not be placed on a bus.
     #[error(transparent)]
     Bus(#[from] BusError),
+    /// A disk could not be attached.
+    #[error(transparent)]
+    Disk(#[from] AttachError),
+    /// The PCI root could not be created.
+    #[error(transparent)]
+    Pci(#[from] PciError),
     /// The profiler could not be set up.
     #[error(transparent)]
     Profiler(#[from] ProfilerError),
@@ -79,6 +87,9 @@ impl VmError {
             | VmError::HostProfile(_) => STATUS_CONFIG_ERROR,
             VmError::Memory(MemoryError::TooSmall(_)) => STATUS_CONFIG_ERROR,
             VmError::Acpi(AcpiError::TooManyCpus(_)) => STATUS_CONFIG_ERROR,
+            VmError::Disk(AttachError::Disk(_) | AttachError::Pci(PciError::NoFreeSlot)) => {
+                STATUS_CONFIG_ERROR
+            }
             _ => STATUS_HOST_ERROR,
         }
     }
@@ -92,6 +103,8 @@ pub struct Vm {
     serial: Arc<Mutex<SerialDevice>>,
     stop: Arc<StopSignal>,
     profiler: Arc<Profiler>,
+    pci: Arc<PciRoot>,
+    disks: Vec<AttachedDisk>,
 }
 
 /// hvprof's CPUID leaves at 0x40000100 (the hypercall ABI's discovery).
@@ -144,11 +157,11 @@ impl Vm {
 
         let vm_fd = Arc::new(vm_fd);
         let stop = Arc::new(StopSignal::new().map_err(|e| VmError::Host("an eventfd", e))?);
-        let devices = platform::create_devices(&vm_fd, config, stop.clone())?;
+        let devices = platform::create_devices(&vm_fd, config, stop.clone(), &mem)?;
         let profiler = Arc::new(Profiler::new(mem.clone(), vm_fd.clone(), config.cpus)?);
         let shared = SharedState {
-            pio: Arc::new(devices.pio),
-            mmio: Arc::new(devices.mmio),
+            pio: devices.pio,
+            mmio: devices.mmio,
             stop: stop.clone(),
             mem: mem.clone(),
             doorbell: devices.doorbell,
@@ -185,12 +198,24 @@ impl Vm {
             serial: devices.serial,
             stop,
             profiler,
+            pci: devices.pci,
+            disks: devices.disks,
         })
     }
 
     /// How the kernel was booted.
     pub fn boot(&self) -> BootSetup {
         self.boot
+    }
+
+    /// PCI bus 0, for adding more functions (the ISA bridge) before the vCPUs start.
+    pub fn pci(&self) -> &Arc<PciRoot> {
+        &self.pci
+    }
+
+    /// Where each disk of the configuration was attached (slot and GSI, for the DSDT).
+    pub fn disks(&self) -> &[AttachedDisk] {
+        &self.disks
     }
 }
 

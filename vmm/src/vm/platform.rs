@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use kvm_ioctls::VmFd;
 use profile_core::abi::{DOORBELL_PORT_BASE, DOORBELL_PORT_COUNT};
+use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use super::VmError;
@@ -16,7 +17,9 @@ use crate::devices::debug_exit::{DebugExit, DEBUG_EXIT_LEN, DEBUG_EXIT_PORT};
 use crate::devices::debugcon::{DebugCon, DEBUGCON_PORT};
 use crate::devices::doorbell::Doorbell;
 use crate::devices::i8042::{I8042, I8042_DATA_PORT, I8042_LEN};
+use crate::devices::pci::PciRoot;
 use crate::devices::serial::{SerialDevice, COM1_IRQ, COM1_LEN, COM1_PORT};
+use crate::devices::virtio::block::{attach_block, AttachedDisk};
 use crate::devices::Bus;
 use crate::memory::low_ram_end;
 use crate::outcome::StopSignal;
@@ -24,9 +27,13 @@ use crate::outcome::StopSignal;
 /// The buses and the devices other threads need to reach.
 pub struct Devices {
     /// Port I/O bus.
-    pub pio: Bus,
+    pub pio: Arc<Bus>,
     /// MMIO bus.
-    pub mmio: Bus,
+    pub mmio: Arc<Bus>,
+    /// PCI bus 0 (host bridge, configuration space, BAR mapping).
+    pub pci: Arc<PciRoot>,
+    /// The virtio-blk devices, in `VmConfig::disks` order.
+    pub disks: Vec<AttachedDisk>,
     /// COM1, for input from the event loop.
     pub serial: Arc<Mutex<SerialDevice>>,
     /// The hypercall doorbell, for the vCPUs.
@@ -39,11 +46,13 @@ fn output_file(path: &std::path::Path) -> Result<Box<dyn Write + Send>, VmError>
         .map_err(|e| VmError::OutputFile(path.to_owned(), e))
 }
 
-/// Creates the platform devices and wires COM1's interrupt.
+/// Creates the platform devices and wires COM1's interrupt; then the PCI root and a
+/// virtio-blk device per disk.
 pub fn create_devices(
-    vm_fd: &VmFd,
+    vm_fd: &Arc<VmFd>,
     config: &VmConfig,
     stop: Arc<StopSignal>,
+    guest_mem: &GuestMemoryMmap,
 ) -> Result<Devices, VmError> {
     let out: Box<dyn Write + Send> = match &config.serial {
         SerialOutput::Stdout => Box::new(std::io::stdout()),
@@ -76,7 +85,7 @@ pub fn create_devices(
     )?;
     pio.insert(
         "i8042",
-        Arc::new(Mutex::new(I8042::new(stop))),
+        Arc::new(Mutex::new(I8042::new(stop.clone()))),
         I8042_DATA_PORT,
         I8042_LEN,
     )?;
@@ -99,9 +108,19 @@ pub fn create_devices(
         u64::from(DOORBELL_PORT_BASE),
         u64::from(DOORBELL_PORT_COUNT),
     )?;
+    let pio = Arc::new(pio);
+    let mmio = Arc::new(Bus::new("MMIO"));
+    let pci = PciRoot::new(&pio, &mmio, Some(stop))?;
+    let disks = config
+        .disks
+        .iter()
+        .map(|d| attach_block(&pci, vm_fd, guest_mem, d))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(Devices {
         pio,
-        mmio: Bus::new("MMIO"),
+        mmio,
+        pci,
+        disks,
         serial,
         doorbell,
     })

@@ -1,0 +1,122 @@
+//! virtio-blk end to end: a fixture kernel (tests/fixtures/virtio_blk.S) finds the device
+//! through PCI configuration space, places its BAR, sets up a queue and reads and writes
+//! sectors; the test checks what it printed and what the image file holds afterwards.
+
+#[path = "harness/mod.rs"]
+mod harness;
+
+use harness::{fixture, hvprof_run, status, Fixture, Output, TempDir, FIXTURE_OK};
+
+const SECTORS: usize = 8;
+
+/// An image whose sector n is filled with byte n, and sector 0 starts with a marker.
+fn image() -> Vec<u8> {
+    let mut img: Vec<u8> = (0..SECTORS * 512)
+        .map(|i| u8::try_from(i / 512).unwrap())
+        .collect();
+    img[..16].copy_from_slice(b"HVPROF-SECTOR-0!");
+    img
+}
+
+fn run(disk_arg: &str) -> Output {
+    hvprof_run(
+        &fixture(Fixture::VirtioBlk {
+            readonly: disk_arg.ends_with(",readonly"),
+        }),
+        &["--disk", disk_arg],
+    )
+    .run()
+}
+
+fn expected_sector1() -> Vec<u8> {
+    let mut s: Vec<u8> = (0..512).map(|i| u8::try_from(i & 0xff).unwrap()).collect();
+    s[..16].copy_from_slice(b"written by guest");
+    s
+}
+
+#[test]
+fn guest_write_reaches_the_image_file() {
+    let dir = TempDir::new("virtio-blk");
+    let img = dir.write("disk.img", &image());
+    let out = run(img.to_str().unwrap());
+    out.assert_debug_exit(FIXTURE_OK)
+        .assert_stdout_contains("virtio-blk: slot 0x00000002\n")
+        // INTA# (pin 1) routed to GSI 10 for slot 2.
+        .assert_stdout_contains("virtio-blk: irq 0x0000010a\n")
+        .assert_stdout_contains("virtio-blk: bar0 size 0x00004000\n")
+        .assert_stdout_contains("virtio-blk: queue max 0x00000100\n")
+        .assert_stdout_contains("virtio-blk: capacity 0x00000008\n")
+        .assert_stdout_contains("virtio-blk: sector0: HVPROF-SECTOR-0!\n")
+        .assert_stdout_contains("virtio-blk: write status 0x00000000\n")
+        .assert_stdout_contains("virtio-blk: flush status 0x00000000\n")
+        .assert_stdout_contains("virtio-blk: id: hvprof")
+        .assert_stdout_contains("virtio-blk: beyond-end status 0x00000001\n")
+        .assert_stdout_contains("virtio-blk: sector1: written by guest\n")
+        .assert_stdout_contains("virtio-blk: isr 0x00000001\n");
+    let features = out.stdout_field("virtio-blk: features ").unwrap_or("");
+    assert!(
+        features.starts_with("0x00000001_"),
+        "VERSION_1 not offered\n{out}"
+    );
+    let after = std::fs::read(&img).unwrap();
+    assert_eq!(after.len(), SECTORS * 512, "image size changed");
+    assert_eq!(&after[512..1024], &expected_sector1()[..], "sector 1");
+    let before = image();
+    assert_eq!(&after[..512], &before[..512], "sector 0 changed");
+    assert_eq!(&after[1024..], &before[1024..], "sectors 2.. changed");
+}
+
+#[test]
+fn read_only_disk_refuses_the_write() {
+    let dir = TempDir::new("virtio-blk");
+    let img = dir.write("disk.img", &image());
+    let out = run(&format!("{},readonly", img.display()));
+    out.assert_debug_exit(FIXTURE_OK)
+        .assert_stdout_contains("virtio-blk: write status 0x00000001\n")
+        .assert_stdout_contains("virtio-blk: sector1: ");
+    let low = out
+        .stdout_field("virtio-blk: features ")
+        .and_then(|f| f.split_once('_'))
+        .and_then(|(_, low)| u32::from_str_radix(low.trim_start_matches("0x"), 16).ok())
+        .unwrap_or(0);
+    assert_ne!(low & (1 << 5), 0, "VIRTIO_BLK_F_RO not offered\n{out}");
+    assert_eq!(
+        std::fs::read(&img).unwrap(),
+        image(),
+        "read-only image changed"
+    );
+}
+
+#[test]
+fn odd_sized_image_rounds_capacity_down() {
+    let dir = TempDir::new("virtio-blk");
+    let mut img = image();
+    img.extend_from_slice(&[0xee; 100]);
+    let path = dir.write("odd.img", &img);
+    let out = run(path.to_str().unwrap());
+    out.assert_debug_exit(FIXTURE_OK)
+        .assert_stdout_contains("virtio-blk: capacity 0x00000008\n");
+    let after = std::fs::read(&path).unwrap();
+    assert_eq!(&after[SECTORS * 512..], &[0xee; 100], "tail changed");
+}
+
+#[test]
+fn missing_image_is_a_usage_error() {
+    let dir = TempDir::new("virtio-blk");
+    let missing = dir.join("nope.img");
+    let out = run(missing.to_str().unwrap());
+    out.assert_status(status::USAGE);
+    out.assert_error_line(&["nope.img"]);
+}
+
+#[test]
+fn tiny_image_and_bad_option_are_usage_errors() {
+    let dir = TempDir::new("virtio-blk");
+    let tiny = dir.write("tiny.img", &[0; 100]);
+    let out = run(tiny.to_str().unwrap());
+    out.assert_status(status::USAGE);
+    out.assert_error_line(&["smaller than one 512-byte sector"]);
+    let out = run(&format!("{},bogus", tiny.display()));
+    out.assert_status(status::USAGE);
+    out.assert_error_line(&["--disk"]);
+}

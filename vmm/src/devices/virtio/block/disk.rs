@@ -1,0 +1,216 @@
+//! Raw disk images: opening them with clear errors, and the backend the block device reads
+//! and writes through.
+//!
+//! Capacity is the image size rounded down to whole 512-byte sectors. The tail of an image
+//! whose size is not a multiple of 512 is unreachable: requests that touch it are out of
+//! range and fail with VIRTIO_BLK_S_IOERR (a warning says so when the image is opened).
+//! An image smaller than one sector is refused.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Seek, SeekFrom};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
+use std::path::PathBuf;
+
+use crate::config::DiskConfig;
+
+/// Bytes per sector.
+pub const SECTOR_SIZE: u64 = 512;
+/// Length of the GET_ID string.
+pub const ID_LEN: usize = 20;
+
+/// Errors opening a disk image.
+#[derive(Debug, thiserror::Error)]
+pub enum DiskError {
+    /// The image cannot be opened (missing, unreadable, or not writable without
+    /// `readonly`).
+    #[error("cannot open disk image {}", .0.display())]
+    Open(PathBuf, #[source] std::io::Error),
+    /// A directory or another file that is not a regular file or block device.
+    #[error("disk image {} is not a regular file or block device", .0.display())]
+    NotAFile(PathBuf),
+    /// Smaller than one sector.
+    #[error("disk image {} is {} bytes: smaller than one 512-byte sector", .0.display(), .1)]
+    TooSmall(PathBuf, u64),
+}
+
+/// Where the sectors live.
+pub trait DiskBackend: Send {
+    /// Fills `buf` from byte `offset`.
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> std::io::Result<()>;
+    /// Writes `buf` at byte `offset`.
+    fn write_at(&mut self, offset: u64, buf: &[u8]) -> std::io::Result<()>;
+    /// Makes the writes so far durable.
+    fn flush(&mut self) -> std::io::Result<()>;
+}
+
+impl DiskBackend for File {
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.read_exact_at(buf, offset)
+    }
+    fn write_at(&mut self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        self.write_all_at(buf, offset)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.sync_data()
+    }
+}
+
+/// A disk in memory (tests and fuzzing). Accesses outside it are errors.
+#[derive(Clone, Debug, Default)]
+pub struct MemDisk(pub Vec<u8>);
+
+impl MemDisk {
+    fn range(&self, offset: u64, len: usize) -> std::io::Result<std::ops::Range<usize>> {
+        let start = usize::try_from(offset).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+        let end = start
+            .checked_add(len)
+            .filter(|e| *e <= self.0.len())
+            .ok_or(std::io::ErrorKind::UnexpectedEof)?;
+        Ok(start..end)
+    }
+}
+
+impl DiskBackend for MemDisk {
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        let r = self.range(offset, buf.len())?;
+        buf.copy_from_slice(&self.0[r]);
+        Ok(())
+    }
+    fn write_at(&mut self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        let r = self.range(offset, buf.len())?;
+        self.0[r].copy_from_slice(buf);
+        Ok(())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// An opened image.
+pub struct DiskImage {
+    /// The sectors.
+    pub backend: Box<dyn DiskBackend>,
+    /// Capacity in 512-byte sectors.
+    pub sectors: u64,
+    /// Writes are refused.
+    pub readonly: bool,
+    /// The GET_ID string (NUL-padded).
+    pub id: [u8; ID_LEN],
+}
+
+impl DiskImage {
+    /// An image over any backend of `len` bytes.
+    pub fn new(backend: Box<dyn DiskBackend>, len: u64, readonly: bool, id: &str) -> Self {
+        let mut id_bytes = [0u8; ID_LEN];
+        let n = id.len().min(ID_LEN);
+        id_bytes[..n].copy_from_slice(&id.as_bytes()[..n]);
+        DiskImage {
+            backend,
+            sectors: len / SECTOR_SIZE,
+            readonly,
+            id: id_bytes,
+        }
+    }
+
+    /// Opens the image `config` names: read-write unless it is read-only.
+    pub fn open(config: &DiskConfig) -> Result<Self, DiskError> {
+        let path = &config.path;
+        let open_err = |e| DiskError::Open(path.clone(), e);
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(!config.readonly)
+            .open(path)
+            .map_err(open_err)?;
+        let meta = file.metadata().map_err(open_err)?;
+        let kind = meta.file_type();
+        if !(kind.is_file() || kind.is_block_device()) {
+            return Err(DiskError::NotAFile(path.clone()));
+        }
+        let len = file.seek(SeekFrom::End(0)).map_err(open_err)?;
+        if len < SECTOR_SIZE {
+            return Err(DiskError::TooSmall(path.clone(), len));
+        }
+        if !len.is_multiple_of(SECTOR_SIZE) {
+            log::warn!(
+                "disk image {}: {len} bytes is not a whole number of sectors; the last {} bytes are not reachable",
+                path.display(),
+                len % SECTOR_SIZE
+            );
+        }
+        let id = format!("hvprof{:x}-{:x}", meta.dev(), meta.ino());
+        Ok(DiskImage::new(Box::new(file), len, config.readonly, &id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn temp(name: &str, contents: &[u8]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("hvprof-disk-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(name);
+        std::fs::write(&p, contents).unwrap();
+        p
+    }
+
+    fn cfg(path: &Path, readonly: bool) -> DiskConfig {
+        DiskConfig {
+            path: path.to_owned(),
+            readonly,
+        }
+    }
+
+    #[test]
+    fn odd_sized_image_rounds_capacity_down() {
+        let p = temp("odd.img", &[0u8; 512 * 3 + 100]);
+        let d = DiskImage::open(&cfg(&p, false)).unwrap();
+        assert_eq!(d.sectors, 3);
+        assert!(!d.readonly);
+        assert!(d.id.starts_with(b"hvprof"));
+    }
+
+    #[test]
+    fn missing_tiny_and_directory_images_are_clear_errors() {
+        let missing = Path::new("/nonexistent/hvprof/disk.img");
+        let e = DiskImage::open(&cfg(missing, true)).err().unwrap();
+        assert!(matches!(e, DiskError::Open(..)));
+        assert!(e.to_string().contains("/nonexistent/hvprof/disk.img"));
+        let p = temp("tiny.img", &[0u8; 100]);
+        assert!(matches!(
+            DiskImage::open(&cfg(&p, true)),
+            Err(DiskError::TooSmall(_, 100))
+        ));
+        let dir = std::env::temp_dir();
+        assert!(matches!(
+            DiskImage::open(&cfg(&dir, true)),
+            Err(DiskError::NotAFile(_))
+        ));
+    }
+
+    #[test]
+    fn read_only_file_opens_read_only() {
+        let p = temp("ro.img", &[7u8; 1024]);
+        let mut perms = std::fs::metadata(&p).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o444);
+        std::fs::set_permissions(&p, perms).unwrap();
+        let mut d = DiskImage::open(&cfg(&p, true)).unwrap();
+        let mut b = [0u8; 4];
+        d.backend.read_at(1020, &mut b).unwrap();
+        assert_eq!(b, [7; 4]);
+        // Root can open it for writing anyway; everyone else gets a clear error.
+        if let Err(e) = DiskImage::open(&cfg(&p, false)) {
+            assert!(matches!(e, DiskError::Open(..)));
+        }
+    }
+
+    #[test]
+    fn mem_disk_refuses_out_of_range() {
+        let mut m = MemDisk(vec![0; 1024]);
+        assert!(m.write_at(1020, &[1; 4]).is_ok());
+        assert!(m.write_at(1021, &[1; 4]).is_err());
+        assert!(m.read_at(u64::MAX, &mut [0; 1]).is_err());
+        assert_eq!(m.0.len(), 1024);
+    }
+}

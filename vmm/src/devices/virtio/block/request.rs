@@ -1,0 +1,274 @@
+//! virtio-blk requests (virtio 1.2, 5.2.6): parsing a checked descriptor chain into a
+//! request, and executing it against a disk image.
+//!
+//! Layout is free (VIRTIO_F_VERSION_1 implies ANY_LAYOUT): the 16-byte header is the first
+//! 16 device-readable bytes, the status is the last device-writable byte, and the data is
+//! what lies between (readable bytes after the header for OUT, writable bytes before the
+//! status for IN and GET_ID). Every buffer was checked to be in guest RAM when the chain was
+//! collected; data moves through a bounded bounce buffer, and every disk access is checked
+//! against the capacity first.
+
+use virtio_queue::desc::split::Descriptor;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+use super::disk::{DiskImage, ID_LEN, SECTOR_SIZE};
+
+/// Read sectors.
+pub const VIRTIO_BLK_T_IN: u32 = 0;
+/// Write sectors.
+pub const VIRTIO_BLK_T_OUT: u32 = 1;
+/// Flush.
+pub const VIRTIO_BLK_T_FLUSH: u32 = 4;
+/// Device ID string.
+pub const VIRTIO_BLK_T_GET_ID: u32 = 8;
+/// Success.
+pub const VIRTIO_BLK_S_OK: u8 = 0;
+/// Failure.
+pub const VIRTIO_BLK_S_IOERR: u8 = 1;
+/// Unsupported request type.
+pub const VIRTIO_BLK_S_UNSUPP: u8 = 2;
+/// Size of the request header.
+pub const HEADER_LEN: u64 = 16;
+const BOUNCE: usize = 64 * 1024;
+
+/// What a request asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestKind {
+    /// Read into the data buffers.
+    In,
+    /// Write from the data buffers.
+    Out,
+    /// Flush the image.
+    Flush,
+    /// The ID string.
+    GetId,
+    /// Anything else.
+    Unsupported(u32),
+}
+
+/// A guest buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    /// Guest address.
+    pub addr: GuestAddress,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// A parsed request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// Its type.
+    pub kind: RequestKind,
+    /// First sector.
+    pub sector: u64,
+    /// Data buffers, in order.
+    pub data: Vec<Segment>,
+    /// Where the status byte goes.
+    pub status: GuestAddress,
+}
+
+impl Request {
+    /// Total data length.
+    pub fn data_len(&self) -> u64 {
+        self.data.iter().map(|s| s.len).sum()
+    }
+}
+
+/// Why a request fails (the guest sees VIRTIO_BLK_S_IOERR).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RequestError {
+    /// Fewer than 16 readable bytes.
+    #[error("header shorter than 16 bytes")]
+    ShortHeader,
+    /// The header could not be read.
+    #[error("header unreadable")]
+    Header,
+    /// A read or write with no data, or data that is not whole sectors.
+    #[error("data length {0} is not a positive multiple of 512")]
+    Length(u64),
+    /// Past the end of the image.
+    #[error("sectors {sector}+{count} beyond the capacity")]
+    OutOfRange {
+        /// First sector.
+        sector: u64,
+        /// Number of sectors.
+        count: u64,
+    },
+    /// A write to a read-only image.
+    #[error("write to a read-only image")]
+    ReadOnly,
+    /// The image or guest memory failed.
+    #[error("I/O error: {0}")]
+    Io(String),
+}
+
+fn segments<'a>(
+    descs: impl Iterator<Item = &'a Descriptor>,
+    skip: u64,
+    total: u64,
+) -> Vec<Segment> {
+    let mut out = Vec::new();
+    let (mut skip, mut left) = (skip, total);
+    for d in descs {
+        let len = u64::from(d.len());
+        if skip >= len {
+            skip -= len;
+            continue;
+        }
+        let take = (len - skip).min(left);
+        if take > 0 {
+            out.push(Segment {
+                addr: GuestAddress(d.addr().0 + skip),
+                len: take,
+            });
+        }
+        skip = 0;
+        left -= take;
+        if left == 0 {
+            break;
+        }
+    }
+    out
+}
+
+/// Where the status byte of a checked chain goes: the last byte of the last writable
+/// descriptor, or None when no writable byte exists.
+pub fn status_address(descs: &[Descriptor]) -> Option<GuestAddress> {
+    let last = descs.last().filter(|d| d.is_write_only() && d.len() > 0)?;
+    Some(GuestAddress(last.addr().0 + u64::from(last.len()) - 1))
+}
+
+/// Parses a checked chain (see `queue::collect_chain`) whose status byte is at `status`.
+pub fn parse(
+    descs: &[Descriptor],
+    mem: &GuestMemoryMmap,
+    status: GuestAddress,
+) -> Result<Request, RequestError> {
+    let readable = || descs.iter().filter(|d| !d.is_write_only());
+    let writable = || descs.iter().filter(|d| d.is_write_only());
+    let readable_len: u64 = readable().map(|d| u64::from(d.len())).sum();
+    let writable_len: u64 = writable().map(|d| u64::from(d.len())).sum();
+    if readable_len < HEADER_LEN {
+        return Err(RequestError::ShortHeader);
+    }
+    let mut header = [0u8; 16];
+    let mut at = 0usize;
+    for seg in segments(readable(), 0, HEADER_LEN) {
+        let n = usize::try_from(seg.len).map_err(|_| RequestError::Header)?;
+        mem.read_slice(&mut header[at..at + n], seg.addr)
+            .map_err(|_| RequestError::Header)?;
+        at += n;
+    }
+    let mut word = [0u8; 4];
+    word.copy_from_slice(&header[..4]);
+    let kind = match u32::from_le_bytes(word) {
+        VIRTIO_BLK_T_IN => RequestKind::In,
+        VIRTIO_BLK_T_OUT => RequestKind::Out,
+        VIRTIO_BLK_T_FLUSH => RequestKind::Flush,
+        VIRTIO_BLK_T_GET_ID => RequestKind::GetId,
+        other => RequestKind::Unsupported(other),
+    };
+    let mut sector = [0u8; 8];
+    sector.copy_from_slice(&header[8..]);
+    let data = match kind {
+        RequestKind::Out => segments(readable(), HEADER_LEN, readable_len - HEADER_LEN),
+        // The status byte is the last writable byte, so writable_len >= 1.
+        RequestKind::In | RequestKind::GetId => {
+            segments(writable(), 0, writable_len.saturating_sub(1))
+        }
+        _ => Vec::new(),
+    };
+    Ok(Request {
+        kind,
+        sector: u64::from_le_bytes(sector),
+        data,
+        status,
+    })
+}
+
+/// Checks that a read or write of `req` lies within `sectors` and returns its byte offset.
+fn disk_range(req: &Request, sectors: u64) -> Result<u64, RequestError> {
+    let len = req.data_len();
+    if len == 0 || !len.is_multiple_of(SECTOR_SIZE) {
+        return Err(RequestError::Length(len));
+    }
+    let count = len / SECTOR_SIZE;
+    let out_of_range = RequestError::OutOfRange {
+        sector: req.sector,
+        count,
+    };
+    match req.sector.checked_add(count) {
+        Some(end) if end <= sectors => Ok(req.sector * SECTOR_SIZE),
+        _ => Err(out_of_range),
+    }
+}
+
+fn io(e: impl std::fmt::Display) -> RequestError {
+    RequestError::Io(e.to_string())
+}
+
+/// Executes `req`. Returns the number of bytes written to guest buffers, without the
+/// status byte (which the caller writes).
+pub fn execute(
+    req: &Request,
+    disk: &mut DiskImage,
+    mem: &GuestMemoryMmap,
+) -> Result<u64, RequestError> {
+    let mut bounce = Vec::new();
+    match req.kind {
+        RequestKind::In | RequestKind::Out => {
+            if req.kind == RequestKind::Out && disk.readonly {
+                return Err(RequestError::ReadOnly);
+            }
+            let mut offset = disk_range(req, disk.sectors)?;
+            for seg in &req.data {
+                let mut done = 0u64;
+                while done < seg.len {
+                    let n = usize::try_from((seg.len - done).min(BOUNCE as u64)).map_err(io)?;
+                    bounce.resize(n, 0);
+                    let addr = GuestAddress(seg.addr.0 + done);
+                    if req.kind == RequestKind::In {
+                        disk.backend.read_at(offset, &mut bounce).map_err(io)?;
+                        mem.write_slice(&bounce, addr).map_err(io)?;
+                    } else {
+                        mem.read_slice(&mut bounce, addr).map_err(io)?;
+                        disk.backend.write_at(offset, &bounce).map_err(io)?;
+                    }
+                    done += n as u64;
+                    offset += n as u64;
+                }
+            }
+            Ok(if req.kind == RequestKind::In {
+                req.data_len()
+            } else {
+                0
+            })
+        }
+        RequestKind::Flush => {
+            if !disk.readonly {
+                disk.backend.flush().map_err(io)?;
+            }
+            Ok(0)
+        }
+        RequestKind::GetId => {
+            let mut written = 0u64;
+            for seg in &req.data {
+                let start = usize::try_from(written).map_err(io)?;
+                if start >= ID_LEN {
+                    break;
+                }
+                let n = (ID_LEN - start).min(usize::try_from(seg.len).unwrap_or(ID_LEN));
+                mem.write_slice(&disk.id[start..start + n], seg.addr)
+                    .map_err(io)?;
+                written += n as u64;
+            }
+            Ok(written)
+        }
+        RequestKind::Unsupported(_) => Ok(0),
+    }
+}
+
+#[cfg(test)]
+#[path = "request_tests.rs"]
+mod tests;

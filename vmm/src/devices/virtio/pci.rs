@@ -1,0 +1,310 @@
+//! The modern virtio-pci transport (virtio 1.2, 4.1): one 64-bit memory BAR holding the
+//! common configuration, ISR, device configuration and notification regions, each
+//! described by a vendor capability, plus the PCI configuration access capability
+//! (VIRTIO_PCI_CAP_PCI_CFG) that firmware uses when the BAR is out of its reach.
+//!
+//! ```text
+//! BAR 0 (16 KiB, 64-bit, prefetchable)
+//! 0x0000  common configuration (0x38 bytes)
+//! 0x1000  ISR status (1 byte, read to clear)
+//! 0x2000  device configuration
+//! 0x3000  notifications: queue i at 0x3000 + 4 * i
+//! ```
+
+use virtio_queue::{Queue, QueueT};
+use vm_memory::GuestMemoryMmap;
+
+use super::common::{CommonConfig, CommonEvent, COMMON_CONFIG_LEN};
+use super::{
+    IrqLine, VirtioDevice, ISR_CONFIG, ISR_QUEUE, STATUS_DEVICE_NEEDS_RESET, STATUS_DRIVER_OK,
+    STATUS_FEATURES_OK, VIRTIO_F_VERSION_1, VIRTIO_PCI_DEVICE_ID_BASE, VIRTIO_PCI_VENDOR_ID,
+};
+use crate::devices::pci::config::{
+    BarKind, ConfigSpace, ConfigSpaceError, PciIds, COMMAND_INTX_DISABLE,
+};
+use crate::devices::pci::PciDevice;
+
+/// The BAR holding every virtio region.
+pub const VIRTIO_BAR: u8 = 0;
+/// Its size.
+pub const VIRTIO_BAR_SIZE: u64 = 0x4000;
+const COMMON_OFFSET: u64 = 0x0000;
+const ISR_OFFSET: u64 = 0x1000;
+const DEVICE_OFFSET: u64 = 0x2000;
+const NOTIFY_OFFSET: u64 = 0x3000;
+const REGION_LEN: u64 = 0x1000;
+/// queue_notify_off is the queue index; notifications are this many bytes apart.
+pub const NOTIFY_MULTIPLIER: u32 = 4;
+
+const CAP_VENDOR: u8 = 0x09;
+const CAP_COMMON: u8 = 1;
+const CAP_NOTIFY: u8 = 2;
+const CAP_ISR: u8 = 3;
+const CAP_DEVICE: u8 = 4;
+const CAP_PCI_CFG: u8 = 5;
+const PCI_CFG_BAR: usize = 4;
+const PCI_CFG_OFFSET: usize = 8;
+const PCI_CFG_LENGTH: usize = 12;
+const PCI_CFG_DATA: usize = 16;
+
+fn virtio_cap(cfg_type: u8, offset: u64, length: u64, extra: &[u8]) -> Vec<u8> {
+    let len = u8::try_from(16 + extra.len()).unwrap_or(16);
+    let mut cap = vec![CAP_VENDOR, 0, len, cfg_type, VIRTIO_BAR, 0, 0, 0];
+    cap.extend_from_slice(&u32::try_from(offset).unwrap_or(0).to_le_bytes());
+    cap.extend_from_slice(&u32::try_from(length).unwrap_or(0).to_le_bytes());
+    cap.extend_from_slice(extra);
+    cap
+}
+
+/// A virtio device on the PCI transport.
+pub struct VirtioPciDevice<D: VirtioDevice> {
+    config: ConfigSpace,
+    device: D,
+    mem: GuestMemoryMmap,
+    irq: Box<dyn IrqLine>,
+    common: CommonConfig,
+    queues: Vec<Option<Queue>>,
+    isr: u8,
+    pci_cfg_cap: usize,
+    ignored_notifies: u64,
+}
+
+impl<D: VirtioDevice> VirtioPciDevice<D> {
+    /// Wraps `device`, whose INTx (pin A) is `irq`, reported to the guest as `line`.
+    pub fn new(
+        device: D,
+        mem: GuestMemoryMmap,
+        irq: Box<dyn IrqLine>,
+        line: u8,
+    ) -> Result<Self, ConfigSpaceError> {
+        let mut config = ConfigSpace::new(PciIds {
+            vendor: VIRTIO_PCI_VENDOR_ID,
+            device: VIRTIO_PCI_DEVICE_ID_BASE + device.device_type(),
+            revision: 1,
+            class: device.pci_class(),
+            subsystem_vendor: VIRTIO_PCI_VENDOR_ID,
+            subsystem: 0x1100,
+        });
+        config.add_bar(
+            usize::from(VIRTIO_BAR),
+            BarKind::Memory64 { prefetchable: true },
+            VIRTIO_BAR_SIZE,
+        )?;
+        config.set_interrupt(1, line);
+        let queues = device.queue_max_sizes().len();
+        let config_len = u64::try_from(device.config_len()).unwrap_or(0);
+        config.add_capability(&virtio_cap(
+            CAP_COMMON,
+            COMMON_OFFSET,
+            COMMON_CONFIG_LEN as u64,
+            &[],
+        ))?;
+        config.add_capability(&virtio_cap(
+            CAP_NOTIFY,
+            NOTIFY_OFFSET,
+            u64::from(NOTIFY_MULTIPLIER) * queues as u64,
+            &NOTIFY_MULTIPLIER.to_le_bytes(),
+        ))?;
+        config.add_capability(&virtio_cap(CAP_ISR, ISR_OFFSET, 1, &[]))?;
+        config.add_capability(&virtio_cap(CAP_DEVICE, DEVICE_OFFSET, config_len, &[]))?;
+        let pci_cfg_cap = config.add_capability(&virtio_cap(CAP_PCI_CFG, 0, 0, &[0; 4]))?;
+        config.set_writable(pci_cfg_cap + PCI_CFG_BAR, 1);
+        config.set_writable(pci_cfg_cap + PCI_CFG_OFFSET, 12);
+        let common = CommonConfig::new(
+            device.features() | VIRTIO_F_VERSION_1,
+            device.queue_max_sizes(),
+        );
+        Ok(VirtioPciDevice {
+            config,
+            device,
+            mem,
+            irq,
+            common,
+            queues: (0..queues).map(|_| None).collect(),
+            isr: 0,
+            pci_cfg_cap,
+            ignored_notifies: 0,
+        })
+    }
+
+    /// The device behind the transport.
+    pub fn device(&self) -> &D {
+        &self.device
+    }
+
+    /// The device status.
+    pub fn status(&self) -> u8 {
+        self.common.status
+    }
+
+    /// Notifications ignored because the device or the queue was not ready.
+    pub fn ignored_notifies(&self) -> u64 {
+        self.ignored_notifies
+    }
+
+    fn raise(&mut self, bit: u8) {
+        self.isr |= bit;
+        if self.config.command() & COMMAND_INTX_DISABLE == 0 {
+            self.irq.set_level(true);
+        }
+    }
+
+    fn needs_reset(&mut self, why: &dyn std::fmt::Display) {
+        if self.common.status & STATUS_DEVICE_NEEDS_RESET == 0 {
+            log::warn!(
+                "virtio device type {}: needs reset: {why}",
+                self.device.device_type()
+            );
+        }
+        self.common.status |= STATUS_DEVICE_NEEDS_RESET;
+        self.raise(ISR_CONFIG);
+    }
+
+    fn reset(&mut self) {
+        self.device.reset();
+        self.common.reset();
+        self.queues.iter_mut().for_each(|q| *q = None);
+        self.isr = 0;
+        self.irq.set_level(false);
+    }
+
+    fn set_status(&mut self, mut v: u8) {
+        if v == 0 {
+            self.reset();
+            return;
+        }
+        let old = self.common.status;
+        if v & STATUS_FEATURES_OK != 0 && old & STATUS_FEATURES_OK == 0 {
+            let wanted = self.common.driver_features;
+            if wanted & !self.common.device_features != 0 || wanted & VIRTIO_F_VERSION_1 == 0 {
+                log::info!("virtio: driver features {wanted:#x} refused");
+                v &= !STATUS_FEATURES_OK;
+            } else {
+                self.device.ack_features(wanted);
+            }
+        }
+        self.common.status = v | (old & STATUS_DEVICE_NEEDS_RESET);
+    }
+
+    fn enable_queue(&mut self, index: usize) {
+        let Some(regs) = self.common.queues.get(index).copied() else {
+            return;
+        };
+        match regs.activate(&self.mem) {
+            Ok(q) => {
+                self.queues[index] = Some(q);
+                self.common.queues[index].enabled = true;
+            }
+            Err(e) => self.needs_reset(&format_args!("queue {index}: {e}")),
+        }
+    }
+
+    /// The driver notified queue `index`: serve it now, on the caller's thread.
+    pub fn notify(&mut self, index: usize) {
+        let ready =
+            self.common.status & (STATUS_DRIVER_OK | STATUS_DEVICE_NEEDS_RESET) == STATUS_DRIVER_OK;
+        let Some(Some(queue)) = self.queues.get_mut(index).filter(|_| ready) else {
+            if self.ignored_notifies == 0 {
+                log::info!("virtio: notification of queue {index} that is not ready, ignored");
+            }
+            self.ignored_notifies += 1;
+            return;
+        };
+        match self.device.process_queue(index, queue, &self.mem) {
+            Ok(false) => {}
+            Ok(true) => {
+                if queue.needs_notification(&self.mem).unwrap_or(true) {
+                    self.raise(ISR_QUEUE);
+                }
+            }
+            Err(e) => self.needs_reset(&format_args!("queue {index}: {e}")),
+        }
+    }
+
+    fn pci_cfg_window(&self) -> Option<(u64, usize)> {
+        let c = &self.config;
+        let cap = self.pci_cfg_cap;
+        let mut bar = [0u8];
+        c.read(cap + PCI_CFG_BAR, &mut bar);
+        let len = usize::try_from(c.u32_at(cap + PCI_CFG_LENGTH)).ok()?;
+        (bar[0] == VIRTIO_BAR && matches!(len, 1 | 2 | 4))
+            .then(|| (u64::from(c.u32_at(cap + PCI_CFG_OFFSET)), len))
+    }
+}
+
+impl<D: VirtioDevice> PciDevice for VirtioPciDevice<D> {
+    fn config_space(&self) -> &ConfigSpace {
+        &self.config
+    }
+
+    fn config_space_mut(&mut self) -> &mut ConfigSpace {
+        &mut self.config
+    }
+
+    fn read_config(&mut self, offset: usize, data: &mut [u8]) {
+        if offset == self.pci_cfg_cap + PCI_CFG_DATA {
+            if let Some((bar_offset, len)) = self.pci_cfg_window() {
+                let mut buf = [0u8; 4];
+                self.read_bar(VIRTIO_BAR, bar_offset, &mut buf[..len]);
+                let n = data.len().min(4);
+                data[..n].copy_from_slice(&buf[..n]);
+                return;
+            }
+        }
+        self.config.read(offset, data);
+    }
+
+    fn write_config(&mut self, offset: usize, data: &[u8]) {
+        if offset == self.pci_cfg_cap + PCI_CFG_DATA {
+            if let Some((bar_offset, len)) = self.pci_cfg_window() {
+                let n = data.len().min(len);
+                self.write_bar(VIRTIO_BAR, bar_offset, &data[..n]);
+            }
+            return;
+        }
+        self.config.write(offset, data);
+    }
+
+    fn read_bar(&mut self, bar: u8, offset: u64, data: &mut [u8]) {
+        data.fill(0);
+        if bar != VIRTIO_BAR {
+            return;
+        }
+        match offset / REGION_LEN {
+            0 => self.common.read(offset - COMMON_OFFSET, data),
+            1 if offset == ISR_OFFSET => {
+                data[0] = self.isr;
+                self.isr = 0;
+                self.irq.set_level(false);
+            }
+            2 => self.device.read_config(offset - DEVICE_OFFSET, data),
+            _ => {}
+        }
+    }
+
+    fn write_bar(&mut self, bar: u8, offset: u64, data: &[u8]) {
+        if bar != VIRTIO_BAR {
+            return;
+        }
+        match offset / REGION_LEN {
+            0 => {
+                for event in self.common.write(offset - COMMON_OFFSET, data) {
+                    match event {
+                        CommonEvent::Status(v) => self.set_status(v),
+                        CommonEvent::EnableQueue(i) => self.enable_queue(i),
+                    }
+                }
+            }
+            2 => self.device.write_config(offset - DEVICE_OFFSET, data),
+            3 => {
+                let index = (offset - NOTIFY_OFFSET) / u64::from(NOTIFY_MULTIPLIER);
+                self.notify(usize::try_from(index).unwrap_or(usize::MAX));
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "pci_tests.rs"]
+mod tests;

@@ -1,0 +1,297 @@
+//! Transport tests: a driver's initialisation through BAR 0, notifications and interrupts,
+//! and the misprogramming that must end in DEVICE_NEEDS_RESET rather than a VMM failure.
+
+use std::sync::{Arc, Mutex};
+
+use super::*;
+use crate::devices::virtio::block::disk::{DiskImage, MemDisk};
+use crate::devices::virtio::block::request::{VIRTIO_BLK_S_OK, VIRTIO_BLK_T_IN};
+use crate::devices::virtio::block::{BlockDevice, VIRTIO_BLK_F_FLUSH};
+use crate::devices::virtio::{STATUS_ACKNOWLEDGE, STATUS_DRIVER};
+use vm_memory::{Address, Bytes, GuestAddress};
+
+#[derive(Clone, Default)]
+struct Line(Arc<Mutex<Vec<bool>>>);
+
+impl IrqLine for Line {
+    fn set_level(&self, high: bool) {
+        self.0.lock().unwrap().push(high);
+    }
+}
+
+impl Line {
+    fn high(&self) -> bool {
+        self.0.lock().unwrap().last().copied().unwrap_or(false)
+    }
+}
+
+type Dev = VirtioPciDevice<BlockDevice>;
+
+fn device() -> (Dev, GuestMemoryMmap, Line) {
+    let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10_0000)]).unwrap();
+    let disk = DiskImage::new(Box::new(MemDisk(vec![0xab; 4096])), 4096, false, "id");
+    let line = Line::default();
+    let dev = VirtioPciDevice::new(
+        BlockDevice::new(disk),
+        mem.clone(),
+        Box::new(line.clone()),
+        10,
+    )
+    .unwrap();
+    (dev, mem, line)
+}
+
+fn w8(d: &mut Dev, off: u64, v: u8) {
+    d.write_bar(0, off, &[v]);
+}
+fn w16(d: &mut Dev, off: u64, v: u16) {
+    d.write_bar(0, off, &v.to_le_bytes());
+}
+fn w32(d: &mut Dev, off: u64, v: u32) {
+    d.write_bar(0, off, &v.to_le_bytes());
+}
+fn r8(d: &mut Dev, off: u64) -> u8 {
+    let mut b = [0];
+    d.read_bar(0, off, &mut b);
+    b[0]
+}
+fn r32(d: &mut Dev, off: u64) -> u32 {
+    let mut b = [0; 4];
+    d.read_bar(0, off, &mut b);
+    u32::from_le_bytes(b)
+}
+
+const DESC: u64 = 0x1000;
+const AVAIL: u64 = 0x2000;
+const USED: u64 = 0x3000;
+
+/// Negotiates VERSION_1 | FLUSH and sets queue 0 up with `size` entries at DESC/AVAIL/USED.
+fn init(d: &mut Dev, size: u16, driver_ok: bool) {
+    w8(d, 0x14, 0);
+    w8(d, 0x14, STATUS_ACKNOWLEDGE | STATUS_DRIVER);
+    w32(d, 0x00, 1);
+    assert_eq!(r32(d, 0x04) & 1, 1, "VERSION_1 offered");
+    w32(d, 0x08, 0);
+    w32(d, 0x0c, u32::try_from(VIRTIO_BLK_F_FLUSH).unwrap());
+    w32(d, 0x08, 1);
+    w32(d, 0x0c, 1);
+    w8(
+        d,
+        0x14,
+        STATUS_ACKNOWLEDGE | STATUS_DRIVER | STATUS_FEATURES_OK,
+    );
+    assert_ne!(r8(d, 0x14) & STATUS_FEATURES_OK, 0);
+    w16(d, 0x16, 0);
+    w16(d, 0x18, size);
+    w32(d, 0x20, u32::try_from(DESC).unwrap());
+    w32(d, 0x24, 0);
+    w32(d, 0x28, u32::try_from(AVAIL).unwrap());
+    w32(d, 0x30, u32::try_from(USED).unwrap());
+    w16(d, 0x1c, 1);
+    if driver_ok {
+        w8(
+            d,
+            0x14,
+            STATUS_ACKNOWLEDGE | STATUS_DRIVER | STATUS_FEATURES_OK | STATUS_DRIVER_OK,
+        );
+    }
+}
+
+/// Puts a read of sector 0 (header 0x8000, data 0x9000, status 0xa000) in the queue.
+fn queue_read(mem: &GuestMemoryMmap, avail_idx: u16) {
+    mem.write_obj(VIRTIO_BLK_T_IN, GuestAddress(0x8000))
+        .unwrap();
+    mem.write_obj(0u64, GuestAddress(0x8008)).unwrap();
+    let desc = |i: u64, addr: u64, len: u32, flags: u16, next: u16| {
+        let at = GuestAddress(DESC + 16 * i);
+        mem.write_obj(addr, at).unwrap();
+        mem.write_obj(len, at.unchecked_add(8)).unwrap();
+        mem.write_obj(flags, at.unchecked_add(12)).unwrap();
+        mem.write_obj(next, at.unchecked_add(14)).unwrap();
+    };
+    desc(0, 0x8000, 16, 1, 1);
+    desc(1, 0x9000, 512, 3, 2);
+    desc(2, 0xa000, 1, 2, 0);
+    mem.write_obj(
+        0u16,
+        GuestAddress(AVAIL + 4 + 2 * u64::from(avail_idx - 1) % 16),
+    )
+    .unwrap();
+    mem.write_obj(avail_idx, GuestAddress(AVAIL + 2)).unwrap();
+}
+
+#[test]
+fn a_driver_reads_a_sector_and_gets_an_interrupt() {
+    let (mut d, mem, line) = device();
+    init(&mut d, 16, true);
+    queue_read(&mem, 1);
+    mem.write_obj(0xeeu8, GuestAddress(0xa000)).unwrap();
+    w16(&mut d, 0x3000, 0);
+    assert_eq!(
+        mem.read_obj::<u8>(GuestAddress(0xa000)).unwrap(),
+        VIRTIO_BLK_S_OK
+    );
+    assert_eq!(mem.read_obj::<u8>(GuestAddress(0x9000)).unwrap(), 0xab);
+    assert_eq!(mem.read_obj::<u16>(GuestAddress(USED + 2)).unwrap(), 1);
+    assert_eq!(mem.read_obj::<u32>(GuestAddress(USED + 8)).unwrap(), 513);
+    assert!(line.high());
+    // Reading the ISR returns the queue bit, clears it and lowers the line.
+    assert_eq!(r8(&mut d, 0x1000), ISR_QUEUE);
+    assert!(!line.high());
+    assert_eq!(r8(&mut d, 0x1000), 0);
+    assert_eq!(d.device().stats().ok, 1);
+}
+
+#[test]
+fn features_beyond_the_offer_or_without_version_1_are_refused() {
+    let (mut d, _, _) = device();
+    w8(&mut d, 0x14, STATUS_ACKNOWLEDGE | STATUS_DRIVER);
+    w32(&mut d, 0x08, 0);
+    w32(&mut d, 0x0c, 1 << 30);
+    w32(&mut d, 0x08, 1);
+    w32(&mut d, 0x0c, 1);
+    w8(
+        &mut d,
+        0x14,
+        STATUS_ACKNOWLEDGE | STATUS_DRIVER | STATUS_FEATURES_OK,
+    );
+    assert_eq!(r8(&mut d, 0x14) & STATUS_FEATURES_OK, 0);
+    w8(&mut d, 0x14, 0);
+    w8(
+        &mut d,
+        0x14,
+        STATUS_ACKNOWLEDGE | STATUS_DRIVER | STATUS_FEATURES_OK,
+    );
+    assert_eq!(r8(&mut d, 0x14) & STATUS_FEATURES_OK, 0, "legacy driver");
+}
+
+#[test]
+fn queue_size_not_a_power_of_two_needs_reset() {
+    let (mut d, _, line) = device();
+    init(&mut d, 100, true);
+    assert_ne!(d.status() & STATUS_DEVICE_NEEDS_RESET, 0);
+    assert!(line.high());
+    assert_eq!(r8(&mut d, 0x1000), ISR_CONFIG);
+    // The queue stays disabled; a reset clears everything.
+    assert_eq!(r8(&mut d, 0x1c), 0);
+    w8(&mut d, 0x14, 0);
+    assert_eq!(d.status(), 0);
+    init(&mut d, 16, true);
+    assert_eq!(d.status() & STATUS_DEVICE_NEEDS_RESET, 0);
+}
+
+#[test]
+fn rings_outside_ram_need_reset() {
+    let (mut d, _, _) = device();
+    w8(&mut d, 0x14, STATUS_ACKNOWLEDGE | STATUS_DRIVER);
+    w16(&mut d, 0x18, 16);
+    w32(&mut d, 0x20, 0xfff0_0000);
+    w32(&mut d, 0x28, u32::try_from(AVAIL).unwrap());
+    w32(&mut d, 0x30, u32::try_from(USED).unwrap());
+    w16(&mut d, 0x1c, 1);
+    assert_ne!(d.status() & STATUS_DEVICE_NEEDS_RESET, 0);
+}
+
+#[test]
+fn notifying_a_disabled_queue_or_before_driver_ok_is_ignored() {
+    let (mut d, mem, _) = device();
+    init(&mut d, 16, false);
+    queue_read(&mem, 1);
+    w16(&mut d, 0x3000, 0);
+    assert_eq!(mem.read_obj::<u16>(GuestAddress(USED + 2)).unwrap(), 0);
+    // A queue that does not exist.
+    w16(&mut d, 0x3004, 1);
+    w16(&mut d, 0x3ffc, 1);
+    assert_eq!(d.ignored_notifies(), 3);
+    assert_eq!(d.status() & STATUS_DEVICE_NEEDS_RESET, 0);
+}
+
+#[test]
+fn a_bad_chain_sets_needs_reset_and_stops_the_queue() {
+    let (mut d, mem, _) = device();
+    init(&mut d, 16, true);
+    queue_read(&mem, 1);
+    // Data buffer outside RAM.
+    mem.write_obj(0x4000_0000u64, GuestAddress(DESC + 16))
+        .unwrap();
+    w16(&mut d, 0x3000, 0);
+    assert_ne!(d.status() & STATUS_DEVICE_NEEDS_RESET, 0);
+    // Later notifications are ignored until the driver resets the device.
+    w16(&mut d, 0x3000, 0);
+    assert_eq!(d.ignored_notifies(), 1);
+}
+
+#[test]
+fn avail_index_jump_sets_needs_reset() {
+    let (mut d, mem, _) = device();
+    init(&mut d, 16, true);
+    queue_read(&mem, 1);
+    mem.write_obj(40u16, GuestAddress(AVAIL + 2)).unwrap();
+    w16(&mut d, 0x3000, 0);
+    assert_ne!(d.status() & STATUS_DEVICE_NEEDS_RESET, 0);
+}
+
+#[test]
+fn capabilities_describe_the_bar_layout() {
+    let (mut d, _, _) = device();
+    let mut found = Vec::new();
+    let mut p = [0u8; 1];
+    d.read_config(0x34, &mut p);
+    let mut at = usize::from(p[0]);
+    while at != 0 {
+        let mut cap = [0u8; 16];
+        d.read_config(at, &mut cap);
+        assert_eq!(cap[0], 0x09);
+        let offset = u32::from_le_bytes(cap[8..12].try_into().unwrap());
+        found.push((cap[3], cap[4], offset));
+        at = usize::from(cap[1]);
+    }
+    assert_eq!(
+        found,
+        vec![
+            (1, 0, 0),
+            (2, 0, 0x3000),
+            (3, 0, 0x1000),
+            (4, 0, 0x2000),
+            (5, 0, 0)
+        ]
+    );
+    let mut ids = [0u8; 4];
+    d.read_config(0, &mut ids);
+    assert_eq!(u32::from_le_bytes(ids), 0x1042_1af4);
+    d.read_config(0x2c, &mut ids);
+    assert_eq!(u32::from_le_bytes(ids), 0x1100_1af4);
+}
+
+#[test]
+fn pci_cfg_capability_reaches_the_bar() {
+    let (mut d, _, _) = device();
+    let cap = d.pci_cfg_cap;
+    // Read the device config's capacity (8 sectors) through the window.
+    d.write_config(cap + PCI_CFG_BAR, &[0]);
+    d.write_config(cap + PCI_CFG_OFFSET, &0x2000u32.to_le_bytes());
+    d.write_config(cap + PCI_CFG_LENGTH, &4u32.to_le_bytes());
+    let mut v = [0u8; 4];
+    d.read_config(cap + PCI_CFG_DATA, &mut v);
+    assert_eq!(u32::from_le_bytes(v), 8);
+    // Write the status through it.
+    d.write_config(cap + PCI_CFG_OFFSET, &0x14u32.to_le_bytes());
+    d.write_config(cap + PCI_CFG_LENGTH, &1u32.to_le_bytes());
+    d.write_config(cap + PCI_CFG_DATA, &[STATUS_ACKNOWLEDGE]);
+    assert_eq!(d.status(), STATUS_ACKNOWLEDGE);
+    // A bad length or BAR reads the stored bytes and writes nothing.
+    d.write_config(cap + PCI_CFG_LENGTH, &3u32.to_le_bytes());
+    d.write_config(cap + PCI_CFG_DATA, &[0]);
+    assert_eq!(d.status(), STATUS_ACKNOWLEDGE);
+}
+
+#[test]
+fn intx_disable_keeps_the_line_low() {
+    let (mut d, mem, line) = device();
+    d.write_config(4, &0x0406u16.to_le_bytes());
+    init(&mut d, 16, true);
+    queue_read(&mem, 1);
+    w16(&mut d, 0x3000, 0);
+    assert!(!line.high());
+    assert_eq!(r8(&mut d, 0x1000), ISR_QUEUE);
+}
