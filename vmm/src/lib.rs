@@ -11,6 +11,7 @@ pub mod boot;
 pub mod config;
 pub mod demo;
 pub mod devices;
+pub mod firmware;
 pub mod layout;
 pub mod memory;
 pub mod outcome;
