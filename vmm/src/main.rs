@@ -4,9 +4,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use vmm::boot::KernelSpec;
-use vmm::config::{SerialOutput, VmConfig};
+use vmm::config::{BootSource, SerialOutput, VmConfig};
+use vmm::firmware::FirmwareSpec;
 use vmm::outcome::STATUS_CONFIG_ERROR;
 
 /// hvprof: a KVM hypervisor that profiles its guests from outside.
@@ -22,7 +23,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Boot a kernel (PVH ELF, multiboot or Linux bzImage) and run it to its end.
+    /// Boot a kernel (PVH ELF, multiboot or Linux bzImage) or firmware (SeaBIOS, OVMF) and run
+    /// it to its end.
     Run(RunArgs),
     /// Run the bundled reference guest's default scenario.
     Demo(DemoArgs),
@@ -62,17 +64,39 @@ struct VmArgs {
     timeout: Option<f64>,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum OnOff {
+    On,
+    Off,
+}
+
 #[derive(Args)]
+#[command(group(ArgGroup::new("boot").required(true).args(["kernel", "firmware"])))]
 struct RunArgs {
     /// The kernel to boot.
     #[arg(long)]
-    kernel: PathBuf,
+    kernel: Option<PathBuf>,
     /// An initrd (Linux) or first module (multiboot, PVH).
-    #[arg(long)]
+    #[arg(long, requires = "kernel")]
     initrd: Option<PathBuf>,
     /// The kernel command line.
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", requires = "kernel")]
     cmdline: String,
+    /// Firmware to boot from the reset vector: a ROM (SeaBIOS bios.bin) or, with --vars, a
+    /// pflash CODE image (OVMF_CODE.fd).
+    #[arg(long)]
+    firmware: Option<PathBuf>,
+    /// The writable pflash VARS image for --firmware (a copy of OVMF_VARS.fd); changes are
+    /// written back to it.
+    #[arg(long, requires = "firmware")]
+    vars: Option<PathBuf>,
+    /// Hyper-V enlightenments (default: on for --firmware, off for --kernel).
+    #[arg(long, value_enum)]
+    hyperv: Option<OnOff>,
+    /// After "No bootable device", SeaBIOS reboots after this many milliseconds (a reboot
+    /// ends the run with status 0); by default it waits forever, as QEMU's reboot-timeout.
+    #[arg(long, value_name = "MS", requires = "firmware")]
+    reboot_timeout: Option<u64>,
     #[command(flatten)]
     vm: VmArgs,
 }
@@ -88,7 +112,11 @@ struct DemoArgs {
 
 impl VmArgs {
     fn into_config(self, kernel: KernelSpec) -> Result<VmConfig, String> {
-        let mut c = VmConfig::new(kernel);
+        self.into_config_with(BootSource::Kernel(kernel))
+    }
+
+    fn into_config_with(self, boot: BootSource) -> Result<VmConfig, String> {
+        let mut c = VmConfig::with_boot(boot);
         c.cpus = self.cpus;
         c.memory_mib = self.memory;
         c.serial = match self.serial.as_str() {
@@ -157,8 +185,21 @@ fn main() -> ExitCode {
     let (config, demo) = match cli.command {
         Command::Bench(a) => return bench(&a),
         Command::Run(a) => {
-            let kernel = KernelSpec::from_file(a.kernel, a.initrd, a.cmdline);
-            (a.vm.into_config(kernel), false)
+            let boot = match (a.kernel, a.firmware) {
+                (Some(kernel), _) => {
+                    BootSource::Kernel(KernelSpec::from_file(kernel, a.initrd, a.cmdline))
+                }
+                (None, Some(path)) => BootSource::Firmware(FirmwareSpec { path, vars: a.vars }),
+                (None, None) => unreachable!("clap requires --kernel or --firmware"),
+            };
+            let hyperv = a.hyperv.map(|h| matches!(h, OnOff::On));
+            let wait = a.reboot_timeout.map(Duration::from_millis);
+            let config = a.vm.into_config_with(boot).map(|mut c| {
+                c.hyperv = hyperv;
+                c.boot_fail_wait = wait;
+                c
+            });
+            (config, false)
         }
         Command::Demo(a) => (a.vm.into_config(vmm::demo::kernel_spec(&a.cmdline)), true),
     };
@@ -170,10 +211,16 @@ fn main() -> ExitCode {
         }
     };
 
+    if let Some(notice) = vmm::vm::hyperv_notice(&config) {
+        eprintln!("hvprof: {notice}");
+    }
     match vmm::vm::run(&config) {
         Ok(report) => {
             if !report.results.is_empty() {
-                let symbols = vmm::report::Symbols::for_kernel(&config.kernel);
+                let symbols = config
+                    .kernel()
+                    .map(vmm::report::Symbols::for_kernel)
+                    .unwrap_or_default();
                 print!(
                     "{}",
                     vmm::report::text_report(&report.results, &symbols, 10)

@@ -117,7 +117,7 @@ fn fadt_is_full_and_points_at_dsdt_facs_and_the_pm_block() {
     assert_eq!(u64_at(fadt, 140), u64::from(u32_at(fadt, 40)));
     let facs_at = usize::try_from(u64::from(u32_at(fadt, 36)) - TABLES_AT).unwrap();
     assert_eq!(&tables[facs_at..facs_at + 4], b"FACS");
-    assert_eq!((TABLES_AT as usize + facs_at) % 64, 0);
+    assert_eq!((TABLES_AT + u64::try_from(facs_at).unwrap()) % 64, 0);
 }
 
 #[test]

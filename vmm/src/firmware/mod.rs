@@ -13,6 +13,7 @@
 //! As QEMU's `pc_system_firmware_init`: a writable RAM copy rather than an isa-bios ROM
 //! alias, which is what SeaBIOS makes of it anyway once it has shadowed itself.
 
+pub mod cfg;
 pub mod pflash;
 pub mod rom;
 
@@ -139,7 +140,7 @@ fn size_error(path: &Path, size: u64, expected: String) -> FirmwareError {
 /// Checks a ROM's size: a non-zero multiple of 64 KiB, at least the 128 KiB copied below
 /// 1 MiB, at most 16 MiB.
 pub fn check_rom_size(path: &Path, size: u64) -> Result<(), FirmwareError> {
-    if size < ISA_BIOS_SIZE || size % ROM_GRANULE != 0 || size > FIRMWARE_MAX_SIZE {
+    if size < ISA_BIOS_SIZE || !size.is_multiple_of(ROM_GRANULE) || size > FIRMWARE_MAX_SIZE {
         return Err(size_error(
             path,
             size,
@@ -160,14 +161,14 @@ pub fn check_pflash_sizes(
     vars_path: &Path,
     vars: u64,
 ) -> Result<(), FirmwareError> {
-    if code < ISA_BIOS_SIZE || code % FLASH_SECTOR != 0 {
+    if code < ISA_BIOS_SIZE || !code.is_multiple_of(FLASH_SECTOR) {
         return Err(size_error(
             code_path,
             code,
             "a pflash CODE image must be a multiple of 4 KiB and at least 128 KiB".into(),
         ));
     }
-    if vars == 0 || vars % FLASH_SECTOR != 0 {
+    if vars == 0 || !vars.is_multiple_of(FLASH_SECTOR) {
         return Err(size_error(
             vars_path,
             vars,

@@ -72,7 +72,7 @@ impl RunReport {
             .map(|(k, n)| format!("{} {n}", k.name()))
             .collect();
         let mut s = format!(
-            "hvprof: {} ({} kernel, {} vCPU{}, {:.3} s)\n",
+            "hvprof: {} ({} boot, {} vCPU{}, {:.3} s)\n",
             self.outcome,
             self.protocol,
             self.vcpus.len(),
@@ -177,6 +177,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
         serial,
         stop,
         profiler,
+        firmware_slot,
         ..
     } = vm;
 
@@ -246,6 +247,8 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
     let results = profiler.results();
     drop(profiler);
     drop(vm_fd);
+    // The firmware's memory goes only once no vCPU can run and the VM is closed.
+    drop(firmware_slot);
     if let Some(e) = start_error {
         return Err(e);
     }
