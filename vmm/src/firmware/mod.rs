@@ -126,7 +126,13 @@ fn len64(b: &[u8]) -> u64 {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, FirmwareError> {
-    std::fs::read(path).map_err(|e| FirmwareError::Read(path.to_owned(), e))
+    let err = |e| FirmwareError::Read(path.to_owned(), e);
+    // A FIFO or device would block or never end: only regular files are images.
+    let meta = std::fs::metadata(path).map_err(err)?;
+    if !meta.is_file() {
+        return Err(err(std::io::Error::other("not a regular file")));
+    }
+    std::fs::read(path).map_err(err)
 }
 
 fn size_error(path: &Path, size: u64, expected: String) -> FirmwareError {

@@ -50,6 +50,23 @@ impl ReadOnlySlot {
     pub fn gpa(&self) -> u64 {
         self.gpa
     }
+
+    /// Reads `buf.len()` bytes at guest-physical `gpa`; false if they are not all in the slot.
+    pub fn read(&self, gpa: u64, buf: &mut [u8]) -> bool {
+        let Some(off) = gpa.checked_sub(self.gpa) else {
+            return false;
+        };
+        let Ok(off) = usize::try_from(off) else {
+            return false;
+        };
+        match self.region.get_slice(off, buf.len()) {
+            Ok(s) => {
+                s.copy_to(buf);
+                true
+            }
+            Err(_) => false,
+        }
+    }
 }
 
 /// Copies the last 128 KiB of `top` (the image that holds the reset vector) to 0xE0000, the

@@ -104,7 +104,7 @@ pub struct Vm {
     stop: Arc<StopSignal>,
     profiler: Arc<Profiler>,
     /// The firmware's read-only memory; kept until the vCPUs have stopped.
-    firmware_slot: Option<ReadOnlySlot>,
+    firmware_slot: Option<Arc<ReadOnlySlot>>,
 }
 
 /// Why the Hyper-V enlightenments are off although `config` wants them, if they are: a
@@ -183,7 +183,7 @@ impl Vm {
         };
         let (firmware_slot, firmware_devices) = match firmware {
             Some(p) => (
-                Some(p.slot),
+                Some(Arc::new(p.slot)),
                 Some(platform::FirmwareDevices {
                     fw_cfg: p.fw_cfg,
                     vars: p.vars,
@@ -201,6 +201,7 @@ impl Vm {
             mmio: Arc::new(devices.mmio),
             stop: stop.clone(),
             mem: mem.clone(),
+            firmware: firmware_slot.clone(),
             doorbell: devices.doorbell,
             profiler: profiler.clone(),
             entry_stamp,
