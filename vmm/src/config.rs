@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::boot::KernelSpec;
+use crate::firmware::FirmwareSpec;
 use crate::memory::MIN_MEMORY_MIB;
 
 /// Most vCPUs a VM may have: xAPIC ids are 8 bits and 0xff is the broadcast id.
@@ -91,11 +92,25 @@ impl DiskConfig {
     }
 }
 
+/// What the VM boots.
+#[derive(Clone, Debug)]
+pub enum BootSource {
+    /// A kernel loaded by hvprof (PVH, multiboot, Linux), entered directly.
+    Kernel(KernelSpec),
+    /// Firmware started at the reset vector (SeaBIOS, OVMF).
+    Firmware(FirmwareSpec),
+}
+
 /// A VM to run.
 #[derive(Clone, Debug)]
 pub struct VmConfig {
-    /// The kernel, initrd and command line.
-    pub kernel: KernelSpec,
+    /// The kernel or firmware.
+    pub boot: BootSource,
+    /// Hyper-V enlightenments: None is the default (on for firmware boots, off for kernels).
+    pub hyperv: Option<bool>,
+    /// Firmware boot: how long SeaBIOS waits after "No bootable device" before it reboots
+    /// (which ends the run); None waits forever, as QEMU's default.
+    pub boot_fail_wait: Option<Duration>,
     /// Number of vCPUs.
     pub cpus: usize,
     /// Guest RAM in MiB.
@@ -117,8 +132,15 @@ pub struct VmConfig {
 impl VmConfig {
     /// A configuration with defaults: 1 vCPU, 256 MiB, serial on stdout.
     pub fn new(kernel: KernelSpec) -> Self {
+        Self::with_boot(BootSource::Kernel(kernel))
+    }
+
+    /// A configuration with defaults that boots `boot`.
+    pub fn with_boot(boot: BootSource) -> Self {
         VmConfig {
-            kernel,
+            boot,
+            hyperv: None,
+            boot_fail_wait: None,
             cpus: 1,
             memory_mib: 256,
             serial: SerialOutput::Stdout,
@@ -128,6 +150,28 @@ impl VmConfig {
             watchdog_period: Duration::from_millis(500),
             disks: Vec::new(),
         }
+    }
+
+    /// The file the VM boots: the kernel or the firmware.
+    pub fn boot_image(&self) -> &std::path::Path {
+        match &self.boot {
+            BootSource::Kernel(k) => &k.kernel,
+            BootSource::Firmware(f) => &f.path,
+        }
+    }
+
+    /// The kernel, for a kernel boot.
+    pub fn kernel(&self) -> Option<&KernelSpec> {
+        match &self.boot {
+            BootSource::Kernel(k) => Some(k),
+            BootSource::Firmware(_) => None,
+        }
+    }
+
+    /// Whether Hyper-V enlightenments are wanted (the host may still lack them).
+    pub fn hyperv_wanted(&self) -> bool {
+        self.hyperv
+            .unwrap_or(matches!(self.boot, BootSource::Firmware(_)))
     }
 
     /// Checks the values a user can get wrong.

@@ -16,6 +16,9 @@
 //!                0xe000_0000  PCI ECAM (MMCONFIG), buses 0-255 (256 MiB)
 //!                0xf000_0000  free: firmware (SeaBIOS) places BARs top-down below the IOAPIC
 //!                0xfec0_0000  IOAPIC, 0xfee0_0000 LAPIC
+//!                0xfeff_c000  KVM's identity-map page and TSS (as QEMU: below the firmware)
+//!                0xff00_0000  firmware: a ROM (SeaBIOS) or pflash (OVMF CODE, VARS below it)
+//!                             ending at 4 GiB
 //! 0x1_0000_0000 RAM above 4 GiB when the VM has more than 3 GiB
 //! ```
 
@@ -65,7 +68,55 @@ pub const RAM_ABOVE_4G_START: u64 = 0x1_0000_0000;
 pub const IOAPIC_START: u64 = 0xfec0_0000;
 /// Local APIC MMIO base.
 pub const LAPIC_START: u64 = 0xfee0_0000;
-/// KVM's TSS region (needed on Intel hosts), just below the identity-map page.
-pub const KVM_TSS_ADDRESS: u64 = 0xfffb_d000;
+/// KVM's TSS region (needed on Intel hosts): three pages after the identity-map page, where
+/// QEMU puts them, so they stay clear of a firmware image of up to 16 MiB below 4 GiB.
+pub const KVM_TSS_ADDRESS: u64 = 0xfeff_d000;
 /// KVM's identity-map page (needed on Intel hosts).
-pub const KVM_IDENTITY_MAP_ADDRESS: u64 = 0xfffb_c000;
+pub const KVM_IDENTITY_MAP_ADDRESS: u64 = 0xfeff_c000;
+/// The identity-map page and the TSS together (reserved in the firmware's e820 map).
+pub const KVM_PRIVATE_SIZE: u64 = 0x4000;
+
+// ---- firmware boot
+
+/// End (exclusive) of the firmware's flash or ROM: the reset vector is at 4 GiB - 16.
+pub const FIRMWARE_END: u64 = 0x1_0000_0000;
+/// Largest firmware (ROM, or pflash CODE + VARS) hvprof maps below 4 GiB.
+pub const FIRMWARE_MAX_SIZE: u64 = 16 << 20;
+/// The legacy BIOS area below 1 MiB that receives a copy of the firmware's last 128 KiB
+/// (QEMU's "isa-bios"), as RAM the firmware may write (shadowing).
+pub const ISA_BIOS_START: u64 = 0xe_0000;
+/// Size of that copy.
+pub const ISA_BIOS_SIZE: u64 = 0x2_0000;
+
+/// fw_cfg selector port (16-bit); the data port follows at +1.
+pub const FW_CFG_PORT: u64 = 0x510;
+/// fw_cfg's ports: selector, data, (2 unused), DMA address (8 bytes, big-endian).
+pub const FW_CFG_LEN: u64 = 0xc;
+
+/// ACPI PM block base (as QEMU's ICH9 PMBASE): PM1a event at +0, PM1a control at +4,
+/// PM timer at +8.
+pub const ACPI_PM_BASE: u64 = 0x600;
+/// PM1a event block (status, enable: 2 bytes each).
+pub const ACPI_PM1A_EVT: u64 = ACPI_PM_BASE;
+/// PM1a control block (2 bytes).
+pub const ACPI_PM1A_CNT: u64 = ACPI_PM_BASE + 4;
+/// PM timer (4 bytes, 24 bits counting at 3.579545 MHz).
+pub const ACPI_PM_TMR: u64 = ACPI_PM_BASE + 8;
+/// Length of the PM1 event + control + timer ports.
+pub const ACPI_PM_LEN: u64 = 12;
+/// GPE0 block (status then enable, 8 bytes each), as QEMU's ICH9.
+pub const ACPI_GPE0_BLK: u64 = ACPI_PM_BASE + 0x20;
+/// GPE0 block length.
+pub const ACPI_GPE0_LEN: u64 = 16;
+/// The SCI's ISA IRQ (and GSI): level-triggered, active high, as QEMU.
+pub const ACPI_SCI_IRQ: u32 = 9;
+/// System control port A: bit 0 resets, bit 1 is A20.
+pub const PORT92: u64 = 0x92;
+/// Reset control register (the FADT's reset register): writing 0x06 resets.
+pub const RESET_CONTROL_PORT: u64 = 0xcf9;
+
+// ---- PCI, as the firmware's ACPI tables describe it (ECAM above, with the PCI root).
+
+/// 32-bit MMIO windows for BARs (the hole minus ECAM, up to the IOAPIC), inclusive ends.
+pub const PCI_MMIO32_WINDOWS: [(u32, u32); 2] =
+    [(0xc000_0000, 0xdfff_ffff), (0xf000_0000, 0xfebf_ffff)];

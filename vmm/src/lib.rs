@@ -13,6 +13,7 @@ pub mod compare;
 pub mod config;
 pub mod demo;
 pub mod devices;
+pub mod firmware;
 pub mod layout;
 pub mod memory;
 pub mod outcome;

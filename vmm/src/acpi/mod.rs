@@ -1,9 +1,13 @@
-//! ACPI tables for direct kernel boot: RSDP, XSDT, FADT, MADT (one local APIC per vCPU, the
+//! ACPI tables. For direct kernel boot (this file): RSDP, XSDT, FADT, MADT (one local APIC per vCPU, the
 //! IOAPIC and the ISA interrupt overrides) and a DSDT describing the platform's devices.
 //! They are written into the BIOS area, where both the PVH start info and legacy scanners
-//! find the RSDP.
+//! find the RSDP. For firmware boot, `firmware.rs` builds QEMU-style tables that the
+//! firmware loads from fw_cfg.
 
-mod dsdt;
+pub mod dsdt;
+pub mod firmware;
+
+pub use dsdt::PciRoot;
 
 use acpi_tables::fadt::{FADTBuilder, Flags};
 use acpi_tables::gas::{AccessSize, AddressSpace, GAS};
@@ -19,9 +23,9 @@ use zerocopy::{Immutable, IntoBytes};
 
 use crate::layout::{ACPI_SIZE, ACPI_START, IOAPIC_START, LAPIC_START};
 
-const OEM_ID: [u8; 6] = *b"HVPROF";
-const OEM_TABLE_ID: [u8; 8] = *b"HVPROF  ";
-const OEM_REVISION: u32 = 1;
+pub(crate) const OEM_ID: [u8; 6] = *b"HVPROF";
+pub(crate) const OEM_TABLE_ID: [u8; 8] = *b"HVPROF  ";
+pub(crate) const OEM_REVISION: u32 = 1;
 /// I/O port of the i8042 command register, used as the ACPI reset register.
 const RESET_PORT: u64 = 0x64;
 const RESET_VALUE: u8 = 0xfe;
@@ -47,7 +51,7 @@ pub enum AcpiError {
 /// MADT Interrupt Source Override (type 2).
 #[repr(C, packed)]
 #[derive(Clone, Copy, Default, IntoBytes, Immutable)]
-struct InterruptSourceOverride {
+pub struct InterruptSourceOverride {
     kind: u8,
     length: u8,
     bus: u8,
@@ -63,7 +67,8 @@ impl Aml for InterruptSourceOverride {
 }
 
 impl InterruptSourceOverride {
-    fn new(source: u8, gsi: u32, flags: u16) -> Self {
+    /// ISA IRQ `source` is GSI `gsi` with MPS INTI `flags`.
+    pub fn new(source: u8, gsi: u32, flags: u16) -> Self {
         InterruptSourceOverride {
             kind: 2,
             length: 10,
@@ -83,14 +88,14 @@ fn place(blob: &mut Vec<u8>, table: &[u8]) -> u64 {
     addr
 }
 
-fn to_bytes(t: &dyn Aml) -> Vec<u8> {
+pub(crate) fn to_bytes(t: &dyn Aml) -> Vec<u8> {
     let mut v = Vec::new();
     t.to_aml_bytes(&mut v);
     v
 }
 
-/// Builds the MADT for `cpus` vCPUs with APIC ids 0..cpus.
-fn madt(cpus: usize) -> Result<MADT, AcpiError> {
+/// Builds the MADT for `cpus` vCPUs with APIC ids 0..cpus and the given ISA overrides.
+fn madt(cpus: usize, overrides: &[InterruptSourceOverride]) -> Result<MADT, AcpiError> {
     let too_many = || AcpiError::TooManyCpus(cpus);
     let mut madt = MADT::new(
         OEM_ID,
@@ -111,17 +116,26 @@ fn madt(cpus: usize) -> Result<MADT, AcpiError> {
         u32::try_from(IOAPIC_START).unwrap_or(0),
         0,
     ));
-    // KVM's default routing wires ISA IRQ n to IOAPIC pin n (the PIT on pin 0), so only the
-    // SCI needs an override: level-triggered, active high.
-    madt.add_structure(InterruptSourceOverride::new(9, 9, 0x000d));
+    for o in overrides {
+        madt.add_structure(*o);
+    }
     Ok(madt)
 }
 
+/// Direct kernel boot keeps KVM's default routing, which wires ISA IRQ n to IOAPIC pin n (the
+/// PIT on pin 0), so only the SCI needs an override: level-triggered, active high.
+fn direct_overrides() -> [InterruptSourceOverride; 1] {
+    [InterruptSourceOverride::new(9, 9, 0x000d)]
+}
+
 /// The MADT's bytes, with PCAT_COMPAT set (the crate has no setter for the flags field).
-fn madt_bytes(cpus: usize) -> Result<Vec<u8>, AcpiError> {
+pub(crate) fn madt_bytes(
+    cpus: usize,
+    overrides: &[InterruptSourceOverride],
+) -> Result<Vec<u8>, AcpiError> {
     const FLAGS_OFFSET: usize = 40;
     const CHECKSUM_OFFSET: usize = 9;
-    let mut t = to_bytes(&madt(cpus)?);
+    let mut t = to_bytes(&madt(cpus, overrides)?);
     t[FLAGS_OFFSET..FLAGS_OFFSET + 4].copy_from_slice(&MADT_PCAT_COMPAT.to_le_bytes());
     t[CHECKSUM_OFFSET] = 0;
     let sum = t.iter().fold(0u8, |a, b| a.wrapping_add(*b));
@@ -156,7 +170,7 @@ pub fn create_acpi_tables(mem: &GuestMemoryMmap, cpus: usize) -> Result<u64, Acp
     fadt.iapc_boot_arch = IAPC_LEGACY_AND_8042.into();
     let fadt_addr = place(&mut blob, &to_bytes(&fadt.finalize()));
 
-    let madt_addr = place(&mut blob, &madt_bytes(cpus)?);
+    let madt_addr = place(&mut blob, &madt_bytes(cpus, &direct_overrides())?);
 
     let mut xsdt = XSDT::new(OEM_ID, OEM_TABLE_ID, OEM_REVISION);
     xsdt.add_entry(fadt_addr);
@@ -230,6 +244,9 @@ mod tests {
 
     #[test]
     fn too_many_cpus_is_an_error() {
-        assert!(matches!(madt(300), Err(AcpiError::TooManyCpus(300))));
+        assert!(matches!(
+            madt(300, &direct_overrides()),
+            Err(AcpiError::TooManyCpus(300))
+        ));
     }
 }

@@ -2,4 +2,5 @@
 
 pub mod cpuid;
 pub mod gdt;
+pub mod hyperv;
 pub mod regs;

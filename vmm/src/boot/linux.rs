@@ -73,9 +73,9 @@ pub(super) fn boot(
 
     Ok(BootSetup {
         protocol: Protocol::Linux,
-        entry: EntryPoint::Long64 {
+        entry: Some(EntryPoint::Long64 {
             rip: loaded.kernel_load.0 + 0x200,
             rsi: ZERO_PAGE_START,
-        },
+        }),
     })
 }

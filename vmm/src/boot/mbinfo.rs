@@ -96,11 +96,11 @@ pub(super) fn boot(
 
     Ok(BootSetup {
         protocol: Protocol::Multiboot,
-        entry: EntryPoint::Protected32 {
+        entry: Some(EntryPoint::Protected32 {
             eip,
             eax: BOOTLOADER_MAGIC,
             ebx: to_u32(BOOT_INFO_START),
-        },
+        }),
     })
 }
 

@@ -47,6 +47,8 @@ pub enum Protocol {
     Multiboot,
     /// Linux bzImage.
     Linux,
+    /// Firmware (SeaBIOS, OVMF) from the reset vector.
+    Firmware,
 }
 
 impl std::fmt::Display for Protocol {
@@ -55,6 +57,7 @@ impl std::fmt::Display for Protocol {
             Protocol::Pvh => "PVH",
             Protocol::Multiboot => "multiboot",
             Protocol::Linux => "Linux bzImage",
+            Protocol::Firmware => "firmware",
         })
     }
 }
@@ -64,8 +67,8 @@ impl std::fmt::Display for Protocol {
 pub struct BootSetup {
     /// The protocol used.
     pub protocol: Protocol,
-    /// How the boot vCPU enters the kernel.
-    pub entry: EntryPoint,
+    /// How the boot vCPU enters the kernel; None: KVM's reset state (the reset vector).
+    pub entry: Option<EntryPoint>,
 }
 
 /// What to boot.

@@ -68,6 +68,6 @@ pub(super) fn boot(
     let ebx = u32::try_from(BOOT_INFO_START).expect("boot info is below 4 GiB");
     Ok(BootSetup {
         protocol: Protocol::Pvh,
-        entry: EntryPoint::Protected32 { eip, eax: 0, ebx },
+        entry: Some(EntryPoint::Protected32 { eip, eax: 0, ebx }),
     })
 }

@@ -3,9 +3,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use vmm::boot::KernelSpec;
-use vmm::config::{DiskConfig, SerialOutput, VmConfig};
+use vmm::config::{BootSource, DiskConfig, SerialOutput, VmConfig};
+use vmm::firmware::FirmwareSpec;
 use vmm::profiler::host::HostProfileSpec;
 
 /// Options every VM-running subcommand shares.
@@ -34,24 +35,90 @@ pub struct VmArgs {
     pub disks: Vec<String>,
 }
 
-/// What to boot.
-#[derive(Args)]
-pub struct KernelArgs {
-    /// The kernel to boot.
-    #[arg(long)]
-    pub kernel: PathBuf,
-    /// An initrd (Linux) or first module (multiboot, PVH).
-    #[arg(long)]
-    pub initrd: Option<PathBuf>,
-    /// The kernel command line.
-    #[arg(long, default_value = "")]
-    pub cmdline: String,
+/// On or off.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum OnOff {
+    /// On.
+    On,
+    /// Off.
+    Off,
 }
 
-impl KernelArgs {
-    /// The kernel spec.
-    pub fn spec(self) -> KernelSpec {
-        KernelSpec::from_file(self.kernel, self.initrd, self.cmdline)
+/// What to boot: a kernel hvprof loads, or firmware started at the reset vector.
+#[derive(Args)]
+pub struct BootArgs {
+    /// The kernel to boot (PVH ELF, multiboot, Linux bzImage).
+    #[arg(long, conflicts_with = "firmware")]
+    pub kernel: Option<PathBuf>,
+    /// An initrd (Linux) or first module (multiboot, PVH).
+    #[arg(long, requires = "kernel")]
+    pub initrd: Option<PathBuf>,
+    /// The kernel command line.
+    #[arg(long)]
+    pub cmdline: Option<String>,
+    /// Firmware to boot from the reset vector: a ROM (SeaBIOS bios.bin) or, with --vars, a
+    /// pflash CODE image (OVMF_CODE.fd).
+    #[arg(long)]
+    pub firmware: Option<PathBuf>,
+    /// The writable pflash VARS image for --firmware (a copy of OVMF_VARS.fd); changes are
+    /// written back to it.
+    #[arg(long, requires = "firmware")]
+    pub vars: Option<PathBuf>,
+    /// Hyper-V enlightenments (default: on for --firmware, off for --kernel).
+    #[arg(long, value_enum)]
+    pub hyperv: Option<OnOff>,
+    /// After "No bootable device", SeaBIOS reboots after this many milliseconds (a reboot
+    /// ends the run with status 0); by default it waits forever, as QEMU's reboot-timeout.
+    #[arg(long, value_name = "MS", requires = "firmware")]
+    pub reboot_timeout: Option<u64>,
+}
+
+impl BootArgs {
+    /// No boot options (the caller's default kernel boots).
+    pub fn none() -> Self {
+        BootArgs {
+            kernel: None,
+            initrd: None,
+            cmdline: None,
+            firmware: None,
+            vars: None,
+            hyperv: None,
+            reboot_timeout: None,
+        }
+    }
+
+    /// True when neither a kernel nor firmware was given.
+    pub fn is_empty(&self) -> bool {
+        self.kernel.is_none() && self.firmware.is_none()
+    }
+
+    /// The VM configuration: the kernel or firmware given, else `default` (a kernel).
+    pub fn into_config(self, vm: VmArgs, default: Option<KernelSpec>) -> Result<VmConfig, String> {
+        if self.firmware.is_some() && self.cmdline.is_some() {
+            return Err("--cmdline needs --kernel (firmware has no command line)".into());
+        }
+        let boot = match (self.kernel, self.firmware, default) {
+            (Some(k), _, _) => BootSource::Kernel(KernelSpec::from_file(
+                k,
+                self.initrd,
+                self.cmdline.unwrap_or_default(),
+            )),
+            (None, Some(path), _) => BootSource::Firmware(FirmwareSpec {
+                path,
+                vars: self.vars,
+            }),
+            (None, None, Some(mut k)) => {
+                if let Some(c) = self.cmdline {
+                    k.cmdline = c;
+                }
+                BootSource::Kernel(k)
+            }
+            (None, None, None) => return Err("give --kernel FILE or --firmware FILE".into()),
+        };
+        let mut c = vm.into_config(boot)?;
+        c.hyperv = self.hyperv.map(|h| matches!(h, OnOff::On));
+        c.boot_fail_wait = self.reboot_timeout.map(Duration::from_millis);
+        Ok(c)
     }
 }
 
@@ -59,7 +126,7 @@ impl KernelArgs {
 #[derive(Args)]
 pub struct RunArgs {
     #[command(flatten)]
-    pub kernel: KernelArgs,
+    pub boot: BootArgs,
     #[command(flatten)]
     pub vm: VmArgs,
 }
@@ -80,15 +147,9 @@ pub struct DemoArgs {
 /// `hvprof profile`.
 #[derive(Args)]
 pub struct ProfileArgs {
-    /// The kernel to boot (default: the bundled reference guest).
-    #[arg(long)]
-    pub kernel: Option<PathBuf>,
-    /// An initrd (Linux) or first module (multiboot, PVH).
-    #[arg(long)]
-    pub initrd: Option<PathBuf>,
-    /// The kernel command line (default for the reference guest: its demo scenario).
-    #[arg(long)]
-    pub cmdline: Option<String>,
+    /// What to boot (default: the bundled reference guest with its demo scenario).
+    #[command(flatten)]
+    pub boot: BootArgs,
     /// Profile for this many seconds, then stop the VM.
     #[arg(long, conflicts_with = "until_exit")]
     pub duration: Option<f64>,
@@ -192,9 +253,9 @@ pub struct BenchArgs {
 }
 
 impl VmArgs {
-    /// The VM configuration for `kernel`.
-    pub fn into_config(self, kernel: KernelSpec) -> Result<VmConfig, String> {
-        let mut c = VmConfig::new(kernel);
+    /// The VM configuration that boots `boot`.
+    pub fn into_config(self, boot: BootSource) -> Result<VmConfig, String> {
+        let mut c = VmConfig::with_boot(boot);
         c.cpus = self.cpus;
         c.memory_mib = self.memory;
         c.serial = match self.serial.as_str() {

@@ -9,16 +9,23 @@ use vmm::outcome::{STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
 use vmm::session::{SessionOptions, Span};
 use vmm::vm::{RunHooks, RunReport};
 
-use super::args::{DemoArgs, ProfileArgs, RunArgs, VmArgs};
+use super::args::{BootArgs, DemoArgs, ProfileArgs, RunArgs, VmArgs};
 use super::{exit_code, fail};
 
 /// Builds the config, or prints why not.
-fn config(vm: VmArgs, kernel: vmm::boot::KernelSpec) -> Result<(VmConfig, RunHooks), ExitCode> {
+fn config(
+    vm: VmArgs,
+    boot: BootArgs,
+    default: Option<vmm::boot::KernelSpec>,
+) -> Result<(VmConfig, RunHooks), ExitCode> {
     let socket = vm.api_socket.clone();
-    let config = vm.into_config(kernel).map_err(|e| {
+    let config = boot.into_config(vm, default).map_err(|e| {
         eprintln!("hvprof: error: {e}");
         exit_code(STATUS_CONFIG_ERROR)
     })?;
+    if let Some(notice) = vmm::vm::hyperv_notice(&config) {
+        eprintln!("hvprof: {notice}");
+    }
     let mut hooks = RunHooks::default();
     if let Some(path) = socket {
         let socket = vmm::api::ApiSocket::bind(&path).map_err(|e| fail(e, STATUS_CONFIG_ERROR))?;
@@ -48,7 +55,7 @@ fn write_reports(
     let mut meta = vmm::report::RunMetadata::new(config, started);
     meta.exit_status = status;
     let profile = vmm::report::Profile::from_run(report, &meta);
-    let symbols = vmm::report::Symbols::for_kernel(&config.kernel);
+    let symbols = vmm::report::Symbols::for_config(config);
     let files = vmm::report::write_all(dir, &profile, &symbols)?;
     for f in files.all() {
         eprintln!("hvprof: wrote {}", f.display());
@@ -72,7 +79,7 @@ fn finish(
         }
     };
     if !report.results.is_empty() {
-        let symbols = vmm::report::Symbols::for_kernel(&config.kernel);
+        let symbols = vmm::report::Symbols::for_config(config);
         print!(
             "{}",
             vmm::report::text_report(&report.results, &symbols, 10)
@@ -90,7 +97,7 @@ fn finish(
 
 /// `hvprof run`.
 pub fn run(a: RunArgs) -> ExitCode {
-    let (config, hooks) = match config(a.vm, a.kernel.spec()) {
+    let (config, hooks) = match config(a.vm, a.boot, None) {
         Ok(c) => c,
         Err(code) => return code,
     };
@@ -101,7 +108,11 @@ pub fn run(a: RunArgs) -> ExitCode {
 
 /// `hvprof demo`.
 pub fn demo(a: DemoArgs) -> ExitCode {
-    let (config, hooks) = match config(a.vm, vmm::demo::kernel_spec(&a.cmdline)) {
+    let (config, hooks) = match config(
+        a.vm,
+        BootArgs::none(),
+        Some(vmm::demo::kernel_spec(&a.cmdline)),
+    ) {
         Ok(c) => c,
         Err(code) => return code,
     };
@@ -128,12 +139,9 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         }
         None => Span::UntilExit,
     };
-    let embedded = a.kernel.is_none();
-    let kernel = match a.kernel {
-        Some(k) => vmm::boot::KernelSpec::from_file(k, a.initrd, a.cmdline.unwrap_or_default()),
-        None => vmm::demo::kernel_spec(a.cmdline.as_deref().unwrap_or(vmm::demo::DEFAULT_CMDLINE)),
-    };
-    let (config, hooks) = match config(a.vm, kernel) {
+    let embedded = a.boot.is_empty();
+    let default = vmm::demo::kernel_spec(vmm::demo::DEFAULT_CMDLINE);
+    let (config, hooks) = match config(a.vm, a.boot, Some(default)) {
         Ok(c) => c,
         Err(code) => return code,
     };

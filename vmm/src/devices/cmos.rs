@@ -1,6 +1,6 @@
 //! A minimal CMOS/RTC (ports 0x70/0x71): the time of day from the host clock in BCD, the
 //! status registers, and the configuration bytes firmware reads: memory sizes, CPU count,
-//! no floppy drive (so SeaBIOS does not wait for one).
+//! no floppy drive (so SeaBIOS does not wait for one), and the boot order (disk first).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -60,6 +60,11 @@ impl Cmos {
         let high = (mem_above_4g >> 16).to_le_bytes();
         nvram[0x5b..0x5e].copy_from_slice(&high[..3]);
         nvram[0x5f] = cpus.saturating_sub(1);
+        // Boot order for SeaBIOS (QEMU's encoding, -boot order=cda): 0x3d holds the first two
+        // devices, 0x38's high nibble the third; 1 floppy, 2 hard disk, 3 CD-ROM. Bit 0 of
+        // 0x38: do not check the floppy boot signature.
+        nvram[0x3d] = 0x32;
+        nvram[0x38] = 0x11;
         Cmos { index: 0, nvram }
     }
 
@@ -184,6 +189,7 @@ mod tests {
         assert_eq!(read(0x10), 0);
         assert_eq!(u16::from_le_bytes([read(0x34), read(0x35)]), 240 * 16);
         assert_eq!(read(0x5f), 1);
+        assert_eq!((read(0x3d), read(0x38)), (0x32, 0x11), "disk, CD, floppy");
         assert_eq!(read(REG_STATUS_D), 0x80);
     }
 

@@ -184,8 +184,11 @@ impl RunMetadata {
     /// status (set `exit_status` afterwards for the demo's).
     pub fn new(config: &crate::config::VmConfig, start_time: SystemTime) -> Self {
         RunMetadata {
-            kernel: config.kernel.kernel.display().to_string(),
-            cmdline: config.kernel.cmdline.clone(),
+            kernel: config.boot_image().display().to_string(),
+            cmdline: config
+                .kernel()
+                .map(|k| k.cmdline.clone())
+                .unwrap_or_default(),
             memory_mib: config.memory_mib,
             start_time,
             exit_status: 0,

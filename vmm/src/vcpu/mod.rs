@@ -22,6 +22,7 @@ use vm_memory::GuestMemoryMmap;
 
 use crate::devices::doorbell::Doorbell;
 use crate::devices::{Bus, Origin};
+use crate::firmware::rom::ReadOnlySlot;
 use crate::outcome::{RunOutcome, StopSignal};
 use crate::profiler::walk::Paging;
 use crate::profiler::{CpuState, Profiler};
@@ -87,6 +88,8 @@ pub struct SharedState {
     pub stop: Arc<StopSignal>,
     /// Guest RAM (for reading instruction bytes in error reports).
     pub mem: GuestMemoryMmap,
+    /// The firmware's read-only memory, if any (also for error reports).
+    pub firmware: Option<Arc<ReadOnlySlot>>,
     /// The hypercall doorbell, whose rings the vCPU runs after the exit.
     pub doorbell: Arc<Mutex<Doorbell>>,
     /// Profile objects, samples and hypercalls.
@@ -253,7 +256,11 @@ impl Vcpu {
                 })
             }
             ExitAction::InternalError => {
-                let detail = setup::describe_internal_error(&mut self.fd, &self.shared.mem);
+                let detail = setup::describe_internal_error(
+                    &mut self.fd,
+                    &self.shared.mem,
+                    self.shared.firmware.as_deref(),
+                );
                 self.finish(RunOutcome::InternalError {
                     vcpu: self.index,
                     detail,

@@ -7,6 +7,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::arch::regs::{entry_fpu, entry_regs, setup_sregs, RegsError};
 use crate::boot::EntryPoint;
+use crate::firmware::rom::ReadOnlySlot;
 
 const MSR_IA32_MISC_ENABLE: u32 = 0x1a0;
 const MSR_MTRR_DEF_TYPE: u32 = 0x2ff;
@@ -84,7 +85,11 @@ fn set_lvt_mode(regs: &mut [libc::c_char; 1024], offset: usize, mode: u32) {
 }
 
 /// Describes a KVM_EXIT_INTERNAL_ERROR: the suberror, RIP and the instruction bytes there.
-pub fn describe_internal_error(fd: &mut VcpuFd, mem: &GuestMemoryMmap) -> String {
+pub fn describe_internal_error(
+    fd: &mut VcpuFd,
+    mem: &GuestMemoryMmap,
+    firmware: Option<&ReadOnlySlot>,
+) -> String {
     let run: &kvm_run = fd.get_kvm_run();
     // SAFETY: KVM filled the `internal` member of the exit union: this is only called after
     // KVM_RUN returned KVM_EXIT_INTERNAL_ERROR.
@@ -109,7 +114,9 @@ pub fn describe_internal_error(fd: &mut VcpuFd, mem: &GuestMemoryMmap) -> String
         let phys = phys.or((!paging).then_some(linear));
         if let Some(p) = phys {
             let mut bytes = [0u8; 15];
-            if mem.read_slice(&mut bytes, GuestAddress(p)).is_ok() {
+            let read = mem.read_slice(&mut bytes, GuestAddress(p)).is_ok()
+                || firmware.is_some_and(|f| f.read(p, &mut bytes));
+            if read {
                 let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
                 text.push_str(&format!(", bytes at RIP: {}", hex.join(" ")));
             }

@@ -1,6 +1,7 @@
 //! Building a VM (KVM, memory, irqchip, devices, vCPUs) and running it to an outcome.
 
 mod event_loop;
+mod firmware_boot;
 mod platform;
 mod run;
 mod signals;
@@ -19,12 +20,16 @@ use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
 use crate::acpi::{create_acpi_tables, AcpiError};
 use crate::arch::cpuid::{vcpu_cpuid, Leaf};
-use crate::boot::{load_kernel, BootError, BootSetup};
-use crate::config::{ConfigError, VmConfig};
+use crate::arch::hyperv;
+use crate::boot::{load_kernel, BootError, BootSetup, Protocol};
+use crate::config::{BootSource, ConfigError, VmConfig};
 use crate::devices::pci::{PciError, PciRoot};
 use crate::devices::serial::SerialDevice;
 use crate::devices::virtio::block::{AttachError, AttachedDisk};
 use crate::devices::BusError;
+use crate::firmware::cfg::CfgError;
+use crate::firmware::rom::ReadOnlySlot;
+use crate::firmware::FirmwareError;
 use crate::layout::{KVM_IDENTITY_MAP_ADDRESS, KVM_TSS_ADDRESS};
 use crate::memory::{create_guest_memory, MemoryError};
 use crate::outcome::{StopSignal, STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
@@ -51,6 +56,12 @@ pub enum VmError {
     /// ACPI tables.
     #[error(transparent)]
     Acpi(#[from] AcpiError),
+    /// The firmware image.
+    #[error(transparent)]
+    Firmware(#[from] FirmwareError),
+    /// The firmware's configuration (fw_cfg, ACPI tables for it).
+    #[error(transparent)]
+    FirmwareCfg(#[from] CfgError),
     /// A vCPU could not be configured.
     #[error("cannot configure vCPU {0}")]
     Vcpu(usize, #[source] SetupError),
@@ -90,6 +101,12 @@ impl VmError {
             VmError::Disk(AttachError::Disk(_) | AttachError::Pci(PciError::NoFreeSlot)) => {
                 STATUS_CONFIG_ERROR
             }
+            VmError::Firmware(
+                FirmwareError::Read(..)
+                | FirmwareError::Size { .. }
+                | FirmwareError::TooLarge { .. },
+            ) => STATUS_CONFIG_ERROR,
+            VmError::FirmwareCfg(CfgError::Acpi(AcpiError::TooManyCpus(_))) => STATUS_CONFIG_ERROR,
             _ => STATUS_HOST_ERROR,
         }
     }
@@ -105,6 +122,22 @@ pub struct Vm {
     profiler: Arc<Profiler>,
     pci: Arc<PciRoot>,
     disks: Vec<AttachedDisk>,
+    /// The firmware's read-only memory; kept until the vCPUs have stopped.
+    firmware_slot: Option<Arc<ReadOnlySlot>>,
+}
+
+/// Why the Hyper-V enlightenments are off although `config` wants them, if they are: a
+/// message for the user. None when they are on or not wanted.
+pub fn hyperv_notice(config: &VmConfig) -> Option<String> {
+    if !config.hyperv_wanted() {
+        return None;
+    }
+    let has = Kvm::new().is_ok_and(|k| k.check_extension(Cap::Hyperv));
+    (!has).then(|| {
+        "Hyper-V enlightenments unavailable on this host (KVM_CAP_HYPERV absent); \
+         the guest runs without them"
+            .to_string()
+    })
 }
 
 /// hvprof's CPUID leaves at 0x40000100 (the hypercall ABI's discovery).
@@ -152,18 +185,43 @@ impl Vm {
             .create_pit2(pit)
             .map_err(|e| VmError::Kvm("KVM_CREATE_PIT2", e))?;
 
-        let rsdp = create_acpi_tables(&mem, config.cpus)?;
-        let boot = load_kernel(&mem, config.memory_mib << 20, &config.kernel, rsdp)?;
+        let (boot, firmware) = match &config.boot {
+            BootSource::Kernel(kernel) => {
+                let rsdp = create_acpi_tables(&mem, config.cpus)?;
+                let boot = load_kernel(&mem, config.memory_mib << 20, kernel, rsdp)?;
+                (boot, None)
+            }
+            BootSource::Firmware(spec) => {
+                let parts = firmware_boot::setup(&vm_fd, &mem, config, spec)?;
+                let boot = BootSetup {
+                    protocol: Protocol::Firmware,
+                    entry: None,
+                };
+                (boot, Some(parts))
+            }
+        };
+        let (firmware_slot, firmware_devices) = match firmware {
+            Some(p) => (
+                Some(Arc::new(p.slot)),
+                Some(platform::FirmwareDevices {
+                    fw_cfg: p.fw_cfg,
+                    vars: p.vars,
+                }),
+            ),
+            None => (None, None),
+        };
 
         let vm_fd = Arc::new(vm_fd);
         let stop = Arc::new(StopSignal::new().map_err(|e| VmError::Host("an eventfd", e))?);
-        let devices = platform::create_devices(&vm_fd, config, stop.clone(), &mem)?;
+        let devices =
+            platform::create_devices(&vm_fd, config, stop.clone(), &mem, firmware_devices)?;
         let profiler = Arc::new(Profiler::new(mem.clone(), vm_fd.clone(), config.cpus)?);
         let shared = SharedState {
             pio: devices.pio,
             mmio: devices.mmio,
             stop: stop.clone(),
             mem: mem.clone(),
+            firmware: firmware_slot.clone(),
             doorbell: devices.doorbell,
             profiler: profiler.clone(),
             entry_stamp,
@@ -173,6 +231,8 @@ impl Vm {
             .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
             .map_err(|e| VmError::Kvm("KVM_GET_SUPPORTED_CPUID", e))?;
         let sync_regs = vm_fd.check_extension(Cap::SyncRegs);
+        let hyperv_on = config.hyperv_wanted() && kvm.check_extension(Cap::Hyperv);
+        let mut hv_leaves: Option<Vec<Leaf>> = None;
         let count = u32::try_from(config.cpus).unwrap_or(u32::MAX);
         let mut vcpus = Vec::with_capacity(config.cpus);
         for index in 0..config.cpus {
@@ -181,13 +241,28 @@ impl Vm {
                 .create_vcpu(id)
                 .map_err(|e| VmError::Kvm("KVM_CREATE_VCPU", e))?;
             let apic_id = u32::try_from(index).unwrap_or(u32::MAX);
-            let cpuid = vcpu_cpuid(&supported, apic_id, count, &hvprof_leaves()).map_err(|_| {
+            let mut extra = hvprof_leaves().to_vec();
+            if hyperv_on {
+                if hv_leaves.is_none() {
+                    let hv = hyperv::supported_hv_cpuid(&fd).map_err(|e| {
+                        VmError::Host("the Hyper-V CPUID leaves (KVM_GET_SUPPORTED_HV_CPUID)", e)
+                    })?;
+                    let mut leaves = hyperv::hyperv_leaves(&hyperv::leaves_of(&hv), count);
+                    leaves.extend(hyperv::moved_kvm_leaves(&hyperv::leaves_of(&supported)));
+                    hv_leaves = Some(leaves);
+                }
+                extra.extend(hv_leaves.iter().flatten().copied());
+                hyperv::enable_synic(&fd).map_err(|e| {
+                    VmError::Vcpu(index, SetupError::Kvm("KVM_ENABLE_CAP(HYPERV_SYNIC2)", e))
+                })?;
+            }
+            let cpuid = vcpu_cpuid(&supported, apic_id, count, &extra).map_err(|_| {
                 VmError::Vcpu(
                     index,
                     SetupError::Kvm("CPUID table", kvm_ioctls::Error::new(libc::E2BIG)),
                 )
             })?;
-            let entry = (index == 0).then_some(boot.entry);
+            let entry = if index == 0 { boot.entry } else { None };
             configure_vcpu(&fd, &cpuid, &mem, entry).map_err(|e| VmError::Vcpu(index, e))?;
             vcpus.push(Vcpu::new(index, fd, shared.clone(), sync_regs));
         }
@@ -200,6 +275,7 @@ impl Vm {
             profiler,
             pci: devices.pci,
             disks: devices.disks,
+            firmware_slot,
         })
     }
 

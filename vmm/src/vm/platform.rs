@@ -1,5 +1,5 @@
-//! The devices of the PC platform hvprof provides for direct kernel boot, and the buses they
-//! sit on.
+//! The devices of the PC platform hvprof provides, and the buses they sit on. Firmware boots
+//! add fw_cfg and, for OVMF, the pflash VARS device.
 
 use std::fs::File;
 use std::io::Write;
@@ -12,15 +12,23 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use super::VmError;
 use crate::config::{SerialOutput, VmConfig};
+use crate::devices::acpi_pm::{AcpiPm, Gpe0};
 use crate::devices::cmos::{Cmos, CMOS_LEN, CMOS_PORT};
 use crate::devices::debug_exit::{DebugExit, DEBUG_EXIT_LEN, DEBUG_EXIT_PORT};
 use crate::devices::debugcon::{DebugCon, DEBUGCON_PORT};
 use crate::devices::doorbell::Doorbell;
+use crate::devices::fw_cfg::FwCfg;
 use crate::devices::i8042::{I8042, I8042_DATA_PORT, I8042_LEN};
 use crate::devices::pci::PciRoot;
+use crate::devices::reset::Port92;
 use crate::devices::serial::{SerialDevice, COM1_IRQ, COM1_LEN, COM1_PORT};
 use crate::devices::virtio::block::{attach_block, AttachedDisk};
 use crate::devices::Bus;
+use crate::firmware::pflash::Pflash;
+use crate::layout::{
+    ACPI_GPE0_BLK, ACPI_GPE0_LEN, ACPI_PM_BASE, ACPI_PM_LEN, ACPI_SCI_IRQ, FW_CFG_LEN, FW_CFG_PORT,
+    PORT92,
+};
 use crate::memory::low_ram_end;
 use crate::outcome::StopSignal;
 
@@ -40,6 +48,14 @@ pub struct Devices {
     pub doorbell: Arc<Mutex<Doorbell>>,
 }
 
+/// The devices only a firmware boot has.
+pub struct FirmwareDevices {
+    /// fw_cfg.
+    pub fw_cfg: FwCfg,
+    /// The pflash VARS device and its guest-physical base (OVMF).
+    pub vars: Option<(u64, Pflash)>,
+}
+
 fn output_file(path: &std::path::Path) -> Result<Box<dyn Write + Send>, VmError> {
     File::create(path)
         .map(|f| Box::new(f) as Box<dyn Write + Send>)
@@ -53,6 +69,7 @@ pub fn create_devices(
     config: &VmConfig,
     stop: Arc<StopSignal>,
     guest_mem: &GuestMemoryMmap,
+    firmware: Option<FirmwareDevices>,
 ) -> Result<Devices, VmError> {
     let out: Box<dyn Write + Send> = match &config.serial {
         SerialOutput::Stdout => Box::new(std::io::stdout()),
@@ -89,6 +106,45 @@ pub fn create_devices(
         I8042_DATA_PORT,
         I8042_LEN,
     )?;
+    let sci_fd = vm_fd.clone();
+    let sci = Box::new(move |level: bool| {
+        if let Err(e) = sci_fd.set_irq_line(ACPI_SCI_IRQ, level) {
+            log::warn!("acpi-pm: cannot set the SCI line: {e}");
+        }
+    });
+    pio.insert(
+        "acpi-pm",
+        Arc::new(Mutex::new(AcpiPm::new(sci, stop.clone()))),
+        ACPI_PM_BASE,
+        ACPI_PM_LEN,
+    )?;
+    pio.insert(
+        "acpi-gpe0",
+        Arc::new(Mutex::new(Gpe0::default())),
+        ACPI_GPE0_BLK,
+        ACPI_GPE0_LEN,
+    )?;
+    pio.insert(
+        "port92",
+        Arc::new(Mutex::new(Port92::new(stop.clone()))),
+        PORT92,
+        1,
+    )?;
+    // The reset control register at 0xCF9 sits inside the PCI configuration-address dword:
+    // the PCI root (below) serves it, as QEMU's PIIX3 does.
+    let mut mmio = Bus::new("MMIO");
+    if let Some(fw) = firmware {
+        pio.insert(
+            "fw_cfg",
+            Arc::new(Mutex::new(fw.fw_cfg)),
+            FW_CFG_PORT,
+            FW_CFG_LEN,
+        )?;
+        if let Some((base, vars)) = fw.vars {
+            let len = u64::try_from(vars.data().len()).unwrap_or(0);
+            mmio.insert("pflash-vars", Arc::new(Mutex::new(vars)), base, len)?;
+        }
+    }
     pio.insert(
         "cmos",
         Arc::new(Mutex::new(Cmos::new(low, mem - low, cpus))),
@@ -109,7 +165,7 @@ pub fn create_devices(
         u64::from(DOORBELL_PORT_COUNT),
     )?;
     let pio = Arc::new(pio);
-    let mmio = Arc::new(Bus::new("MMIO"));
+    let mmio = Arc::new(mmio);
     let pci = PciRoot::new(&pio, &mmio, Some(stop))?;
     let disks = config
         .disks

@@ -77,7 +77,7 @@ impl RunReport {
             .map(|(k, n)| format!("{} {n}", k.name()))
             .collect();
         let mut s = format!(
-            "hvprof: {} ({} kernel, {} vCPU{}, {:.3} s)\n",
+            "hvprof: {} ({} boot, {} vCPU{}, {:.3} s)\n",
             self.outcome,
             self.protocol,
             self.vcpus.len(),
@@ -187,6 +187,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
         serial,
         stop,
         profiler,
+        firmware_slot,
         ..
     } = vm;
 
@@ -266,6 +267,8 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
     let interval_100ns = profiler.time_interval();
     drop(profiler);
     drop(vm_fd);
+    // The firmware's memory goes only once no vCPU can run and the VM is closed.
+    drop(firmware_slot);
     if let Some(e) = start_error {
         return Err(e);
     }

@@ -207,6 +207,11 @@ impl Symbols {
     }
 
     /// The symbols of the kernel a VM booted, or none if its image has no readable table.
+    pub fn for_config(config: &crate::config::VmConfig) -> Self {
+        config.kernel().map(Self::for_kernel).unwrap_or_default()
+    }
+
+    /// The symbols of the kernel `spec` boots, or none if its image has no readable table.
     pub fn for_kernel(spec: &crate::boot::KernelSpec) -> Self {
         let name = spec.kernel.file_name().map_or_else(
             || "kernel".to_string(),
