@@ -67,6 +67,7 @@ fn compare_flags_a_function_made_20_percent_slower() {
     let r = runs();
     let dir = TempDir::new("compare-slow");
     let junit = dir.join("junit.xml");
+    compare(&r.base, &r.slow, &["--scope", "guest"]).assert_status(1);
     let out = compare(&r.base, &r.slow, &["--junit", junit.to_str().unwrap()]);
     out.assert_status(1);
     let flagged: Vec<&str> = out
@@ -87,10 +88,13 @@ fn compare_flags_a_function_made_20_percent_slower() {
     );
 }
 
+/// The workload's own profile (the guest agent's object). The whole-space host profile also
+/// covers the guest kernel, whose share varies between identical runs on a PVM host
+/// (docs/regression.md measures it), so it is not what this test pins.
 #[test]
 fn compare_does_not_flag_an_unchanged_rerun() {
     let r = runs();
-    let out = compare(&r.base, &r.rerun, &[]);
+    let out = compare(&r.base, &r.rerun, &["--scope", "guest"]);
     out.assert_status(0);
     out.assert_stdout_contains("No significant regression");
     out.assert_stdout_contains("two-proportion z-test");
@@ -123,7 +127,8 @@ fn merge_adds_up_runs_and_keeps_the_regression_visible() {
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&merged).unwrap()).unwrap();
     assert_eq!(v["run"]["outcome"], "merged from 2 runs");
     compare(&merged, &r.slow, &[]).assert_status(1);
-    compare(&merged, &r.rerun, &[]).assert_status(0);
+    compare(&merged, &r.slow, &["--scope", "guest"]).assert_status(1);
+    compare(&merged, &r.rerun, &["--scope", "guest"]).assert_status(0);
 }
 
 #[test]

@@ -22,6 +22,7 @@ struct HostProfileBody {
     bucket_shift: Option<u32>,
     cr3: Option<u64>,
     vcpus: Option<Vec<usize>>,
+    cpl: Option<u8>,
 }
 
 /// The server's view of the VM.
@@ -172,6 +173,7 @@ impl ApiState {
             bucket_shift: b.bucket_shift.unwrap_or(whole.bucket_shift),
             cr3: b.cr3,
             vcpus: b.vcpus,
+            cpl: b.cpl,
         };
         if let Some(bad) = spec
             .vcpus

@@ -35,6 +35,17 @@ pub struct VmArgs {
     pub disks: Vec<String>,
 }
 
+/// `--scope` of `hvprof compare`.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ScopeArg {
+    /// The guest agent's objects.
+    Guest,
+    /// hvprof's host-side profiles.
+    Host,
+    /// Both.
+    All,
+}
+
 /// On or off.
 #[derive(Clone, Copy, ValueEnum)]
 pub enum OnOff {
@@ -168,6 +179,9 @@ pub struct ProfileArgs {
     /// Host-side profile of only this process (CR3).
     #[arg(long)]
     pub cr3: Option<String>,
+    /// Host-side profile of only samples at this privilege level (3: user mode, 0: kernel).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub cpl: Option<u8>,
     /// No host-side profile: collect only the guest agent's objects.
     #[arg(long)]
     pub no_host_profile: bool,
@@ -219,6 +233,9 @@ pub struct CompareArgs {
     /// Smallest absolute increase of a function's share that counts (percentage points).
     #[arg(long, default_value_t = 1.0)]
     pub min_points: f64,
+    /// Which objects to compare: the guest agent's, hvprof's host-side profiles, or both.
+    #[arg(long, value_enum, default_value = "all")]
+    pub scope: ScopeArg,
     /// Write the Markdown summary here (it is always printed).
     #[arg(long)]
     pub markdown: Option<PathBuf>,
@@ -308,6 +325,7 @@ impl ProfileArgs {
         }
         spec.bucket_shift = self.bucket;
         spec.cr3 = self.cr3.as_deref().map(parse_u64).transpose()?;
+        spec.cpl = self.cpl;
         spec.validate().map_err(|e| e.to_string())?;
         Ok(Some(spec))
     }

@@ -2,10 +2,10 @@
 
 use std::process::ExitCode;
 
-use vmm::compare::{compare_profiles, junit, markdown, merge_profiles, TestOptions};
+use vmm::compare::{compare_profiles, junit, markdown, merge_profiles, Scope, TestOptions};
 use vmm::outcome::{STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
 
-use super::args::{BenchArgs, CompareArgs, MergeArgs, ReportArgs};
+use super::args::{BenchArgs, CompareArgs, MergeArgs, ReportArgs, ScopeArg};
 use super::fail;
 
 /// `hvprof report`.
@@ -44,10 +44,15 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
         min_samples: a.min_samples,
         min_points: a.min_points,
     };
-    let (objects, unmatched) = compare_profiles(&base, &new, &opts);
+    let scope = match a.scope {
+        ScopeArg::Guest => Scope::Guest,
+        ScopeArg::Host => Scope::Host,
+        ScopeArg::All => Scope::All,
+    };
+    let (objects, unmatched) = compare_profiles(&base, &new, &opts, scope);
     if objects.is_empty() {
         return fail(
-            anyhow::anyhow!("the profiles have no object in common"),
+            anyhow::anyhow!("the profiles have no object of that scope in common"),
             STATUS_CONFIG_ERROR,
         );
     }

@@ -6,6 +6,6 @@ pub mod profiles;
 pub mod render;
 pub mod stats;
 
-pub use profiles::{compare_profiles, label, merge_profiles, MergeError, ObjectComparison};
+pub use profiles::{compare_profiles, label, merge_profiles, MergeError, ObjectComparison, Scope};
 pub use render::{junit, markdown};
 pub use stats::{compare, Change, TestOptions};

@@ -65,18 +65,40 @@ fn bucket_rows(o: &ProfileObject) -> Vec<(String, u64)> {
         .collect()
 }
 
-/// Compares every object present in both profiles. Objects in only one are ignored (and
-/// reported by the caller from `unmatched`).
+/// Which objects a comparison looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The guest agent's objects only.
+    Guest,
+    /// hvprof's host-side profiles only.
+    Host,
+    /// Both.
+    All,
+}
+
+impl Scope {
+    fn includes(self, owner: ObjectOwner) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::Guest => owner == ObjectOwner::Guest,
+            Scope::Host => owner == ObjectOwner::Host,
+        }
+    }
+}
+
+/// Compares every object of `scope` present in both profiles. Objects in only one are
+/// ignored (and reported by the caller from `unmatched`).
 pub fn compare_profiles(
     base: &Profile,
     new: &Profile,
     opts: &TestOptions,
+    scope: Scope,
 ) -> (Vec<ObjectComparison>, Vec<String>) {
     let new_by_key: BTreeMap<ObjectKey, &ProfileObject> =
         new.objects.iter().map(|o| (key(o), o)).collect();
     let mut out = Vec::new();
     let mut unmatched = Vec::new();
-    for b in &base.objects {
+    for b in base.objects.iter().filter(|o| scope.includes(o.owner)) {
         match new_by_key.get(&key(b)) {
             Some(n) => out.push(ObjectComparison {
                 label: label(b),

@@ -21,6 +21,8 @@ pub struct HostProfileSpec {
     pub cr3: Option<u64>,
     /// Only these vCPUs (None: all).
     pub vcpus: Option<Vec<usize>>,
+    /// Only samples taken at this privilege level (3: user mode, 0: kernel), None: any.
+    pub cpl: Option<u8>,
 }
 
 impl HostProfileSpec {
@@ -32,6 +34,7 @@ impl HostProfileSpec {
             bucket_shift: 4,
             cr3: None,
             vcpus: None,
+            cpl: None,
         }
     }
 
@@ -43,6 +46,9 @@ impl HostProfileSpec {
         if self.bucket_shift > 63 {
             return Err(HostProfileError::BucketShift(self.bucket_shift));
         }
+        if self.cpl.is_some_and(|c| c > 3) {
+            return Err(HostProfileError::Cpl);
+        }
         Ok(())
     }
 
@@ -50,8 +56,8 @@ impl HostProfileSpec {
         self.vcpus.as_ref().is_none_or(|set| set.contains(&v))
     }
 
-    fn bucket(&self, pc: u64, cr3: u64) -> Option<u64> {
-        if pc < self.start || pc > self.last {
+    fn bucket(&self, pc: u64, cr3: u64, cpl: u8) -> Option<u64> {
+        if pc < self.start || pc > self.last || self.cpl.is_some_and(|want| want != cpl) {
             return None;
         }
         if self
@@ -73,6 +79,9 @@ pub enum HostProfileError {
     /// Bucket size.
     #[error("bucket shift {0} is over 63")]
     BucketShift(u32),
+    /// A privilege level above 3.
+    #[error("the privilege level filter must be 0..=3")]
+    Cpl,
     /// No such profile.
     #[error("no host profile {0}")]
     Unknown(u32),
@@ -109,9 +118,10 @@ impl HostProfile {
         self.running && self.spec.covers_vcpu(v)
     }
 
-    /// Counts a sample of vCPU `v`; true if it fell in the profile.
-    pub(super) fn record(&self, v: usize, pc: u64, cr3: u64) -> bool {
-        let (Some(bucket), Some(map)) = (self.spec.bucket(pc, cr3), self.per_vcpu.get(v)) else {
+    /// Counts a sample of vCPU `v` at privilege level `cpl`; true if it fell in the profile.
+    pub(super) fn record(&self, v: usize, pc: u64, cr3: u64, cpl: u8) -> bool {
+        let (Some(bucket), Some(map)) = (self.spec.bucket(pc, cr3, cpl), self.per_vcpu.get(v))
+        else {
             return false;
         };
         if !self.samples_vcpu(v) {
@@ -163,9 +173,9 @@ mod tests {
     #[test]
     fn whole_space_counts_every_pc_per_bucket() {
         let p = HostProfile::new(1, HostProfileSpec::whole_space(), 2);
-        assert!(p.record(0, 0x1000, 0));
-        assert!(p.record(1, 0x100f, 0));
-        assert!(p.record(1, u64::MAX, 0));
+        assert!(p.record(0, 0x1000, 0, 3));
+        assert!(p.record(1, 0x100f, 0, 0));
+        assert!(p.record(1, u64::MAX, 0, 3));
         let c = p.counts();
         assert_eq!(c.get(&0x100), Some(&2));
         assert_eq!(c.get(&(u64::MAX >> 4)), Some(&1));
@@ -179,13 +189,18 @@ mod tests {
             bucket_shift: 4,
             cr3: Some(0x1000 | 0x5), // PCID bits are ignored
             vcpus: Some(vec![1]),
+            cpl: Some(3),
         };
         let p = HostProfile::new(1, spec, 2);
-        assert!(!p.record(1, 0x3fff_ffff, 0x1000));
-        assert!(!p.record(1, 0x4000_1000, 0x1000));
-        assert!(!p.record(1, 0x4000_0010, 0x2000));
-        assert!(!p.record(0, 0x4000_0010, 0x1000));
-        assert!(p.record(1, 0x4000_0010, 0x1003));
+        assert!(!p.record(1, 0x3fff_ffff, 0x1000, 3));
+        assert!(!p.record(1, 0x4000_1000, 0x1000, 3));
+        assert!(!p.record(1, 0x4000_0010, 0x2000, 3));
+        assert!(!p.record(0, 0x4000_0010, 0x1000, 3));
+        assert!(
+            !p.record(1, 0x4000_0010, 0x1003, 0),
+            "kernel-mode samples are filtered"
+        );
+        assert!(p.record(1, 0x4000_0010, 0x1003, 3));
         assert_eq!(p.counts(), SparseCounts::from([(1, 1)]));
     }
 

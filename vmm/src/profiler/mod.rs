@@ -196,7 +196,7 @@ impl Profiler {
         let n = self.read().record(&sample, &mut PinSink);
         let mut host = 0u64;
         for p in self.host.read().unwrap_or_else(|e| e.into_inner()).iter() {
-            host += u64::from(p.record(v, cpu.rip, cpu.paging.cr3));
+            host += u64::from(p.record(v, cpu.rip, cpu.paging.cr3, cpu.cpl));
         }
         bump(&slot.stats.samples, 1);
         if n > 0 || host > 0 {
