@@ -81,8 +81,11 @@ fn demo_default_profiles_the_workload_and_shows_its_shares() {
     out.assert_status(0);
     out.assert_stdout_contains("refguest: PASS");
     // hvprof's own report: the object's per-function table, from the VMM's copy of the counts.
-    out.assert_stdout_contains("profile object 1:");
-    out.assert_stdout_contains("hottest buckets");
+    out.assert_stdout_contains("profile object 1 (guest agent):");
+    out.assert_stdout_contains("Hottest buckets");
+    for f in ["shares_f1", "shares_f2", "shares_f4"] {
+        out.assert_stdout_contains(&format!("refguest!{f}"));
+    }
     for f in ["f1", "f2", "f4"] {
         let line = out
             .stdout

@@ -9,6 +9,7 @@ pub mod api;
 pub mod arch;
 pub mod bench;
 pub mod boot;
+pub mod clock;
 pub mod compare;
 pub mod config;
 pub mod demo;

@@ -44,26 +44,8 @@ fn summarize(report: &RunReport) {
     }
 }
 
-/// Writes the four report files of a finished run into `dir`.
-fn write_reports(
-    dir: &Path,
-    config: &VmConfig,
-    report: &RunReport,
-    started: SystemTime,
-    status: i32,
-) -> Result<(), vmm::report::ReportError> {
-    let mut meta = vmm::report::RunMetadata::new(config, started);
-    meta.exit_status = status;
-    let profile = vmm::report::Profile::from_run(report, &meta);
-    let symbols = vmm::report::Symbols::for_config(config);
-    let files = vmm::report::write_all(dir, &profile, &symbols)?;
-    for f in files.all() {
-        eprintln!("hvprof: wrote {}", f.display());
-    }
-    Ok(())
-}
-
-/// Finishes a run: the text report of the guest's objects, the summary, the files.
+/// Finishes a run: the text report of its profile objects (the same as report.txt), the
+/// summary, and the four report files when `out` is given.
 fn finish(
     config: &VmConfig,
     result: Result<RunReport, vmm::vm::VmError>,
@@ -78,18 +60,23 @@ fn finish(
             return fail(e, status);
         }
     };
-    if !report.results.is_empty() {
-        let symbols = vmm::report::Symbols::for_config(config);
-        print!(
-            "{}",
-            vmm::report::text_report(&report.results, &symbols, 10)
-        );
+    let status = status_of(&report);
+    let mut meta = vmm::report::RunMetadata::new(config, started);
+    meta.exit_status = status;
+    let profile = vmm::report::Profile::from_run(&report, &meta);
+    let symbols = vmm::report::Symbols::for_config(config);
+    if !profile.objects.is_empty() {
+        print!("{}", vmm::report::text::render(&profile, &symbols, 10));
     }
     summarize(&report);
-    let status = status_of(&report);
     if let Some(dir) = out {
-        if let Err(e) = write_reports(dir, config, &report, started, status) {
-            return fail(e, STATUS_HOST_ERROR);
+        match vmm::report::write_all(dir, &profile, &symbols) {
+            Ok(files) => {
+                for f in files.all() {
+                    eprintln!("hvprof: wrote {}", f.display());
+                }
+            }
+            Err(e) => return fail(e, STATUS_HOST_ERROR),
         }
     }
     exit_code(status)

@@ -6,6 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::bus::Origin;
 use super::BusDevice;
+use crate::clock::CivilTime;
 
 /// Index port.
 pub const CMOS_PORT: u64 = 0x70;
@@ -116,66 +117,9 @@ fn bcd(v: u8) -> u8 {
     ((v / 10) << 4) | (v % 10)
 }
 
-/// A UTC calendar time.
-#[derive(Debug, PartialEq, Eq)]
-struct CivilTime {
-    year: u64,
-    month: u8,
-    day: u8,
-    weekday: u8,
-    hour: u8,
-    minute: u8,
-    second: u8,
-}
-
-impl CivilTime {
-    /// Converts seconds since 1970 (Howard Hinnant's days-to-civil algorithm).
-    fn from_unix(secs: u64) -> Self {
-        let days = secs / 86_400;
-        let rem = secs % 86_400;
-        let z = days + 719_468;
-        let era = z / 146_097;
-        let doe = z - era * 146_097;
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = doy - (153 * mp + 2) / 5 + 1;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 };
-        let year = yoe + era * 400 + u64::from(month <= 2);
-        let small = |v: u64| u8::try_from(v).unwrap_or(0);
-        CivilTime {
-            year,
-            month: small(month),
-            day: small(day),
-            weekday: small((days + 4) % 7 + 1), // 1970-01-01 was a Thursday; Sunday = 1
-            hour: small(rem / 3600),
-            minute: small(rem % 3600 / 60),
-            second: small(rem % 60),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn civil_time_of_a_known_instant() {
-        // 2026-11-21 06:28:43 UTC, a Saturday.
-        let t = CivilTime::from_unix(1_795_242_523);
-        assert_eq!(
-            t,
-            CivilTime {
-                year: 2026,
-                month: 11,
-                day: 21,
-                weekday: 7,
-                hour: 6,
-                minute: 28,
-                second: 43
-            }
-        );
-    }
 
     #[test]
     fn memory_bytes_and_cpu_count() {

@@ -11,12 +11,11 @@
 //! | report.txt | [`text`] | Kernrate-style tables per module, function and bucket |
 //!
 //! [`annotate`] disassembles the hottest buckets; [`load`] finds the symbols for a saved
-//! profile; [`hot`] keeps the plain tables `hvprof run` prints.
+//! profile.
 
 pub mod annotate;
 pub mod flame;
 pub mod hex;
-pub mod hot;
 pub mod json;
 pub mod load;
 pub mod pprof;
@@ -28,7 +27,6 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-pub use hot::{function_totals, hottest_buckets, text_report, FunctionTotal};
 pub use load::SymbolSpec;
 pub use profile::{Bucket, FunctionCount, ObjectOwner, Profile, ProfileObject, RunMetadata};
 pub use symbols::{Module, SymbolError, Symbols};
