@@ -55,6 +55,9 @@ struct Entry {
     device: Arc<Mutex<dyn BusDevice>>,
 }
 
+/// Distinct unclaimed addresses logged per bus before the log goes quiet.
+const MAX_LOGGED_ADDRESSES: usize = 256;
+
 /// What happened to an access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Access {
@@ -192,12 +195,18 @@ impl Bus {
     }
 
     fn log_unclaimed(&self, what: &str, addr: u64, size: usize) {
-        let first = self
-            .logged
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(addr);
-        if first {
+        let mut logged = self.logged.lock().unwrap_or_else(|e| e.into_inner());
+        // A guest scanning the address space must not grow this set without bound.
+        if logged.len() > MAX_LOGGED_ADDRESSES {
+            return;
+        }
+        if logged.len() == MAX_LOGGED_ADDRESSES {
+            logged.insert(u64::MAX);
+            log::info!(
+                "unclaimed {} accesses at {MAX_LOGGED_ADDRESSES} addresses; no more are logged",
+                self.kind
+            );
+        } else if logged.insert(addr) {
             log::info!(
                 "unclaimed {} {what} at {addr:#x} ({size} bytes); further ones not logged",
                 self.kind
@@ -236,6 +245,18 @@ mod tests {
         assert_eq!(b, [2]);
         assert_eq!(bus.write(0x3ff, &[7], &Origin::default()), Access::Handled);
         assert_eq!(dev.lock().unwrap().0, vec![(7, vec![7])]);
+    }
+
+    /// Regression: every distinct unclaimed address used to be remembered, so a guest scanning
+    /// the MMIO hole could grow the set without bound.
+    #[test]
+    fn unclaimed_log_is_bounded() {
+        let bus = Bus::new("MMIO");
+        let mut b = [0u8; 4];
+        for i in 0..10_000u64 {
+            bus.read(0xd000_0000 + i * 4, &mut b, &Origin::default());
+        }
+        assert_eq!(bus.logged.lock().unwrap().len(), MAX_LOGGED_ADDRESSES + 1);
     }
 
     #[test]

@@ -5,6 +5,9 @@
 //! the call completes before the OUT retires. Reads: base+0 gives the magic, base+4 the
 //! status of the vCPU's last ring.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
 use profile_core::abi::{DOORBELL_HIGH, DOORBELL_MAGIC, DOORBELL_RING};
 
 use super::bus::Origin;
@@ -22,13 +25,58 @@ struct Lane {
 #[derive(Debug)]
 pub struct Doorbell {
     lanes: Vec<Lane>,
+    /// Set for a vCPU when it rang, so the vCPU can check for a call after each exit without
+    /// taking the device's lock.
+    rung: Arc<[AtomicBool]>,
+}
+
+/// The vCPUs' side of the doorbell: the device and the per-vCPU "rang" flags.
+#[derive(Clone, Debug)]
+pub struct DoorbellHandle {
+    device: Arc<Mutex<Doorbell>>,
+    rung: Arc<[AtomicBool]>,
+}
+
+impl DoorbellHandle {
+    /// A doorbell for `vcpus` vCPUs.
+    pub fn new(vcpus: usize) -> Self {
+        let rung: Arc<[AtomicBool]> = (0..vcpus).map(|_| AtomicBool::new(false)).collect();
+        let device = Doorbell::new(vcpus, rung.clone());
+        DoorbellHandle {
+            device: Arc::new(Mutex::new(device)),
+            rung,
+        }
+    }
+
+    /// The device, for the port bus.
+    pub fn device(&self) -> Arc<Mutex<Doorbell>> {
+        self.device.clone()
+    }
+
+    /// The ring vCPU `v` made during its last exit, if any. Lock-free when it did not ring.
+    pub fn take_pending(&self, v: usize) -> Option<u64> {
+        if !self.rung.get(v)?.swap(false, Ordering::AcqRel) {
+            return None;
+        }
+        self.lock().take_pending(v)
+    }
+
+    /// Records the status of vCPU `v`'s last ring.
+    pub fn set_status(&self, v: usize, status: u32) {
+        self.lock().set_status(v, status);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Doorbell> {
+        self.device.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl Doorbell {
-    /// A doorbell for `vcpus` vCPUs.
-    pub fn new(vcpus: usize) -> Self {
+    /// A doorbell for `vcpus` vCPUs that raises `rung[v]` when vCPU `v` rings.
+    fn new(vcpus: usize, rung: Arc<[AtomicBool]>) -> Self {
         Doorbell {
             lanes: vec![Lane::default(); vcpus],
+            rung,
         }
     }
 
@@ -73,6 +121,9 @@ impl BusDevice for Doorbell {
         } else if offset == u64::from(DOORBELL_RING) {
             lane.pending = Some((u64::from(lane.high) << 32) | u64::from(value));
             lane.high = 0;
+            if let Some(flag) = self.rung.get(origin.vcpu) {
+                flag.store(true, Ordering::Release);
+            }
         }
     }
 }
@@ -85,9 +136,13 @@ mod tests {
         Origin { vcpu }
     }
 
+    fn doorbell(n: usize) -> Doorbell {
+        Doorbell::new(n, (0..n).map(|_| AtomicBool::new(false)).collect())
+    }
+
     #[test]
     fn ring_combines_the_latched_high_dword_per_vcpu() {
-        let mut d = Doorbell::new(2);
+        let mut d = doorbell(2);
         d.write(4, &1u32.to_le_bytes(), &o(0));
         d.write(4, &7u32.to_le_bytes(), &o(1));
         d.write(0, &0x2000u32.to_le_bytes(), &o(0));
@@ -102,7 +157,7 @@ mod tests {
 
     #[test]
     fn reads_give_magic_and_last_status() {
-        let mut d = Doorbell::new(1);
+        let mut d = doorbell(1);
         let mut b = [0u8; 4];
         d.read(0, &mut b, &o(0));
         assert_eq!(u32::from_le_bytes(b), DOORBELL_MAGIC);
@@ -115,8 +170,22 @@ mod tests {
     }
 
     #[test]
+    fn the_handle_sees_only_real_rings() {
+        let h = DoorbellHandle::new(2);
+        assert_eq!(h.take_pending(0), None);
+        h.device()
+            .lock()
+            .unwrap()
+            .write(0, &0x8000u32.to_le_bytes(), &o(1));
+        assert_eq!(h.take_pending(0), None);
+        assert_eq!(h.take_pending(1), Some(0x8000));
+        assert_eq!(h.take_pending(1), None);
+        assert_eq!(h.take_pending(7), None);
+    }
+
+    #[test]
     fn narrow_writes_and_unknown_vcpus_are_ignored() {
-        let mut d = Doorbell::new(1);
+        let mut d = doorbell(1);
         d.write(0, &[1, 2], &o(0));
         d.write(0, &1u32.to_le_bytes(), &o(5));
         assert_eq!(d.take_pending(0), None);

@@ -13,7 +13,7 @@ pub mod stats;
 pub mod walk;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use kvm_bindings::kvm_msi;
@@ -68,13 +68,18 @@ pub struct Profiler {
 /// Per-vCPU profiling state.
 #[derive(Default)]
 struct VcpuSlot {
-    /// Started ProfileTime objects and running host profiles that sample this vCPU.
+    /// Started ProfileTime objects and running host profiles that sample this vCPU; its
+    /// sampling timer runs while this is above zero.
     coverage: AtomicU32,
-    /// `coverage > 0`: the sampling timer must run.
-    sampled: AtomicBool,
     /// Profile-interrupt vector, 0 = off.
     vector: AtomicU32,
     stats: VcpuProfileStats,
+}
+
+impl VcpuSlot {
+    fn is_sampled(&self) -> bool {
+        self.coverage.load(Ordering::Acquire) > 0
+    }
 }
 
 /// Adds one sample's counts into pinned buffers.
@@ -159,10 +164,7 @@ impl Profiler {
     /// The interval vCPU `v`'s sampling timer must run at, or None when no started object
     /// covers it.
     pub fn timer_setting(&self, v: usize) -> Option<u32> {
-        let sampled = self
-            .vcpus
-            .get(v)
-            .is_some_and(|s| s.sampled.load(Ordering::Relaxed));
+        let sampled = self.vcpus.get(v).is_some_and(VcpuSlot::is_sampled);
         sampled.then(|| self.time_interval())
     }
 
@@ -184,7 +186,7 @@ impl Profiler {
         if lost > 0 {
             bump(&slot.stats.coalesced, lost);
         }
-        if !slot.sampled.load(Ordering::Relaxed) {
+        if !slot.is_sampled() {
             return; // a tick from a timer being disarmed
         }
         let sample = Sample {
@@ -244,13 +246,13 @@ impl Profiler {
     fn claim_timers(&self, covers: impl Fn(usize) -> bool, add: bool) {
         let mut changed = false;
         for (_, slot) in self.vcpus.iter().enumerate().filter(|(v, _)| covers(*v)) {
-            let before = if add {
-                slot.coverage.fetch_add(1, Ordering::Relaxed)
+            // The timer's need changes exactly when the count leaves or reaches zero; one
+            // atomic read-modify-write decides it, whichever lock the caller holds.
+            changed |= if add {
+                slot.coverage.fetch_add(1, Ordering::AcqRel) == 0
             } else {
-                slot.coverage.fetch_sub(1, Ordering::Relaxed)
+                slot.coverage.fetch_sub(1, Ordering::AcqRel) == 1
             };
-            let now_sampled = add || before > 1;
-            changed |= slot.sampled.swap(now_sampled, Ordering::Relaxed) != now_sampled;
         }
         if changed {
             self.timers_changed();

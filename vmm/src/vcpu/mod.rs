@@ -12,7 +12,7 @@ pub mod stamp;
 pub mod stats;
 
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use kvm_ioctls::{SyncReg, VcpuFd};
@@ -20,7 +20,7 @@ use std::os::unix::thread::JoinHandleExt;
 
 use vm_memory::GuestMemoryMmap;
 
-use crate::devices::doorbell::Doorbell;
+use crate::devices::doorbell::DoorbellHandle;
 use crate::devices::{Bus, Origin};
 use crate::firmware::rom::ReadOnlySlot;
 use crate::outcome::{RunOutcome, StopSignal};
@@ -91,7 +91,7 @@ pub struct SharedState {
     /// The firmware's read-only memory, if any (also for error reports).
     pub firmware: Option<Arc<ReadOnlySlot>>,
     /// The hypercall doorbell, whose rings the vCPU runs after the exit.
-    pub doorbell: Arc<Mutex<Doorbell>>,
+    pub doorbell: DoorbellHandle,
     /// Profile objects, samples and hypercalls.
     pub profiler: Arc<Profiler>,
     /// Marks every guest entry (benchmarks only).
@@ -293,22 +293,12 @@ impl Vcpu {
     /// Runs a hypercall this vCPU rang during the exit just handled, before re-entering the
     /// guest, and records its status for the doorbell's status port.
     fn run_hypercall(&mut self) {
-        let pending = {
-            let mut doorbell = self
-                .shared
-                .doorbell
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            doorbell.take_pending(self.index)
+        let Some(gpa) = self.shared.doorbell.take_pending(self.index) else {
+            return;
         };
-        let Some(gpa) = pending else { return };
         let cpu = self.cpu_state();
         let status = self.shared.profiler.hypercall(self.index, gpa, &cpu);
-        self.shared
-            .doorbell
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .set_status(self.index, status.0);
+        self.shared.doorbell.set_status(self.index, status.0);
     }
 
     /// The registers samples and hypercalls need, from the sync-regs area when KVM fills it.

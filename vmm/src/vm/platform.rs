@@ -16,7 +16,7 @@ use crate::devices::acpi_pm::{AcpiPm, Gpe0};
 use crate::devices::cmos::{Cmos, CMOS_LEN, CMOS_PORT};
 use crate::devices::debug_exit::{DebugExit, DEBUG_EXIT_LEN, DEBUG_EXIT_PORT};
 use crate::devices::debugcon::{DebugCon, DEBUGCON_PORT};
-use crate::devices::doorbell::Doorbell;
+use crate::devices::doorbell::DoorbellHandle;
 use crate::devices::fw_cfg::FwCfg;
 use crate::devices::i8042::{I8042, I8042_DATA_PORT, I8042_LEN};
 use crate::devices::pci::PciRoot;
@@ -45,7 +45,7 @@ pub struct Devices {
     /// COM1, for input from the event loop.
     pub serial: Arc<Mutex<SerialDevice>>,
     /// The hypercall doorbell, for the vCPUs.
-    pub doorbell: Arc<Mutex<Doorbell>>,
+    pub doorbell: DoorbellHandle,
 }
 
 /// The devices only a firmware boot has.
@@ -157,10 +157,10 @@ pub fn create_devices(
         DEBUGCON_PORT,
         1,
     )?;
-    let doorbell = Arc::new(Mutex::new(Doorbell::new(config.cpus)));
+    let doorbell = DoorbellHandle::new(config.cpus);
     pio.insert(
         "hvprof-doorbell",
-        doorbell.clone(),
+        doorbell.device(),
         u64::from(DOORBELL_PORT_BASE),
         u64::from(DOORBELL_PORT_COUNT),
     )?;

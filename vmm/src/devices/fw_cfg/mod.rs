@@ -178,35 +178,41 @@ impl FwCfg {
         }
         let len = usize::try_from(a.length).unwrap_or(usize::MAX);
         if a.control & DMA_CTL_READ != 0 {
+            // Past the item's end the guest reads zeros. Nothing is allocated by the guest's
+            // length: the item's bytes are written from the item, the zeros in fixed chunks.
             let src = self.remaining();
             let n = src.len().min(len);
-            // Past the item's end the guest reads zeros.
-            let mut buf = vec![0u8; len];
-            buf[..n].copy_from_slice(&src[..n]);
-            self.offset += n;
-            self.mem.write_slice(&buf, GuestAddress(a.address)).is_ok()
-        } else if a.control & DMA_CTL_WRITE != 0 {
-            let mut buf = vec![0u8; len];
+            let Some(zeros_at) = a.address.checked_add(n as u64) else {
+                return false;
+            };
             if self
                 .mem
-                .read_slice(&mut buf, GuestAddress(a.address))
+                .write_slice(&src[..n], GuestAddress(a.address))
                 .is_err()
             {
                 return false;
             }
+            self.offset += n;
+            zero_fill(&self.mem, zeros_at, len - n)
+        } else if a.control & DMA_CTL_WRITE != 0 {
+            // Check the target before touching guest memory; then read straight into it.
             let offset = self.offset;
             let Some(item) = self.items.get_mut(&self.selector) else {
                 return false;
             };
-            let end = offset.checked_add(len);
-            match end {
-                Some(end) if item.writable && end <= item.data.len() => {
-                    item.data[offset..end].copy_from_slice(&buf);
-                    self.offset = end;
-                    true
-                }
-                _ => false,
+            let end = match offset.checked_add(len) {
+                Some(end) if item.writable && end <= item.data.len() => end,
+                _ => return false,
+            };
+            if self
+                .mem
+                .read_slice(&mut item.data[offset..end], GuestAddress(a.address))
+                .is_err()
+            {
+                return false;
             }
+            self.offset = end;
+            true
         } else if a.control & DMA_CTL_SKIP != 0 {
             self.offset = self.offset.saturating_add(len);
             true
@@ -214,6 +220,20 @@ impl FwCfg {
             true
         }
     }
+}
+
+/// Writes `len` zero bytes at `addr` in fixed-size chunks; false if any is outside RAM.
+fn zero_fill(mem: &GuestMemoryMmap, mut addr: u64, mut len: usize) -> bool {
+    const ZEROS: [u8; 4096] = [0; 4096];
+    while len > 0 {
+        let n = len.min(ZEROS.len());
+        if mem.write_slice(&ZEROS[..n], GuestAddress(addr)).is_err() {
+            return false;
+        }
+        addr = addr.wrapping_add(n as u64);
+        len -= n;
+    }
+    true
 }
 
 impl BusDevice for FwCfg {
@@ -337,6 +357,32 @@ mod tests {
         let mut c = [0u8; 4];
         mem.read_slice(&mut c, GuestAddress(block)).unwrap();
         u32::from_be_bytes(c)
+    }
+
+    /// Regression: a DMA length of 4 GiB used to allocate a host buffer of that size before
+    /// any check. Now a read writes the item and then zeros until RAM ends (an error), and a
+    /// write is refused before guest memory is read.
+    #[test]
+    fn dma_with_a_huge_length_allocates_nothing_and_fails_cleanly() {
+        let (mut d, mem) = device();
+        let ctl = (u32::from(keys::RAM_SIZE) << 16) | DMA_CTL_SELECT | DMA_CTL_READ;
+        assert_eq!(dma(&mut d, &mem, ctl, u32::MAX, 0x2000), DMA_CTL_ERROR);
+        let mut first = [0u8; 8];
+        mem.read_slice(&mut first, GuestAddress(0x2000)).unwrap();
+        assert_eq!(
+            u64::from_le_bytes(first),
+            0x1234_5678,
+            "the item was still delivered"
+        );
+        // Files take keys in name order from FILE_FIRST: etc/aaa, etc/rw, etc/zzz.
+        let key = keys::FILE_FIRST + 1;
+        let ctl = (u32::from(key) << 16) | DMA_CTL_SELECT | DMA_CTL_WRITE;
+        assert_eq!(dma(&mut d, &mem, ctl, u32::MAX, 0x2000), DMA_CTL_ERROR);
+        assert_eq!(
+            dma(&mut d, &mem, ctl, 8, 0x2000),
+            0,
+            "an in-bounds write still works"
+        );
     }
 
     #[test]

@@ -182,12 +182,15 @@ impl PciRoot {
         if bus != 0 {
             return;
         }
-        let mut state = lock(&self.state);
-        let Some(f) = state.functions.get(&devfn) else {
-            return;
+        // The device handles the write without the root's lock: a virtio device may run a
+        // queue (disk I/O) from a write to its PCI-config window, and other vCPUs' config
+        // accesses must not wait for that.
+        let device = match lock(&self.state).functions.get(&devfn) {
+            Some(f) => f.device.clone(),
+            None => return,
         };
-        lock(&f.device).write_config(offset, data);
-        state.sync_bars(devfn);
+        lock(&device).write_config(offset, data);
+        lock(&self.state).sync_bars(devfn);
     }
 
     /// The BARs of `devfn` currently mapped on the buses.
