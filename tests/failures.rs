@@ -234,3 +234,24 @@ fn missing_initrd_file_is_a_usage_error_naming_the_path() {
         .assert_stdout_lacks("pvh32:");
     out.assert_error_line(&[missing.to_str().expect("utf-8 temp path"), "No such file"]);
 }
+
+/// Regression: a number of seconds too large for a `Duration` panicked instead of being a
+/// usage error.
+#[test]
+fn huge_durations_are_usage_errors_not_panics() {
+    let k = fixture(Fixture::Pvh32);
+    let out = hvprof_run(&k, &["--timeout", "1e30"]).run();
+    out.assert_status(status::USAGE);
+    out.assert_stderr_contains("--timeout must be a positive number of seconds");
+    let dir = TempDir::new("huge-duration");
+    let out = hvprof([
+        "profile",
+        "--duration",
+        "1e30",
+        "--out",
+        dir.join("out").to_str().unwrap(),
+    ])
+    .run();
+    out.assert_status(status::USAGE);
+    out.assert_stderr_contains("--duration must be a positive number of seconds");
+}

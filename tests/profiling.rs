@@ -52,9 +52,11 @@ fn num(line: &str, key: &str) -> u64 {
     let parsed = if let Some(hex) = word.strip_prefix("0x") {
         u64::from_str_radix(hex, 16).ok()
     } else if let Some((int, frac)) = word.split_once('.') {
+        // Two decimals: "14.5" is 1450, "14.291" is 1429.
+        let hundredths: String = frac.chars().chain("00".chars()).take(2).collect();
         int.parse::<u64>()
             .ok()
-            .zip(frac.parse::<u64>().ok())
+            .zip(hundredths.parse::<u64>().ok())
             .map(|(i, f)| i * 100 + f)
     } else {
         word.parse().ok()

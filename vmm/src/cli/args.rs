@@ -288,14 +288,19 @@ impl VmArgs {
             .collect::<Result<_, _>>()?;
         c.timeout = match self.timeout {
             None => None,
-            Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
-            Some(s) => {
-                return Err(format!(
-                    "--timeout must be a positive number of seconds, not {s}"
-                ))
-            }
+            Some(s) => Some(seconds("--timeout", s)?),
         };
         Ok(c)
+    }
+}
+
+/// A positive, finite number of seconds that fits a `Duration`.
+pub fn seconds(flag: &str, s: f64) -> Result<Duration, String> {
+    match Duration::try_from_secs_f64(s) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        _ => Err(format!(
+            "{flag} must be a positive number of seconds, not {s}"
+        )),
     }
 }
 

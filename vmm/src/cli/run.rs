@@ -2,14 +2,14 @@
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use vmm::config::VmConfig;
 use vmm::outcome::{STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
 use vmm::session::{SessionOptions, Span};
 use vmm::vm::{RunHooks, RunReport};
 
-use super::args::{BootArgs, DemoArgs, ProfileArgs, RunArgs, VmArgs};
+use super::args::{seconds, BootArgs, DemoArgs, ProfileArgs, RunArgs, VmArgs};
 use super::{exit_code, fail};
 
 /// Builds the config, or prints why not.
@@ -116,15 +116,10 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         Ok(h) => h,
         Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
     };
-    let span = match a.duration {
-        Some(s) if s.is_finite() && s > 0.0 => Span::For(Duration::from_secs_f64(s)),
-        Some(s) => {
-            return fail(
-                anyhow::anyhow!("--duration must be positive, not {s}"),
-                STATUS_CONFIG_ERROR,
-            )
-        }
-        None => Span::UntilExit,
+    let span = match a.duration.map(|s| seconds("--duration", s)).transpose() {
+        Ok(Some(d)) => Span::For(d),
+        Ok(None) => Span::UntilExit,
+        Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
     };
     let embedded = a.boot.is_empty();
     let default = vmm::demo::kernel_spec(vmm::demo::DEFAULT_CMDLINE);

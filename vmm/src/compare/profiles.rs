@@ -41,15 +41,23 @@ impl ObjectComparison {
     }
 }
 
-fn function_rows(o: &ProfileObject) -> Vec<(String, u64)> {
-    if o.functions.is_empty() {
-        // No symbols: every bucket stands for itself.
-        return bucket_rows(o);
+/// (name, samples) rows of one object.
+type Rows = Vec<(String, u64)>;
+
+/// Per-function rows of both objects, or per-bucket rows of both when either has no
+/// symbols: names must mean the same thing on both sides (regression: a symbolized profile
+/// compared with an unsymbolized one made every row look new).
+fn function_rows(a: &ProfileObject, b: &ProfileObject) -> (Rows, Rows) {
+    if a.functions.is_empty() || b.functions.is_empty() {
+        return (bucket_rows(a), bucket_rows(b));
     }
-    o.functions
-        .iter()
-        .map(|f| (function_name(f), f.samples))
-        .collect()
+    let rows = |o: &ProfileObject| -> Rows {
+        o.functions
+            .iter()
+            .map(|f| (function_name(f), f.samples))
+            .collect()
+    };
+    (rows(a), rows(b))
 }
 
 fn function_name(f: &FunctionCount) -> String {
@@ -100,11 +108,14 @@ pub fn compare_profiles(
     let mut unmatched = Vec::new();
     for b in base.objects.iter().filter(|o| scope.includes(o.owner)) {
         match new_by_key.get(&key(b)) {
-            Some(n) => out.push(ObjectComparison {
-                label: label(b),
-                functions: compare(&function_rows(b), &function_rows(n), opts),
-                buckets: compare(&bucket_rows(b), &bucket_rows(n), opts),
-            }),
+            Some(n) => {
+                let (base_rows, new_rows) = function_rows(b, n);
+                out.push(ObjectComparison {
+                    label: label(b),
+                    functions: compare(&base_rows, &new_rows, opts),
+                    buckets: compare(&bucket_rows(b), &bucket_rows(n), opts),
+                });
+            }
             None => unmatched.push(label(b)),
         }
     }
@@ -194,4 +205,35 @@ fn add_object(into: &mut ProfileObject, from: &ProfileObject) {
         .collect();
     into.functions
         .sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.name.cmp(&b.name)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::profile::tests::sample_profile;
+
+    /// Regression: comparing a symbolized profile with an unsymbolized one of the same run
+    /// flagged every row, because function names met bucket names.
+    #[test]
+    fn symbolized_against_unsymbolized_compares_buckets_and_flags_nothing() {
+        let mut with = sample_profile(0x1000);
+        with.objects[0].functions = vec![FunctionCount {
+            module: Some("m".into()),
+            name: "f".into(),
+            samples: 15,
+        }];
+        let without = sample_profile(0x1000);
+        assert!(without.objects[0].functions.is_empty());
+        let opts = TestOptions {
+            min_samples: 1,
+            ..TestOptions::default()
+        };
+        let (objects, unmatched) = compare_profiles(&with, &without, &opts, Scope::All);
+        assert!(unmatched.is_empty());
+        assert_eq!(objects[0].regressions(), 0);
+        assert!(objects[0]
+            .functions
+            .iter()
+            .all(|c| c.name.starts_with("0x")));
+    }
 }

@@ -142,7 +142,11 @@ pub fn compare(base: &[(String, u64)], new: &[(String, u64)], opts: &TestOptions
             }
         })
         .collect();
-    rows.sort_by(|a, b| b.relative.total_cmp(&a.relative).then(a.name.cmp(&b.name)));
+    rows.sort_by(|a, b| {
+        (b.regression.cmp(&a.regression))
+            .then(b.relative.total_cmp(&a.relative))
+            .then(a.name.cmp(&b.name))
+    });
     rows
 }
 
