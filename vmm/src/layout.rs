@@ -26,8 +26,6 @@
 pub const BOOT_GDT_START: u64 = 0x500;
 /// Boot information block: PVH start_info or multiboot info.
 pub const BOOT_INFO_START: u64 = 0x6000;
-/// Size reserved for the boot information block and its tables.
-pub const BOOT_INFO_SIZE: u64 = 0x1000;
 /// Linux zero page.
 pub const ZERO_PAGE_START: u64 = 0x7000;
 /// First page-table page for a 64-bit entry (PML4).

@@ -102,13 +102,7 @@ pub fn compare(base: &[(String, u64)], new: &[(String, u64)], opts: &TestOptions
         .count()
         .max(1);
     let per_test_alpha = opts.alpha / tested as f64;
-    let share = |c: u64, t: u64| {
-        if t == 0 {
-            0.0
-        } else {
-            100.0 * c as f64 / t as f64
-        }
-    };
+    let share = crate::report::text::percent;
     let mut rows: Vec<Change> = names
         .into_iter()
         .map(|(name, (b, n))| {

@@ -70,10 +70,19 @@ impl Cmos {
     }
 
     fn read_register(&self, reg: u8) -> u8 {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let t = CivilTime::from_unix(now);
+        // The host clock is read only for the clock registers, not for the status and NVRAM
+        // bytes guests poll.
+        let now = || {
+            let secs = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            CivilTime::from_unix(secs)
+        };
+        let t = match reg {
+            REG_SECONDS..=REG_YEAR | REG_CENTURY => now(),
+            REG_STATUS_C => return 0,
+            r => return self.nvram[usize::from(r & 0x7f)],
+        };
         match reg {
             REG_SECONDS => bcd(t.second),
             REG_MINUTES => bcd(t.minute),
@@ -83,7 +92,7 @@ impl Cmos {
             REG_MONTH => bcd(t.month),
             REG_YEAR => bcd(u8::try_from(t.year % 100).unwrap_or(0)),
             REG_CENTURY => bcd(u8::try_from(t.year / 100).unwrap_or(0)),
-            REG_STATUS_C => 0,
+            // The odd registers between the clock fields are alarm bytes, kept in NVRAM.
             r => self.nvram[usize::from(r & 0x7f)],
         }
     }

@@ -1,6 +1,6 @@
-//! The PC's other reset paths: system control port A (0x92: bit 0 pulses the reset line, bit
-//! 1 is the A20 gate, always on under KVM) and the reset control register at 0xCF9 that the
-//! firmware's FADT names as the ACPI reset register (0x06, or 0x04|0x02: hard reset).
+//! System control port A (0x92: bit 0 pulses the reset line, bit 1 is the A20 gate, always on
+//! under KVM). The reset control register at 0xCF9, which the firmware's FADT names as the ACPI
+//! reset register, sits inside the PCI configuration ports and is served by the PCI root.
 
 use std::sync::Arc;
 
@@ -12,8 +12,6 @@ use crate::outcome::{RunOutcome, StopSignal};
 pub const RESET_CONTROL_VALUE: u8 = 0x06;
 const PORT92_RESET: u8 = 1 << 0;
 const PORT92_A20: u8 = 1 << 1;
-const RCR_SYS_RST: u8 = 1 << 1;
-const RCR_RST_CPU: u8 = 1 << 2;
 
 /// System control port A.
 pub struct Port92 {
@@ -52,33 +50,6 @@ impl BusDevice for Port92 {
     }
 }
 
-/// The reset control register.
-pub struct ResetControl {
-    value: u8,
-    stop: Arc<StopSignal>,
-}
-
-impl ResetControl {
-    /// A register that requests a reset through `stop`.
-    pub fn new(stop: Arc<StopSignal>) -> Self {
-        ResetControl { value: 0, stop }
-    }
-}
-
-impl BusDevice for ResetControl {
-    fn read(&mut self, _offset: u64, data: &mut [u8], _origin: &Origin) {
-        data.fill(self.value);
-    }
-
-    fn write(&mut self, _offset: u64, data: &[u8], _origin: &Origin) {
-        let Some(&v) = data.first() else { return };
-        if v & RCR_RST_CPU != 0 {
-            self.stop.request(RunOutcome::Reset);
-        }
-        self.value = v & RCR_SYS_RST;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,16 +66,6 @@ mod tests {
         assert_eq!(b[0], PORT92_A20);
         assert!(!stop.is_requested());
         p.write(0, &[PORT92_RESET | PORT92_A20], &Origin::default());
-        assert_eq!(stop.outcome(), Some(RunOutcome::Reset));
-    }
-
-    #[test]
-    fn reset_control_resets_on_0x06_only() {
-        let stop = Arc::new(StopSignal::new().unwrap());
-        let mut r = ResetControl::new(stop.clone());
-        r.write(0, &[RCR_SYS_RST], &Origin::default());
-        assert!(!stop.is_requested());
-        r.write(0, &[RESET_CONTROL_VALUE], &Origin::default());
         assert_eq!(stop.outcome(), Some(RunOutcome::Reset));
     }
 }

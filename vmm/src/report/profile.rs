@@ -316,7 +316,7 @@ impl ProfileObject {
 
 impl Profile {
     /// The profile of a finished run: every object in `report.results` is a guest agent's
-    /// (add host-side objects with [`Profile::push_object`]). Symbolize with
+    /// and every host-side profile in `report.host_results` a host object. Symbolize with
     /// [`Profile::symbolize`].
     pub fn from_run(report: &RunReport, meta: &RunMetadata) -> Self {
         let run = RunInfo {
@@ -362,11 +362,6 @@ impl Profile {
                 }))
                 .collect(),
         }
-    }
-
-    /// Adds an object (a host-side profile's, say).
-    pub fn push_object(&mut self, object: ProfileObject) {
-        self.objects.push(object);
     }
 
     /// Records `symbols`' modules and fills every object's per-function totals from them.

@@ -335,20 +335,21 @@ impl Vcpu {
         State::Exited
     }
 
-    fn rip(&self) -> Option<u64> {
+    /// The general registers: from the sync-regs area when KVM fills it, else by ioctl.
+    fn regs(&self) -> Option<kvm_bindings::kvm_regs> {
         if self.sync_regs {
-            Some(self.fd.sync_regs().regs.rip)
-        } else {
-            self.fd.get_regs().ok().map(|r| r.rip)
-        }
-    }
-
-    fn probe(&self) -> Probe {
-        let regs = if self.sync_regs {
             Some(self.fd.sync_regs().regs)
         } else {
             self.fd.get_regs().ok()
-        };
+        }
+    }
+
+    fn rip(&self) -> Option<u64> {
+        self.regs().map(|r| r.rip)
+    }
+
+    fn probe(&self) -> Probe {
+        let regs = self.regs();
         Probe {
             index: self.index,
             mp_state: self.fd.get_mp_state().map_or(0, |s| s.mp_state),

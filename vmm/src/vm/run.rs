@@ -17,7 +17,7 @@ use crate::sampler;
 use crate::vcpu::kick;
 use crate::vcpu::stamp::EntryStamp;
 use crate::vcpu::stats::{ExitCounters, ExitKind};
-use crate::vcpu::VcpuRequester;
+use crate::vcpu::{Request, VcpuRequester};
 
 /// One vCPU's exits.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -253,6 +253,10 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
         if t.join().is_err() {
             log::error!("a controller thread panicked");
         }
+    }
+    // Ask every vCPU to stop before waiting for any, so they wind down together.
+    for h in &handles {
+        h.requester().request(Request::Stop);
     }
     let vcpus: Vec<VcpuSummary> = handles
         .into_iter()

@@ -184,12 +184,6 @@ impl Symbols {
         }
     }
 
-    /// The function symbols of an ELF image, placed where it was linked, as one module named
-    /// `image` ([`elf::read`] names it).
-    pub fn from_image(bytes: &[u8]) -> Result<Self, SymbolError> {
-        Ok(Self::from_module(elf::read("image", bytes)?))
-    }
-
     /// The exports of a PE image, and the symbols of its PDB when `symbol_dir` holds the PDB
     /// its CodeView record names (see [`pe::read`]). Placed at the image's preferred base.
     pub fn from_pe(
