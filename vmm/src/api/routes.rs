@@ -10,6 +10,7 @@ use super::http::{Request, Response};
 use crate::outcome::RunOutcome;
 use crate::profiler::host::{HostProfileError, HostProfileSpec};
 use crate::profiler::stats::{total, StatsSnapshot};
+use crate::report::profile::VcpuStats;
 use crate::vcpu::Request as VcpuRequest;
 use crate::vm::VmControl;
 
@@ -33,16 +34,13 @@ pub struct ApiState {
     shutdown_requested: bool,
 }
 
+/// Counters under the same names as in profile.json (`VcpuStats`), without the vCPU index.
 fn stats_json(s: &StatsSnapshot) -> serde_json::Value {
-    json!({
-        "samples": s.samples,
-        "attributed": s.attributed,
-        "outside": s.outside(),
-        "lost": s.coalesced,
-        "counts": s.counts,
-        "injected": s.injected,
-        "hypercalls": s.hypercalls,
-    })
+    let mut v = serde_json::to_value(VcpuStats::from_snapshot(0, s)).unwrap_or_default();
+    if let Some(map) = v.as_object_mut() {
+        map.remove("vcpu");
+    }
+    v
 }
 
 impl ApiState {

@@ -49,7 +49,7 @@ impl Default for BenchOptions {
 }
 
 /// What the benchmark measured. Times in nanoseconds.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct BenchReport {
     /// Full sample path / bare kick, medians.
     pub sample_ratio: f64,
@@ -76,25 +76,9 @@ pub struct BenchReport {
 }
 
 impl BenchReport {
-    /// The report as a JSON object.
+    /// The report as a JSON object (a ratio that is not a number is `null`).
     pub fn to_json(&self) -> String {
-        format!(
-            "{{\"sample_ratio\": {:.4}, \"hypercall_ratio\": {:.4}, \"kick_bare_ns\": {:.0}, \
-             \"kick_full_ns\": {:.0}, \"kick_bare_p90_ns\": {:.0}, \"kick_full_p90_ns\": {:.0}, \
-             \"io_exit_ns\": {:.0}, \"hypercall_ns\": {:.0}, \"kicks\": {}, \
-             \"kicks_timed_out\": {}, \"samples\": {}}}",
-            self.sample_ratio,
-            self.hypercall_ratio,
-            self.kick_bare_ns,
-            self.kick_full_ns,
-            self.kick_bare_p90_ns,
-            self.kick_full_p90_ns,
-            self.io_exit_ns,
-            self.hypercall_ns,
-            self.kicks,
-            self.kicks_timed_out,
-            self.samples
-        )
+        serde_json::to_string(self).unwrap_or_else(|_| "{}".to_string())
     }
 }
 

@@ -54,17 +54,10 @@ fn function_rows(a: &ProfileObject, b: &ProfileObject) -> (Rows, Rows) {
     let rows = |o: &ProfileObject| -> Rows {
         o.functions
             .iter()
-            .map(|f| (function_name(f), f.samples))
+            .map(|f| (f.qualified(), f.samples))
             .collect()
     };
     (rows(a), rows(b))
-}
-
-fn function_name(f: &FunctionCount) -> String {
-    match &f.module {
-        Some(m) => format!("{m}!{}", f.name),
-        None => f.name.clone(),
-    }
 }
 
 fn bucket_rows(o: &ProfileObject) -> Vec<(String, u64)> {

@@ -84,6 +84,22 @@ pub struct VcpuStats {
     pub hypercalls: u64,
 }
 
+impl VcpuStats {
+    /// vCPU `vcpu`'s counters as profile.json (and the control API) name them.
+    pub fn from_snapshot(vcpu: u32, s: &crate::profiler::stats::StatsSnapshot) -> Self {
+        VcpuStats {
+            vcpu,
+            samples: s.samples,
+            attributed: s.attributed,
+            outside: s.outside(),
+            lost: s.coalesced,
+            counts: s.counts,
+            injected: s.injected,
+            hypercalls: s.hypercalls,
+        }
+    }
+}
+
 /// Who created a profile object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -120,6 +136,17 @@ pub struct FunctionCount {
     pub name: String,
     /// Samples counted in buckets that start inside it.
     pub samples: u64,
+}
+
+impl FunctionCount {
+    /// `module!function`, or the name alone when it is already a module-relative fallback
+    /// (`module+0x20`) or there is no module.
+    pub fn qualified(&self) -> String {
+        match &self.module {
+            Some(m) if !self.name.starts_with(&format!("{m}+0x")) => format!("{m}!{}", self.name),
+            _ => self.name.clone(),
+        }
+    }
 }
 
 /// One profile object and its counts.
@@ -335,16 +362,7 @@ impl Profile {
             .profile_stats
             .iter()
             .enumerate()
-            .map(|(i, s)| VcpuStats {
-                vcpu: u32::try_from(i).unwrap_or(u32::MAX),
-                samples: s.samples,
-                attributed: s.attributed,
-                outside: s.outside(),
-                lost: s.coalesced,
-                counts: s.counts,
-                injected: s.injected,
-                hypercalls: s.hypercalls,
-            })
+            .map(|(i, s)| VcpuStats::from_snapshot(u32::try_from(i).unwrap_or(u32::MAX), s))
             .collect();
         Profile {
             format: FORMAT_NAME.to_string(),

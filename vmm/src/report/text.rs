@@ -127,13 +127,7 @@ fn object(out: &mut String, o: &ProfileObject, symbols: &Symbols, top: usize) {
         let rows: Vec<(String, u64)> = funcs
             .iter()
             .take(top)
-            .map(|f| {
-                let name = match &f.module {
-                    Some(m) if !f.name.starts_with(m.as_str()) => format!("{m}!{}", f.name),
-                    _ => f.name.clone(),
-                };
-                (name, f.samples)
-            })
+            .map(|f| (f.qualified(), f.samples))
             .collect();
         table(out, "Function", &rows, total);
     }
