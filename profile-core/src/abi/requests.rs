@@ -3,8 +3,9 @@
 //! Every field is little-endian. Reserved fields must be zero (the VMM rejects a request with
 //! nonzero reserved fields with `STATUS_INVALID_PARAMETER`, so later versions can use them).
 
-use super::wire::{wire_struct, Wire};
+use super::wire::Wire;
 use crate::affinity::GroupAffinity;
+use crate::wire_struct;
 
 wire_struct! {
     /// The 16-byte header at offset 0 of every request block.

@@ -44,6 +44,8 @@ field!(u32, 4);
 field!(u64, 8);
 
 /// Defines a `#[repr(C)]` struct of scalar fields with a [`Wire`] impl and size assertions.
+/// Exported so agents define their own messages (e.g. the Windows IOCTL layouts) the same way.
+#[macro_export]
 macro_rules! wire_struct {
     (
         $(#[$meta:meta])*
@@ -82,4 +84,3 @@ macro_rules! wire_struct {
         }
     };
 }
-pub(crate) use wire_struct;

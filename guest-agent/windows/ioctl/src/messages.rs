@@ -20,45 +20,6 @@ pub use profile_core::abi::{
 };
 pub use profile_core::affinity::GroupAffinity;
 
-/// Defines a `repr(C)` struct of little-endian scalars with its [`Wire`] codec and a
-/// compile-time check that the fields fill the declared size exactly (as profile-core's ABI).
-macro_rules! message {
-    (
-        $(#[$meta:meta])*
-        pub struct $name:ident ($size:expr) {
-            $($(#[$fmeta:meta])* pub $field:ident : $ty:ty,)*
-        }
-    ) => {
-        $(#[$meta])*
-        #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
-        #[repr(C)]
-        pub struct $name {
-            $($(#[$fmeta])* pub $field: $ty,)*
-        }
-
-        const _: () = assert!(core::mem::size_of::<$name>() == $size);
-        const _: () = assert!(0 $(+ core::mem::size_of::<$ty>())* == $size);
-
-        impl Wire for $name {
-            const SIZE: usize = $size;
-
-            fn decode(bytes: &[u8]) -> Option<Self> {
-                let bytes = bytes.get(..$size)?;
-                let mut at = 0usize;
-                $(let $field = <$ty as profile_core::abi::wire::Field>::get(bytes, &mut at);)*
-                Some($name { $($field,)* })
-            }
-
-            fn encode(&self, out: &mut [u8]) -> Option<usize> {
-                let out = out.get_mut(..$size)?;
-                let mut at = 0usize;
-                $(profile_core::abi::wire::Field::put(&self.$field, out, &mut at);)*
-                Some($size)
-            }
-        }
-    };
-}
-
 /// Version of this IOCTL interface ([`DriverInfo::interface_version`]).
 pub const INTERFACE_VERSION: u32 = 1;
 
@@ -74,7 +35,7 @@ pub mod port_source {
     pub const DEFAULT: u16 = 3;
 }
 
-message! {
+profile_core::wire_struct! {
     /// The first 8 bytes of QUERY_INFO's output; the VMM's `InfoReply` follows.
     pub struct DriverInfo(8) {
         /// The doorbell's first port.
@@ -86,7 +47,7 @@ message! {
     }
 }
 
-message! {
+profile_core::wire_struct! {
     /// CREATE's input: NtCreateProfile's arguments. The driver adds the caller's rights and
     /// resolves `process_id` to the process's address space itself.
     pub struct CreateIn(64) {
@@ -117,7 +78,7 @@ message! {
     }
 }
 
-message! {
+profile_core::wire_struct! {
     /// CREATE_EX's input: NtCreateProfileEx's arguments, followed by `group_count`
     /// 16-byte `GROUP_AFFINITY` elements.
     pub struct CreateExIn(56) {
@@ -146,7 +107,7 @@ message! {
     }
 }
 
-message! {
+profile_core::wire_struct! {
     /// SET_INTERVAL's input.
     pub struct SetIntervalIn(8) {
         /// `ProfileSource`.
