@@ -107,13 +107,7 @@ impl AcpiPm {
 
 impl BusDevice for AcpiPm {
     fn read(&mut self, offset: u64, data: &mut [u8], _origin: &Origin) {
-        let regs = self.registers();
-        for (i, b) in data.iter_mut().enumerate() {
-            let at = usize::try_from(offset)
-                .unwrap_or(usize::MAX)
-                .saturating_add(i);
-            *b = regs.get(at).copied().unwrap_or(0);
-        }
+        super::read_padded(&self.registers(), offset, data);
     }
 
     fn write(&mut self, offset: u64, data: &[u8], _origin: &Origin) {
@@ -144,12 +138,7 @@ pub struct Gpe0 {
 
 impl BusDevice for Gpe0 {
     fn read(&mut self, offset: u64, data: &mut [u8], _origin: &Origin) {
-        for (i, b) in data.iter_mut().enumerate() {
-            let at = usize::try_from(offset)
-                .unwrap_or(usize::MAX)
-                .saturating_add(i);
-            *b = self.regs.get(at).copied().unwrap_or(0);
-        }
+        super::read_padded(&self.regs, offset, data);
     }
 
     fn write(&mut self, offset: u64, data: &[u8], _origin: &Origin) {

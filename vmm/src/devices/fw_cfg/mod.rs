@@ -245,11 +245,7 @@ impl BusDevice for FwCfg {
                 }
             }
             OFF_DMA..=11 => {
-                let sig = DMA_SIGNATURE.to_be_bytes();
-                let start = usize::try_from(offset - OFF_DMA).unwrap_or(0);
-                for (i, b) in data.iter_mut().enumerate() {
-                    *b = sig.get(start + i).copied().unwrap_or(0);
-                }
+                super::read_padded(&DMA_SIGNATURE.to_be_bytes(), offset - OFF_DMA, data);
             }
             _ => data.fill(0),
         }

@@ -242,9 +242,7 @@ impl ConfigSpace {
 
     /// Reads `data.len()` bytes at `offset`; bytes past the end read as zero.
     pub fn read(&self, offset: usize, data: &mut [u8]) {
-        for (i, b) in data.iter_mut().enumerate() {
-            *b = self.data.get(offset + i).copied().unwrap_or(0);
-        }
+        crate::devices::read_padded(&self.data, offset as u64, data);
     }
 
     /// Writes `data` at `offset` through the write masks; bytes past the end are dropped.

@@ -165,11 +165,7 @@ impl CommonConfig {
 
     /// Reads at `offset`; bytes past the structure read as zero.
     pub fn read(&self, offset: u64, data: &mut [u8]) {
-        let img = self.image();
-        for (i, b) in data.iter_mut().enumerate() {
-            let at = usize::try_from(offset).ok().and_then(|o| o.checked_add(i));
-            *b = at.and_then(|a| img.get(a)).copied().unwrap_or(0);
-        }
+        crate::devices::read_padded(&self.image(), offset, data);
     }
 
     /// Writes at `offset`: every field the write touches takes its new value (partial

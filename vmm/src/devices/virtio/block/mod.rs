@@ -190,11 +190,7 @@ impl VirtioDevice for BlockDevice {
     }
 
     fn read_config(&self, offset: u64, data: &mut [u8]) {
-        let c = self.config_bytes();
-        for (i, b) in data.iter_mut().enumerate() {
-            let at = usize::try_from(offset).ok().and_then(|o| o.checked_add(i));
-            *b = at.and_then(|a| c.get(a)).copied().unwrap_or(0);
-        }
+        crate::devices::read_padded(&self.config_bytes(), offset, data);
     }
 
     fn process_queue(
