@@ -43,48 +43,33 @@ fn params(
     }
 }
 
-impl CreateRequest {
-    /// The manager's parameters for this request. `buffer_writable` is the VMM's verdict on
-    /// `[buffer, buffer + buffer_size)` in the calling vCPU's address space.
-    pub fn to_params(&self, owner: Owner, buffer_writable: bool) -> CreateParams {
-        params(
-            owner,
-            buffer_writable,
-            (
-                self.flags,
-                self.process_cr3,
-                self.base,
-                self.size,
-                self.buffer,
-                self.buffer_size,
-                self.bucket_size,
-                self.source,
-                self.desired_access,
-            ),
-        )
-    }
+/// NtCreateProfile's and NtCreateProfileEx's requests share every field but the affinity.
+macro_rules! impl_to_params {
+    ($($request:ty),*) => {$(
+        impl $request {
+            /// The manager's parameters for this request. `buffer_writable` is the VMM's
+            /// verdict on `[buffer, buffer + buffer_size)` in the calling vCPU's address space.
+            pub fn to_params(&self, owner: Owner, buffer_writable: bool) -> CreateParams {
+                params(
+                    owner,
+                    buffer_writable,
+                    (
+                        self.flags,
+                        self.process_cr3,
+                        self.base,
+                        self.size,
+                        self.buffer,
+                        self.buffer_size,
+                        self.bucket_size,
+                        self.source,
+                        self.desired_access,
+                    ),
+                )
+            }
+        }
+    )*};
 }
-
-impl CreateExRequest {
-    /// As [`CreateRequest::to_params`].
-    pub fn to_params(&self, owner: Owner, buffer_writable: bool) -> CreateParams {
-        params(
-            owner,
-            buffer_writable,
-            (
-                self.flags,
-                self.process_cr3,
-                self.base,
-                self.size,
-                self.buffer,
-                self.buffer_size,
-                self.bucket_size,
-                self.source,
-                self.desired_access,
-            ),
-        )
-    }
-}
+impl_to_params!(CreateRequest, CreateExRequest);
 
 impl SetIntervalRequest {
     /// The caller rights its flags state.
