@@ -4,8 +4,10 @@
 //! * Capacity a power of two, Fibonacci (multiplicative) hashing, linear probing, load at most
 //!   [`MAX_LOAD_NUM`]/[`MAX_LOAD_DEN`]; deletion shifts later entries back (no tombstones), so a
 //!   lookup stops at the first empty slot whatever the history of inserts and removals.
-//! * A slot is 16 bytes (four per cache line): the key's 64-bit hash and two members. A key
-//!   with more members (a crowded chunk: nested or packed objects) keeps them in a separate
+//! * A slot is 16 bytes (four per cache line): the key's 64-bit hash and two members. Two
+//!   members whose ranges are disjoint are kept in order of base, so a lookup picks the one that
+//!   can hold the PC by comparing it with the second's base, without a branch; two that overlap
+//!   are flagged and both are candidates. A key with more members (a crowded chunk: nested or packed objects) keeps them in a separate
 //!   [`Crowd`]: the list plus a [`Stab`] over the members' ranges, so that a lookup yields only
 //!   the members whose range holds the PC (O(log k + hits), not O(k)) and never touches the
 //!   records of the others. It is rebuilt on each insert or remove under its key.
@@ -24,20 +26,24 @@ use alloc::vec::Vec;
 use super::stab::{Layout, Stab};
 
 /// Grow when more than this fraction of slots is used...
-const MAX_LOAD_NUM: usize = 1;
+const MAX_LOAD_NUM: usize = 3;
 /// ... (denominator).
-const MAX_LOAD_DEN: usize = 2;
+const MAX_LOAD_DEN: usize = 4;
 /// Smallest capacity (slots).
 const MIN_CAPACITY: usize = 8;
 /// `ids[0]` of a free slot; `ids[1]` of a slot with one member.
-const EMPTY: u32 = u32::MAX;
+pub(crate) const EMPTY: u32 = u32::MAX;
 /// Set in `ids[0]` when the members are in `spill[ids[0] & !SPILL]`.
 const SPILL: u32 = 1 << 31;
-/// Member ids must be below this (manager slots are below 2^30: handles fit in 32 bits).
-pub(crate) const MAX_ID: u32 = SPILL - 1;
+/// Set in `ids[1]` when the two inline members' ranges overlap.
+const OVERLAP: u32 = 1 << 31;
+/// Member ids must be at most this (manager slots are below 2^30: handles fit in 32 bits), so
+/// that no id with [`OVERLAP`] set is [`EMPTY`].
+pub(crate) const MAX_ID: u32 = SPILL - 2;
 
-/// One slot: free (`ids[0] == EMPTY`), one or two members inline (`ids[1] == EMPTY` for one),
-/// or spilled (`ids[0] & SPILL`, three or more members).
+/// One slot: free (`ids[0] == EMPTY`), one or two members inline (`ids[1] == EMPTY` for one;
+/// for two, in order of base unless `ids[1] & OVERLAP`), or spilled (`ids[0] & SPILL`, three
+/// or more members).
 #[derive(Clone, Copy, Debug)]
 #[repr(C, align(16))]
 struct Slot {
@@ -67,14 +73,37 @@ impl Slot {
     }
 }
 
+/// What [`ChunkMap::lookup`] found.
+pub(crate) enum Members<'a> {
+    /// No member.
+    None,
+    /// One member (`second` is [`EMPTY`]) or two disjoint ones, the lower first: only `second`
+    /// can hold a PC at or above its base, only `first` one below it.
+    Disjoint { first: u32, second: u32 },
+    /// Two members whose ranges overlap: both are candidates.
+    Overlapping([u32; 2]),
+    /// Three or more.
+    Crowd(&'a Crowd),
+}
+
 /// The members of a crowded key (three or more), with a stabbing structure over their ranges.
 #[derive(Clone, Debug, Default)]
-struct Crowd {
+pub(crate) struct Crowd {
     ids: Vec<u32>,
     stab: Stab,
 }
 
 impl Crowd {
+    /// Calls `f` for each member whose range holds `pc`.
+    #[inline]
+    pub(crate) fn query<F: FnMut(u32)>(&self, pc: u64, mut f: F) {
+        self.stab.query(pc, |m| {
+            if let Some(&id) = self.ids.get(m as usize) {
+                f(id);
+            }
+        });
+    }
+
     fn rebuild<R: Fn(u32) -> (u64, u64)>(&mut self, range: R) {
         let ranges: Vec<(u64, u64)> = self.ids.iter().map(|&id| range(id)).collect();
         self.stab = Stab::build(&ranges, Layout::Auto);
@@ -110,6 +139,18 @@ fn hash(a: u64, b: u64) -> u64 {
     (a.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ b).wrapping_mul(0xD6E8_FEB8_6659_FD93)
 }
 
+/// The inline pair for members `a` and `b`: in order of base, or flagged if they overlap.
+fn pair<R: Fn(u32) -> (u64, u64)>(a: u32, b: u32, range: &R) -> [u32; 2] {
+    let ((a0, a1), (b0, b1)) = (range(a), range(b));
+    if a0 < b1 && b0 < a1 {
+        [a, b | OVERLAP]
+    } else if b0 < a0 {
+        [b, a]
+    } else {
+        [a, b]
+    }
+}
+
 fn to_u32(x: usize) -> u32 {
     // Spill lists: at most one per occupied slot, far below 2^31.
     u32::try_from(x).expect("chunk map sizes fit in u32")
@@ -138,7 +179,7 @@ impl ChunkMap {
     }
 
     /// The slot holding `hash`, or the free slot where it would go.
-    #[inline]
+    #[inline(always)]
     fn find(&self, hash: u64) -> Result<usize, usize> {
         let mask = self.slots.len() - 1;
         let mut i = self.home(hash);
@@ -154,32 +195,44 @@ impl ChunkMap {
         }
     }
 
-    /// Calls `f` for the members of `(a, b)` (none if absent), possibly with members of other
-    /// keys of the same hash. A crowded key yields only the members whose range holds `pc`;
-    /// a key of one or two members yields them all.
-    #[inline]
-    pub(crate) fn get<F: FnMut(u32)>(&self, a: u64, b: u64, pc: u64, mut f: F) {
+    /// The members of `(a, b)`, possibly with members of other keys of the same hash.
+    #[inline(always)]
+    pub(crate) fn lookup(&self, a: u64, b: u64) -> Members<'_> {
         let i = match self.find(hash(a, b)) {
             Ok(i) => i,
-            Err(_) => return,
+            Err(_) => return Members::None,
         };
         let s = &self.slots[i];
         match s.spilled() {
-            None => {
-                f(s.ids[0]);
-                if s.ids[1] != EMPTY {
-                    f(s.ids[1]);
+            None if s.ids[1] != EMPTY && s.ids[1] & OVERLAP != 0 => {
+                Members::Overlapping([s.ids[0], s.ids[1] & !OVERLAP])
+            }
+            None => Members::Disjoint {
+                first: s.ids[0],
+                second: s.ids[1],
+            },
+            Some(at) => self.spill.get(at).map_or(Members::None, Members::Crowd),
+        }
+    }
+
+    /// Calls `f` for the members of `(a, b)` that may hold `pc` (none if absent), possibly
+    /// with members of other keys of the same hash: a crowded key yields only the members whose
+    /// range holds `pc`, two inline members both.
+    #[inline]
+    pub(crate) fn get<F: FnMut(u32)>(&self, a: u64, b: u64, pc: u64, mut f: F) {
+        match self.lookup(a, b) {
+            Members::None => {}
+            Members::Disjoint { first, second } => {
+                f(first);
+                if second != EMPTY {
+                    f(second);
                 }
             }
-            Some(at) => {
-                if let Some(c) = self.spill.get(at) {
-                    c.stab.query(pc, |m| {
-                        if let Some(&id) = c.ids.get(m as usize) {
-                            f(id);
-                        }
-                    });
-                }
+            Members::Overlapping([first, second]) => {
+                f(first);
+                f(second);
             }
+            Members::Crowd(c) => c.query(pc, f),
         }
     }
 
@@ -194,6 +247,7 @@ impl ChunkMap {
                     .iter()
                     .copied()
                     .filter(|&m| m != EMPTY)
+                    .map(|m| m & !OVERLAP)
                     .collect(),
                 Some(at) => self.spill[at].ids.clone(),
             },
@@ -201,7 +255,7 @@ impl ChunkMap {
     }
 
     /// Adds `id` (at most [`MAX_ID`]) to the members of `(a, b)`; `range(id)` gives a member's
-    /// `[base, end)`, or `None` to leave a crowded key's structure for
+    /// `[base, end)`. With `defer`, a crowded key's structure is left for
     /// [`ChunkMap::rebuild_crowds`] (bulk loading). (The caller never adds an id twice to one
     /// key.)
     pub(crate) fn insert<R: Fn(u32) -> (u64, u64)>(
@@ -209,7 +263,8 @@ impl ChunkMap {
         a: u64,
         b: u64,
         id: u32,
-        range: Option<R>,
+        range: R,
+        defer: bool,
     ) {
         debug_assert!(id <= MAX_ID);
         if (self.used + 1) * MAX_LOAD_DEN > self.slots.len() * MAX_LOAD_NUM {
@@ -231,17 +286,17 @@ impl ChunkMap {
         let s = &mut self.slots[i];
         if let Some(at) = s.spilled() {
             self.spill[at].ids.push(id);
-            if let Some(range) = range {
+            if !defer {
                 self.spill[at].rebuild(range);
             }
         } else if s.ids[1] == EMPTY {
-            s.ids[1] = id;
+            s.ids = pair(s.ids[0], id, &range);
         } else {
             let mut list = Crowd {
-                ids: vec![s.ids[0], s.ids[1], id],
+                ids: vec![s.ids[0], s.ids[1] & !OVERLAP, id],
                 stab: Stab::default(),
             };
-            if let Some(range) = range {
+            if !defer {
                 list.rebuild(range);
             }
             let at = match self.spill_free.pop() {
@@ -279,16 +334,20 @@ impl ChunkMap {
                 None => return false,
             };
             if list.ids.len() == 2 {
-                s.ids = [list.ids[0], list.ids[1]];
+                s.ids = pair(list.ids[0], list.ids[1], &range);
                 self.spill[at] = Crowd::default();
                 self.spill_free.push(to_u32(at));
             } else {
                 list.rebuild(range);
             }
-        } else if s.ids[1] == id {
+        } else if s.ids[1] != EMPTY && s.ids[1] & !OVERLAP == id {
             s.ids[1] = EMPTY;
         } else if s.ids[0] == id {
-            s.ids[0] = s.ids[1];
+            s.ids[0] = if s.ids[1] == EMPTY {
+                EMPTY
+            } else {
+                s.ids[1] & !OVERLAP
+            };
             s.ids[1] = EMPTY;
             if s.is_free() {
                 self.delete_slot(i);
@@ -396,7 +455,7 @@ mod tests {
     fn insert_spill_and_remove_back_to_inline() {
         let mut m = ChunkMap::default();
         for id in 0..10 {
-            m.insert(0x1000, 7, id, Some(range));
+            m.insert(0x1000, 7, id, range, false);
         }
         assert_eq!(sorted(&m, 0x1000, 7), (0..10).collect::<Vec<_>>());
         assert_eq!(m.all(0x2000, 7), Vec::<u32>::new());
@@ -414,10 +473,43 @@ mod tests {
         assert_eq!(sorted(&m, 0x1000, 7), vec![6, 8]);
         assert!(m.slots.iter().all(|s| s.is_free() || s.spilled().is_none()));
         assert_eq!(m.spill_free.len(), 1);
-        m.insert(0x1000, 7, 1, Some(range));
-        m.insert(0x1000, 7, 3, Some(range));
+        m.insert(0x1000, 7, 1, range, false);
+        m.insert(0x1000, 7, 3, range, false);
         assert_eq!(sorted(&m, 0x1000, 7), vec![1, 3, 6, 8]);
         assert_eq!(m.spill_free.len(), 0, "the freed spill list is reused");
+    }
+
+    fn pair_of(m: &ChunkMap, a: u64, b: u64) -> Option<(u32, u32, bool)> {
+        match m.lookup(a, b) {
+            Members::Disjoint { first, second } => Some((first, second, false)),
+            Members::Overlapping([first, second]) => Some((first, second, true)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn two_disjoint_members_are_kept_in_order_of_base_and_overlaps_are_flagged() {
+        // Ranges: 5 -> [50, 65), 7 -> [70, 85): disjoint; 6 -> [60, 75) overlaps both.
+        let mut m = ChunkMap::default();
+        m.insert(1, 1, 7, range, false);
+        assert_eq!(pair_of(&m, 1, 1), Some((7, EMPTY, false)));
+        m.insert(1, 1, 5, range, false);
+        assert_eq!(pair_of(&m, 1, 1), Some((5, 7, false)), "lower base first");
+        assert!(m.remove(1, 1, 5, range));
+        m.insert(1, 1, 6, range, false);
+        assert_eq!(pair_of(&m, 1, 1), Some((7, 6, true)));
+        assert_eq!(sorted(&m, 1, 1), vec![6, 7]);
+        // A crowd that shrinks back to two is ordered again.
+        m.insert(1, 1, 5, range, false);
+        assert!(matches!(m.lookup(1, 1), Members::Crowd(_)));
+        assert!(m.remove(1, 1, 6, range));
+        assert_eq!(pair_of(&m, 1, 1), Some((5, 7, false)));
+        // Removing the first of a pair leaves the second alone, unflagged.
+        m.insert(2, 2, 7, range, false);
+        m.insert(2, 2, 6, range, false);
+        assert!(m.remove(2, 2, 7, range));
+        assert_eq!(pair_of(&m, 2, 2), Some((6, EMPTY, false)));
+        assert!(!m.remove(2, 2, 7, range));
     }
 
     #[test]
@@ -426,7 +518,7 @@ mod tests {
         let key = |k: u64| ((k % 7) << 12, k / 7);
         for k in 0..5000u64 {
             let (a, b) = key(k);
-            m.insert(a, b, u32::try_from(k).unwrap(), Some(range));
+            m.insert(a, b, u32::try_from(k).unwrap(), range, false);
         }
         assert_eq!(m.keys(), 5000);
         for k in (0..5000u64).filter(|k| k % 3 != 0) {

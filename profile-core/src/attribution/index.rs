@@ -8,7 +8,8 @@
 //!   spans at most [`MAX_SPAN`] chunks is listed under each chunk it overlaps, in a hash map
 //!   keyed by (process key, chunk number) for per-process objects and by chunk number alone for
 //!   global ones ([`ChunkMap`]). A lookup is one probe per map: hash, one cache line, then the
-//!   record of each listed object. A chunk with three or more members (nested or packed
+//!   record of the one listed object that can hold the PC (two disjoint members are kept in
+//!   order of base; two overlapping ones are both read). A chunk with three or more members (nested or packed
 //!   objects) keeps a stabbing structure over them, so a lookup there yields only the members
 //!   whose range holds the PC.
 //! * **Class bounds.** Each class keeps a range covering all its objects (widened on start,
@@ -32,7 +33,7 @@
 
 use alloc::vec::Vec;
 
-use super::chunkmap::ChunkMap;
+use super::chunkmap::{ChunkMap, Members, EMPTY};
 use super::procmap::ProcMap;
 use super::stab::Layout;
 use super::wide::WideTable;
@@ -257,13 +258,61 @@ impl<P> Index<P> {
     /// Calls `f(slot, record)` for every started object that may hold `pc` for a sample of
     /// `process`: a superset of the matches (the caller checks range, source and affinity),
     /// each object at most once.
-    #[inline]
-    pub(crate) fn candidates<F: FnMut(u32, &Rec<P>)>(
-        &self,
-        pc: u64,
-        process: Option<u64>,
-        mut f: F,
-    ) {
+    ///
+    /// The usual case (one class's bounds hold `pc`, no wide object, a key of one member or two
+    /// disjoint ones) probes one map and yields one candidate: of two disjoint members, the only
+    /// one whose range can hold `pc`, picked by comparing `pc` with the second one's base. So a
+    /// sample in a layout of non-overlapping objects reads one record, however many objects
+    /// share its chunk (up to two; three or more go through the chunk's stabbing structure).
+    #[inline(always)]
+    pub(crate) fn candidates<F: FnMut(u32, &Rec<P>)>(&self, pc: u64, process: Option<u64>, f: F) {
+        let in_procs = process.is_some() & self.procs.covers(pc);
+        let in_global = self.global.covers(pc);
+        let no_wide = (self.procs.wide | self.global.wide) == 0;
+        // Branches on the sample alone (its PC against the class bounds): a misprediction costs
+        // no cache miss, and the probed class's fields load in parallel with the hash.
+        if in_procs & !in_global & no_wide {
+            self.probe(&self.procs, process.unwrap_or(0), pc, f);
+        } else if in_global & !in_procs & no_wide {
+            self.probe(&self.global, 0, pc, f);
+        } else if in_procs | in_global {
+            self.candidates_general(pc, process, f);
+        }
+    }
+
+    /// Probes one class's map for `pc` with process key `key` (0 for the global class, whose
+    /// records carry key 0 and which lists no other records).
+    #[inline(always)]
+    fn probe<F: FnMut(u32, &Rec<P>)>(&self, class: &Class, key: u64, pc: u64, mut f: F) {
+        let records = &self.records;
+        let mut visit = |id: u32| {
+            if let Some(r) = rec(records, id) {
+                if r.process_key == key {
+                    f(id, r);
+                }
+            }
+        };
+        match class.map.lookup(key, pc >> class.shift) {
+            Members::Disjoint { first, second } => {
+                if second == EMPTY {
+                    visit(first);
+                } else {
+                    let second_base = rec(records, second).map_or(u64::MAX, |r| r.base);
+                    visit(if pc >= second_base { second } else { first });
+                }
+            }
+            Members::None => {}
+            Members::Overlapping([first, second]) => {
+                visit(first);
+                visit(second);
+            }
+            Members::Crowd(c) => c.query(pc, visit),
+        }
+    }
+
+    /// [`Index::candidates`] for every case: both classes and the wide tables.
+    #[cold]
+    fn candidates_general<F: FnMut(u32, &Rec<P>)>(&self, pc: u64, process: Option<u64>, mut f: F) {
         let records = &self.records;
         // `owner`: the process the record must profile (a chunk-map slot may hold another
         // process's objects, keys being hashes); `None` where the table is exact.
@@ -430,9 +479,7 @@ impl<P> Index<P> {
         if span(r.base, r.end, s) <= MAX_SPAN {
             for chunk in (r.base >> s)..=((r.end - 1) >> s) {
                 let range = |id| range_of(records, id);
-                class
-                    .map
-                    .insert(a, chunk, slot, if defer { None } else { Some(range) });
+                class.map.insert(a, chunk, slot, range, defer);
             }
             return;
         }
