@@ -63,8 +63,12 @@ fn finish(
     let status = status_of(&report);
     let mut meta = vmm::report::RunMetadata::new(config, started);
     meta.exit_status = status;
-    let profile = vmm::report::Profile::from_run(&report, &meta);
+    let mut profile = vmm::report::Profile::from_run(&report, &meta);
     let symbols = vmm::report::Symbols::for_config(config);
+    // Once: the printed report and every file written below use these per-function totals.
+    if !symbols.modules().is_empty() {
+        profile.symbolize(&symbols);
+    }
     if !profile.objects.is_empty() {
         print!("{}", vmm::report::text::render(&profile, &symbols, 10));
     }

@@ -111,7 +111,7 @@ fn write_file(
 
 /// Writes profile.json, profile.pb.gz, flamegraph.svg and report.txt into `dir` (created if
 /// needed). With symbols, the profile.json gets their modules and per-function totals (the
-/// profile is symbolized on a copy).
+/// profile is symbolized on a copy, unless it already was with these symbols).
 pub fn write_all(
     dir: &Path,
     profile: &Profile,
@@ -119,7 +119,7 @@ pub fn write_all(
 ) -> Result<WrittenFiles, ReportError> {
     std::fs::create_dir_all(dir).map_err(|e| ReportError::CreateDir(dir.to_path_buf(), e))?;
     let symbolized;
-    let profile = if symbols.modules().is_empty() {
+    let profile = if symbols.modules().is_empty() || profile.symbolized_with(symbols) {
         profile
     } else {
         let mut p = profile.clone();

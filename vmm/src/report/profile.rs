@@ -382,6 +382,20 @@ impl Profile {
         }
     }
 
+    /// True if this profile was symbolized with `symbols`' modules (same names, ranges and
+    /// debug ids), so its stored per-function totals are what `symbols` would give.
+    pub fn symbolized_with(&self, symbols: &Symbols) -> bool {
+        let theirs = symbols.modules();
+        !theirs.is_empty()
+            && self.modules.len() == theirs.len()
+            && self.modules.iter().zip(theirs).all(|(a, m)| {
+                a.name == m.name
+                    && a.base.0 == m.base
+                    && a.size.0 == m.size
+                    && a.debug_id == m.debug_id
+            })
+    }
+
     /// Records `symbols`' modules and fills every object's per-function totals from them.
     pub fn symbolize(&mut self, symbols: &Symbols) {
         self.modules = symbols
@@ -590,6 +604,24 @@ pub(crate) mod tests {
         assert_eq!((f[1].name.as_str(), f[1].samples), ("f", 5));
         assert_eq!(f[0].module.as_deref(), Some("m"));
         assert_eq!(p.modules[0].name, "m");
+    }
+
+    #[test]
+    fn symbolized_with_knows_the_symbols_it_was_symbolized_with() {
+        let mut p = sample_profile(0x1000);
+        let m = |name: &str, base| {
+            Symbols::from_module(crate::report::symbols::tests::module(
+                name,
+                base,
+                &[(0x20, 0x10, "f")],
+            ))
+        };
+        assert!(!p.symbolized_with(&m("m", 0x1000)));
+        p.symbolize(&m("m", 0x1000));
+        assert!(p.symbolized_with(&m("m", 0x1000)));
+        assert!(!p.symbolized_with(&m("other", 0x1000)));
+        assert!(!p.symbolized_with(&m("m", 0x2000)));
+        assert!(!p.symbolized_with(&Symbols::default()));
     }
 
     #[test]

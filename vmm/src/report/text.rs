@@ -30,9 +30,10 @@ pub fn hottest(o: &ProfileObject, n: usize) -> Vec<Bucket> {
     b
 }
 
-/// Per-function totals: from `symbols` when it has modules, else those stored in the object.
-pub fn functions(o: &ProfileObject, symbols: &Symbols) -> Vec<FunctionCount> {
-    if symbols.modules().is_empty() {
+/// Per-function totals: those stored in the object when `symbols` has no modules or is what
+/// the profile was symbolized with (`stored`), else computed from `symbols`.
+pub fn functions(o: &ProfileObject, symbols: &Symbols, stored: bool) -> Vec<FunctionCount> {
+    if stored || symbols.modules().is_empty() {
         o.functions.clone()
     } else {
         o.function_counts(symbols)
@@ -99,7 +100,8 @@ fn affinity(v: &[u32]) -> String {
     list.join(",")
 }
 
-fn object(out: &mut String, o: &ProfileObject, symbols: &Symbols, top: usize) {
+/// One object's section; `stored`: its per-function totals are `symbols`' already.
+fn object(out: &mut String, o: &ProfileObject, symbols: &Symbols, stored: bool, top: usize) {
     let total = o.total;
     let _ = writeln!(
         out,
@@ -120,7 +122,7 @@ fn object(out: &mut String, o: &ProfileObject, symbols: &Symbols, top: usize) {
     if total == 0 {
         return;
     }
-    let funcs = functions(o, symbols);
+    let funcs = functions(o, symbols, stored);
     if !funcs.is_empty() {
         let rows: Vec<(String, u64)> = modules(&funcs).into_iter().take(top).collect();
         table(out, "Module", &rows, total);
@@ -167,8 +169,9 @@ pub fn render(p: &Profile, symbols: &Symbols, top: usize) -> String {
     if p.objects.is_empty() {
         let _ = writeln!(out, "\nno profile objects ran");
     }
+    let stored = p.symbolized_with(symbols);
     for o in &p.objects {
-        object(&mut out, o, symbols, top);
+        object(&mut out, o, symbols, stored, top);
     }
     out
 }
@@ -200,6 +203,20 @@ mod tests {
         assert!(has(&t, "m+0x20 5 33.33%"), "{t}");
         assert!(has(&t, "0x1070..0x1080 m!hot 9 60.00%"), "{t}");
         assert!(has(&t, "0 20 15 5 1 15 0 7"), "{t}");
+    }
+
+    #[test]
+    fn other_symbols_than_the_profiles_own_are_applied_afresh() {
+        let mut p = sample_profile(0x1000);
+        p.symbolize(&Symbols::from_module(module(
+            "m",
+            0x1000,
+            &[(0x70, 0x30, "hot")],
+        )));
+        let newer = Symbols::from_module(module("m2", 0x1000, &[(0x70, 0x30, "renamed")]));
+        let t = render(&p, &newer, 10);
+        assert!(has(&t, "m2!renamed 10 66.67%"), "{t}");
+        assert!(!t.contains("m!hot"), "{t}");
     }
 
     #[test]
