@@ -31,14 +31,22 @@ pub fn render(p: &Profile, symbols: &Symbols, top: usize) -> String {
             o.scope(),
             top
         );
+        let counts: HashMap<u64, u64> = o.counts.iter().copied().collect();
         for b in hottest(o, top) {
-            bucket(&mut out, o, &b, symbols);
+            bucket(&mut out, o, &counts, &b, symbols);
         }
     }
     out
 }
 
-fn bucket(out: &mut String, o: &ProfileObject, b: &Bucket, symbols: &Symbols) {
+/// One bucket's listing; `counts`: the object's counts by bucket index.
+fn bucket(
+    out: &mut String,
+    o: &ProfileObject,
+    counts: &HashMap<u64, u64>,
+    b: &Bucket,
+    symbols: &Symbols,
+) {
     let _ = writeln!(
         out,
         "\n{:#x}..{:#x} {}: {} samples ({:.2}%)",
@@ -74,7 +82,6 @@ fn bucket(out: &mut String, o: &ProfileObject, b: &Bucket, symbols: &Symbols) {
     let len = usize::try_from(show_to - from + 15)
         .unwrap_or(usize::MAX)
         .min(code.len());
-    let counts: HashMap<u64, u64> = o.counts.iter().copied().collect();
     let shift = o.bucket_shift.min(63);
     let mut decoder = Decoder::with_ip(hit.module.bits, &code[..len], from, DecoderOptions::NONE);
     let mut formatter = IntelFormatter::new();
