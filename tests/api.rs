@@ -1,6 +1,7 @@
 //! The control API on a running reference guest: read the VM, start a host-side profile, pause
-//! (samples stop growing), resume, stop the profile, shut down; and nobody but the socket's
-//! owner gets in.
+//! (samples stop growing), resume, stop the profile, shut down; addresses are "0x..." strings
+//! in responses and numbers or "0x..." strings in requests; and nobody but the socket's owner
+//! gets in.
 
 #[path = "harness/mod.rs"]
 mod harness;
@@ -44,6 +45,37 @@ fn host_samples(socket: &Path, id: u64) -> u64 {
     p["samples"].as_u64().unwrap()
 }
 
+/// GET /v1/profiles/host/{id}'s `buckets` as (index, count) pairs: both JSON numbers.
+fn host_buckets(p: &serde_json::Value) -> Vec<(u64, u64)> {
+    let buckets = p["buckets"].as_array().expect("buckets is an array");
+    buckets
+        .iter()
+        .map(|b| match b.as_array().map(Vec::as_slice) {
+            Some([index, count]) => (index.as_u64().unwrap(), count.as_u64().unwrap()),
+            _ => panic!("a bucket is not an [index, count] pair of numbers: {b}"),
+        })
+        .collect()
+}
+
+/// GET /v1/profiles/host, as (id, entry), checking the ids are unique.
+fn host_list(socket: &Path) -> Vec<(u64, serde_json::Value)> {
+    let (status, list) = call(socket, "GET", "/v1/profiles/host", "");
+    assert_eq!(status, 200, "{list}");
+    let list: Vec<_> = list
+        .as_array()
+        .expect("the list is an array")
+        .iter()
+        .map(|p| (p["id"].as_u64().unwrap(), p.clone()))
+        .collect();
+    for (i, (id, _)) in list.iter().enumerate() {
+        assert!(
+            list[..i].iter().all(|(other, _)| other != id),
+            "id {id} twice"
+        );
+    }
+    list
+}
+
 #[test]
 fn api_pauses_profiles_and_shuts_down_a_running_vm() {
     let dir = TempDir::new("api");
@@ -71,12 +103,13 @@ fn api_pauses_profiles_and_shuts_down_a_running_vm() {
         "{vm}"
     );
 
-    // A host-side profile of the whole address space, 16-byte buckets.
+    // A host-side profile of the whole address space, 16-byte buckets; addresses as numbers
+    // (the last one above 2^53).
     let (status, created) = call(
         &socket,
         "POST",
         "/v1/profiles/host",
-        r#"{"bucket_shift": 4}"#,
+        r#"{"start": 0, "last": 18446744073709551615, "bucket_shift": 4}"#,
     );
     assert_eq!(status, 201, "{created}");
     let id = created["id"].as_u64().unwrap();
@@ -105,10 +138,92 @@ fn api_pauses_profiles_and_shuts_down_a_running_vm() {
     assert_eq!(status, 200);
     assert!(stats["total"]["samples"].as_u64().unwrap() > 0, "{stats}");
 
+    // Responses give addresses as "0x..." strings; buckets stay [index, count] numbers.
+    let (status, whole) = call(&socket, "GET", &format!("/v1/profiles/host/{id}"), "");
+    assert_eq!(status, 200, "{whole}");
+    assert_eq!(whole["start"].as_str(), Some("0x0"), "{whole}");
+    let buckets = host_buckets(&whole);
+    let (hot, _) = *buckets.iter().max_by_key(|(_, c)| *c).expect("no buckets");
+    // A profile of the hottest bucket's page, with its addresses as hex strings; it counts
+    // only if they were read as hex.
+    let page = (hot << 4) & !0xfff;
+    let (page_start, page_last) = (format!("{page:#x}"), format!("{:#x}", page + 0xfff));
+    let body = format!(r#"{{"start": "{page_start}", "last": "{page_last}", "bucket_shift": 4}}"#);
+    let (status, created) = call(&socket, "POST", "/v1/profiles/host", &body);
+    assert_eq!(status, 201, "{created}");
+    let page_id = created["id"].as_u64().unwrap();
+    // A process filter as a hex string (echoed back; it need not match anything).
+    let (status, created) = call(
+        &socket,
+        "POST",
+        "/v1/profiles/host",
+        r#"{"cr3": "0x1000", "cpl": 3}"#,
+    );
+    assert_eq!(status, 201, "{created}");
+    let cr3_id = created["id"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let (status, paged) = call(&socket, "GET", &format!("/v1/profiles/host/{page_id}"), "");
+    assert_eq!(status, 200, "{paged}");
+    assert_eq!(
+        paged["start"].as_str(),
+        Some(page_start.as_str()),
+        "{paged}"
+    );
+    assert!(
+        paged["samples"].as_u64().unwrap() > 0,
+        "the page profile counted nothing"
+    );
+    assert!(
+        host_buckets(&paged).iter().all(|(i, _)| *i < 0x100),
+        "a bucket outside the page: {paged}"
+    );
+
+    // Bad hex strings are refused, naming the field.
+    for (body, field) in [
+        (r#"{"start": "0xzz"}"#, "start"),
+        (r#"{"last": "ffff"}"#, "last"),
+        (r#"{"cr3": "0x"}"#, "cr3"),
+    ] {
+        let (status, e) = call(&socket, "POST", "/v1/profiles/host", body);
+        assert_eq!(status, 400, "{body}: {e}");
+        let message = e["error"].as_str().unwrap_or_default();
+        assert!(message.contains(&format!("{field}: ")), "{body}: {e}");
+    }
+
     assert_eq!(
         call(&socket, "PUT", &format!("/v1/profiles/host/{id}/stop"), "").0,
         200
     );
+
+    // The list: the three profiles (the refused ones were not created), addresses as strings,
+    // and the stopped profile's total equal to its buckets' sum.
+    let list = host_list(&socket);
+    let ids: Vec<u64> = list.iter().map(|(i, _)| *i).collect();
+    assert_eq!(ids, [id, page_id, cr3_id], "{list:?}");
+    let entry = |want: u64| &list.iter().find(|(i, _)| *i == want).unwrap().1;
+    let first = entry(id);
+    assert_eq!(
+        (first["start"].as_str(), first["last"].as_str()),
+        (Some("0x0"), Some("0xffffffffffffffff")),
+        "{first}"
+    );
+    assert!(first["cr3"].is_null(), "{first}");
+    assert_eq!(first["running"], false, "{first}");
+    let (status, stopped) = call(&socket, "GET", &format!("/v1/profiles/host/{id}"), "");
+    assert_eq!(status, 200, "{stopped}");
+    let sum: u64 = host_buckets(&stopped).iter().map(|(_, c)| c).sum();
+    assert!(sum > 0);
+    assert_eq!(first["samples"].as_u64(), Some(sum), "{first}");
+    assert_eq!(stopped["samples"].as_u64(), Some(sum), "{stopped}");
+    let paged = entry(page_id);
+    assert_eq!(
+        (paged["start"].as_str(), paged["last"].as_str()),
+        (Some(page_start.as_str()), Some(page_last.as_str())),
+        "{paged}"
+    );
+    assert!(paged["samples"].as_u64().unwrap() > 0, "{paged}");
+    assert_eq!(paged["running"], true, "{paged}");
+    assert_eq!(entry(cr3_id)["cr3"].as_str(), Some("0x1000"));
     assert_eq!(
         call(&socket, "PUT", &format!("/v1/profiles/host/{id}/stop"), "").0,
         409

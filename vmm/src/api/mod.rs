@@ -4,6 +4,7 @@
 //! Only the socket's owner can use it: the socket file is created mode 0600, and every
 //! connection's peer credentials (SO_PEERCRED) must carry hvprof's own user id.
 
+mod addr;
 pub mod http;
 mod routes;
 

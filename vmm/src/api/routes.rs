@@ -3,27 +3,52 @@
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use serde_json::json;
 
+use super::addr;
 use super::http::{Request, Response};
 use crate::outcome::RunOutcome;
 use crate::profiler::host::{HostProfileError, HostProfileSpec};
 use crate::profiler::stats::{total, StatsSnapshot};
+use crate::report::hex::{Hex, OptHex};
 use crate::report::profile::VcpuStats;
 use crate::vcpu::Request as VcpuRequest;
 use crate::vm::VmControl;
 
-/// The body of POST /v1/profiles/host.
-#[derive(Debug, Deserialize)]
+/// The body of POST /v1/profiles/host. Addresses may be numbers or `"0x..."` strings.
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct HostProfileBody {
+    #[serde(default, deserialize_with = "start")]
     start: Option<u64>,
+    #[serde(default, deserialize_with = "last")]
     last: Option<u64>,
     bucket_shift: Option<u32>,
+    #[serde(default, deserialize_with = "cr3")]
     cr3: Option<u64>,
     vcpus: Option<Vec<usize>>,
     cpl: Option<u8>,
+}
+
+fn start<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    addr::optional(d, "start")
+}
+
+fn last<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    addr::optional(d, "last")
+}
+
+fn cr3<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    addr::optional(d, "cr3")
+}
+
+impl HostProfileBody {
+    /// Reads a request body (empty: every default); the error is the 400 message.
+    fn parse(body: &[u8]) -> Result<Self, String> {
+        serde_json::from_slice(if body.is_empty() { b"{}" } else { body })
+            .map_err(|e| format!("bad profile: {e}"))
+    }
 }
 
 /// The server's view of the VM.
@@ -145,13 +170,14 @@ impl ApiState {
         let list: Vec<_> = self
             .control
             .profiler
-            .host_results()
+            .host_summaries()
             .iter()
             .map(|r| {
                 json!({
-                    "id": r.id, "running": r.running, "samples": r.total(),
-                    "start": r.spec.start, "last": r.spec.last,
-                    "bucket_shift": r.spec.bucket_shift, "cr3": r.spec.cr3, "vcpus": r.spec.vcpus,
+                    "id": r.id, "running": r.running, "samples": r.total,
+                    "start": Hex(r.spec.start), "last": Hex(r.spec.last),
+                    "bucket_shift": r.spec.bucket_shift, "cr3": OptHex(r.spec.cr3),
+                    "vcpus": r.spec.vcpus,
                 })
             })
             .collect();
@@ -159,11 +185,10 @@ impl ApiState {
     }
 
     fn host_start(&self, body: &[u8]) -> Response {
-        let b: HostProfileBody =
-            match serde_json::from_slice(if body.is_empty() { b"{}" } else { body }) {
-                Ok(b) => b,
-                Err(e) => return Response::error(400, &format!("bad profile: {e}")),
-            };
+        let b = match HostProfileBody::parse(body) {
+            Ok(b) => b,
+            Err(e) => return Response::error(400, &e),
+        };
         let whole = HostProfileSpec::whole_space();
         let spec = HostProfileSpec {
             start: b.start.unwrap_or(whole.start),
@@ -203,7 +228,7 @@ impl ApiState {
         let buckets: Vec<[u64; 2]> = r.counts.iter().map(|(b, c)| [*b, *c]).collect();
         let body = json!({
             "id": r.id, "running": r.running, "samples": r.total(),
-            "start": r.spec.start, "bucket_shift": r.spec.bucket_shift, "buckets": buckets,
+            "start": Hex(r.spec.start), "bucket_shift": r.spec.bucket_shift, "buckets": buckets,
         });
         Response::json(200, body.to_string())
     }
@@ -217,5 +242,48 @@ impl ApiState {
             Err(HostProfileError::Unknown(_)) => Response::error(404, "no such profile"),
             Err(e) => Response::error(409, &e.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_profile_body_takes_numbers_and_hex_strings() {
+        let hex = HostProfileBody::parse(
+            br#"{"start": "0xffffffff80000000", "last": "0xffffffffffffffff", "cr3": "0x1000"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (hex.start, hex.last, hex.cr3),
+            (Some(0xffff_ffff_8000_0000), Some(u64::MAX), Some(0x1000))
+        );
+        let num = HostProfileBody::parse(
+            br#"{"start": 4096, "last": 8191, "bucket_shift": 4, "cr3": null, "cpl": 3}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (num.start, num.last, num.bucket_shift, num.cr3, num.cpl),
+            (Some(4096), Some(8191), Some(4), None, Some(3))
+        );
+        assert_eq!(
+            HostProfileBody::parse(b"").unwrap(),
+            HostProfileBody::default()
+        );
+    }
+
+    #[test]
+    fn host_profile_body_errors_name_the_field() {
+        for (body, field) in [
+            (&br#"{"start": "0xzz"}"#[..], "start"),
+            (br#"{"last": "ffff"}"#, "last"),
+            (br#"{"cr3": -4096}"#, "cr3"),
+        ] {
+            let e = HostProfileBody::parse(body).unwrap_err();
+            assert!(e.starts_with(&format!("bad profile: {field}: ")), "{e}");
+        }
+        let e = HostProfileBody::parse(br#"{"bogus": 1}"#).unwrap_err();
+        assert!(e.contains("unknown field `bogus`"), "{e}");
     }
 }

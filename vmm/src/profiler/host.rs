@@ -93,12 +93,19 @@ pub enum HostProfileError {
 /// A host profile's counts: bucket index -> samples.
 pub type SparseCounts = BTreeMap<u64, u64>;
 
+/// One vCPU's counts and their sum (kept so a summary needs no walk of the map).
+#[derive(Default)]
+struct VcpuCounts {
+    counts: SparseCounts,
+    total: u64,
+}
+
 /// One host profile.
 pub(super) struct HostProfile {
     pub(super) id: u32,
     pub(super) spec: HostProfileSpec,
     pub(super) running: bool,
-    per_vcpu: Vec<Mutex<SparseCounts>>,
+    per_vcpu: Vec<Mutex<VcpuCounts>>,
 }
 
 impl HostProfile {
@@ -108,7 +115,7 @@ impl HostProfile {
             spec,
             running: true,
             per_vcpu: (0..vcpus)
-                .map(|_| Mutex::new(SparseCounts::new()))
+                .map(|_| Mutex::new(VcpuCounts::default()))
                 .collect(),
         }
     }
@@ -127,10 +134,9 @@ impl HostProfile {
         if !self.samples_vcpu(v) {
             return false;
         }
-        *map.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(bucket)
-            .or_default() += 1;
+        let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+        *map.counts.entry(bucket).or_default() += 1;
+        map.total += 1;
         true
     }
 
@@ -138,12 +144,34 @@ impl HostProfile {
     pub(super) fn counts(&self) -> SparseCounts {
         let mut all = SparseCounts::new();
         for m in &self.per_vcpu {
-            for (b, c) in m.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            for (b, c) in &m.lock().unwrap_or_else(|e| e.into_inner()).counts {
                 *all.entry(*b).or_default() += c;
             }
         }
         all
     }
+
+    /// Samples counted on every vCPU (the sum of [`counts`](Self::counts)), without copying
+    /// the counts.
+    pub(super) fn total(&self) -> u64 {
+        self.per_vcpu
+            .iter()
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()).total)
+            .sum()
+    }
+}
+
+/// A host profile without its counts (for listing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostProfileSummary {
+    /// Its id.
+    pub id: u32,
+    /// What it samples.
+    pub spec: HostProfileSpec,
+    /// Still sampling.
+    pub running: bool,
+    /// Samples counted so far.
+    pub total: u64,
 }
 
 /// A host profile's results.
@@ -179,6 +207,19 @@ mod tests {
         let c = p.counts();
         assert_eq!(c.get(&0x100), Some(&2));
         assert_eq!(c.get(&(u64::MAX >> 4)), Some(&1));
+        assert_eq!(p.total(), 3);
+    }
+
+    #[test]
+    fn total_is_the_sum_of_the_counts() {
+        let p = HostProfile::new(1, HostProfileSpec::whole_space(), 3);
+        assert_eq!(p.total(), 0);
+        for (v, pc) in [(0, 0x10), (0, 0x10), (1, 0x20), (2, 0x10), (2, u64::MAX)] {
+            assert!(p.record(v, pc, 0, 0));
+        }
+        assert!(!p.record(3, 0x10, 0, 0), "no such vCPU");
+        assert_eq!(p.total(), 5);
+        assert_eq!(p.counts().values().sum::<u64>(), 5);
     }
 
     #[test]
@@ -202,6 +243,7 @@ mod tests {
         );
         assert!(p.record(1, 0x4000_0010, 0x1003, 3));
         assert_eq!(p.counts(), SparseCounts::from([(1, 1)]));
+        assert_eq!(p.total(), 1, "filtered samples are not counted");
     }
 
     #[test]

@@ -25,7 +25,7 @@ use profile_core::{
 use vm_memory::GuestMemoryMmap;
 
 pub use calls::{CpuState, FEATURES};
-use host::{HostProfile, HostProfileError, HostProfileResult, HostProfileSpec};
+use host::{HostProfile, HostProfileError, HostProfileResult, HostProfileSpec, HostProfileSummary};
 use pin::PinnedBuffer;
 use stats::{bump, StatsSnapshot, VcpuProfileStats};
 
@@ -294,6 +294,19 @@ impl Profiler {
                 spec: p.spec.clone(),
                 running: p.running,
                 counts: p.counts(),
+            })
+            .collect()
+    }
+
+    /// Every host profile's id, spec, state and sample total, without copying its counts.
+    pub fn host_summaries(&self) -> Vec<HostProfileSummary> {
+        let host = self.host.read().unwrap_or_else(|e| e.into_inner());
+        host.iter()
+            .map(|p| HostProfileSummary {
+                id: p.id,
+                spec: p.spec.clone(),
+                running: p.running,
+                total: p.total(),
             })
             .collect()
     }
