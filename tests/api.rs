@@ -45,16 +45,50 @@ fn host_samples(socket: &Path, id: u64) -> u64 {
     p["samples"].as_u64().unwrap()
 }
 
-/// GET /v1/profiles/host/{id}'s `buckets` as (index, count) pairs: both JSON numbers.
-fn host_buckets(p: &serde_json::Value) -> Vec<(u64, u64)> {
+/// GET /v1/profiles/host/{id}'s `buckets` as (index, count) pairs: the index a lower-case
+/// "0x..." string (whole-space indices pass 2^53), the count a number; every index, parsed,
+/// lies in the profile's range (`last` is the profile's last address, from the list).
+fn host_buckets(p: &serde_json::Value, last: u64) -> Vec<(u64, u64)> {
+    let start = parse_hex(p["start"].as_str().expect("start is a string"));
+    let shift = p["bucket_shift"]
+        .as_u64()
+        .expect("bucket_shift is a number");
+    let max_index = (last - start) >> shift;
     let buckets = p["buckets"].as_array().expect("buckets is an array");
     buckets
         .iter()
         .map(|b| match b.as_array().map(Vec::as_slice) {
-            Some([index, count]) => (index.as_u64().unwrap(), count.as_u64().unwrap()),
-            _ => panic!("a bucket is not an [index, count] pair of numbers: {b}"),
+            Some([index, count]) => {
+                let text = index
+                    .as_str()
+                    .unwrap_or_else(|| panic!("a bucket index is not a string: {b}"));
+                let i = parse_hex(text);
+                assert_eq!(text, format!("{i:#x}"), "not lower-case minimal hex: {b}");
+                assert!(
+                    i <= max_index,
+                    "bucket {i:#x} is past the profile's last bucket {max_index:#x}: {p}"
+                );
+                let count = count
+                    .as_u64()
+                    .unwrap_or_else(|| panic!("a bucket count is not a number: {b}"));
+                assert!(count > 0, "a zero bucket: {b}");
+                (i, count)
+            }
+            _ => panic!("a bucket is not an [index, count] pair: {b}"),
         })
         .collect()
+}
+
+/// `"0x..."` as a number.
+fn parse_hex(s: &str) -> u64 {
+    let digits = s
+        .strip_prefix("0x")
+        .unwrap_or_else(|| panic!("{s:?} has no 0x prefix"));
+    assert!(
+        !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{s:?} is not hex"
+    );
+    u64::from_str_radix(digits, 16).unwrap_or_else(|e| panic!("{s:?}: {e}"))
 }
 
 /// GET /v1/profiles/host, as (id, entry), checking the ids are unique.
@@ -138,11 +172,21 @@ fn api_pauses_profiles_and_shuts_down_a_running_vm() {
     assert_eq!(status, 200);
     assert!(stats["total"]["samples"].as_u64().unwrap() > 0, "{stats}");
 
-    // Responses give addresses as "0x..." strings; buckets stay [index, count] numbers.
+    // Responses give addresses as "0x..." strings, and bucket indices too ([index, count]).
     let (status, whole) = call(&socket, "GET", &format!("/v1/profiles/host/{id}"), "");
     assert_eq!(status, 200, "{whole}");
     assert_eq!(whole["start"].as_str(), Some("0x0"), "{whole}");
-    let buckets = host_buckets(&whole);
+    let buckets = host_buckets(&whole, u64::MAX);
+    assert!(!buckets.is_empty(), "no buckets: {whole}");
+    assert!(
+        buckets.windows(2).all(|w| w[0].0 < w[1].0),
+        "buckets not in increasing index order: {whole}"
+    );
+    assert_eq!(
+        buckets.iter().map(|(_, c)| c).sum::<u64>(),
+        whole["samples"].as_u64().unwrap(),
+        "{whole}"
+    );
     let (hot, _) = *buckets.iter().max_by_key(|(_, c)| *c).expect("no buckets");
     // A profile of the hottest bucket's page, with its addresses as hex strings; it counts
     // only if they were read as hex.
@@ -173,9 +217,10 @@ fn api_pauses_profiles_and_shuts_down_a_running_vm() {
         paged["samples"].as_u64().unwrap() > 0,
         "the page profile counted nothing"
     );
+    // Every index within the page (0..=0xff for 16-byte buckets).
     assert!(
-        host_buckets(&paged).iter().all(|(i, _)| *i < 0x100),
-        "a bucket outside the page: {paged}"
+        !host_buckets(&paged, page + 0xfff).is_empty(),
+        "no buckets: {paged}"
     );
 
     // Bad hex strings are refused, naming the field.
@@ -211,7 +256,10 @@ fn api_pauses_profiles_and_shuts_down_a_running_vm() {
     assert_eq!(first["running"], false, "{first}");
     let (status, stopped) = call(&socket, "GET", &format!("/v1/profiles/host/{id}"), "");
     assert_eq!(status, 200, "{stopped}");
-    let sum: u64 = host_buckets(&stopped).iter().map(|(_, c)| c).sum();
+    let sum: u64 = host_buckets(&stopped, u64::MAX)
+        .iter()
+        .map(|(_, c)| c)
+        .sum();
     assert!(sum > 0);
     assert_eq!(first["samples"].as_u64(), Some(sum), "{first}");
     assert_eq!(stopped["samples"].as_u64(), Some(sum), "{stopped}");

@@ -6,15 +6,6 @@ use std::fmt;
 
 use serde::de::{Deserializer, Error, Visitor};
 
-/// Parses `"0x"` followed by hex digits (either case) of a value that fits 64 bits.
-fn parse_hex(s: &str) -> Option<u64> {
-    let digits = s.strip_prefix("0x")?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    u64::from_str_radix(digits, 16).ok()
-}
-
 /// Reads an optional address field named `field`: absent (with `#[serde(default)]`) or
 /// `null` is None, a number or a `"0x..."` hex string is the value.
 pub(super) fn optional<'de, D: Deserializer<'de>>(
@@ -68,7 +59,7 @@ impl Visitor<'_> for Address {
     }
 
     fn visit_str<E: Error>(self, s: &str) -> Result<u64, E> {
-        parse_hex(s).ok_or_else(|| {
+        crate::report::hex::parse(s).ok_or_else(|| {
             E::custom(format!(
                 "{}: {s:?} is not an address (expected \"0x\" and hex digits, at most 0xffffffffffffffff)",
                 self.0

@@ -216,16 +216,12 @@ impl ApiState {
         let Ok(id) = id.parse::<u32>() else {
             return Response::error(404, "no such profile");
         };
-        let Some(r) = self
-            .control
-            .profiler
-            .host_results()
-            .into_iter()
-            .find(|r| r.id == id)
-        else {
+        let Some(r) = self.control.profiler.host_result(id) else {
             return Response::error(404, "no such profile");
         };
-        let buckets: Vec<[u64; 2]> = r.counts.iter().map(|(b, c)| [*b, *c]).collect();
+        // [index, count] with the index as a "0x..." string: a whole-space profile's indices
+        // pass 2^53, where readers of doubles round them.
+        let buckets: Vec<(Hex, u64)> = r.counts.iter().map(|(b, c)| (Hex(*b), *c)).collect();
         let body = json!({
             "id": r.id, "running": r.running, "samples": r.total(),
             "start": Hex(r.spec.start), "bucket_shift": r.spec.bucket_shift, "buckets": buckets,

@@ -151,6 +151,16 @@ impl HostProfile {
         all
     }
 
+    /// Its id, spec, state and merged counts.
+    pub(super) fn result(&self) -> HostProfileResult {
+        HostProfileResult {
+            id: self.id,
+            spec: self.spec.clone(),
+            running: self.running,
+            counts: self.counts(),
+        }
+    }
+
     /// Samples counted on every vCPU (the sum of [`counts`](Self::counts)), without copying
     /// the counts.
     pub(super) fn total(&self) -> u64 {
@@ -220,6 +230,22 @@ mod tests {
         assert!(!p.record(3, 0x10, 0, 0), "no such vCPU");
         assert_eq!(p.total(), 5);
         assert_eq!(p.counts().values().sum::<u64>(), 5);
+    }
+
+    #[test]
+    fn result_is_the_merged_counts_with_id_spec_and_state() {
+        let mut p = HostProfile::new(7, HostProfileSpec::whole_space(), 2);
+        assert!(p.record(0, 0xffff_ffff_8100_0000, 0, 0));
+        assert!(p.record(1, 0xffff_ffff_8100_0008, 0, 0));
+        p.running = false;
+        let r = p.result();
+        assert_eq!((r.id, r.running), (7, false));
+        assert_eq!(r.spec, HostProfileSpec::whole_space());
+        assert_eq!(
+            r.counts,
+            SparseCounts::from([(0xffff_ffff_8100_0000 >> 4, 2)])
+        );
+        assert_eq!(r.total(), 2);
     }
 
     #[test]

@@ -288,14 +288,14 @@ impl Profiler {
     /// Every host profile's counts so far.
     pub fn host_results(&self) -> Vec<HostProfileResult> {
         let host = self.host.read().unwrap_or_else(|e| e.into_inner());
-        host.iter()
-            .map(|p| HostProfileResult {
-                id: p.id,
-                spec: p.spec.clone(),
-                running: p.running,
-                counts: p.counts(),
-            })
-            .collect()
+        host.iter().map(HostProfile::result).collect()
+    }
+
+    /// Host profile `id`'s counts so far (copying only that profile's), or None when there is
+    /// no such profile.
+    pub fn host_result(&self, id: u32) -> Option<HostProfileResult> {
+        let host = self.host.read().unwrap_or_else(|e| e.into_inner());
+        host.iter().find(|p| p.id == id).map(HostProfile::result)
     }
 
     /// Every host profile's id, spec, state and sample total, without copying its counts.

@@ -3,7 +3,10 @@
 
 use std::io::{Read, Write};
 
-use super::profile::{Profile, FORMAT_NAME, FORMAT_VERSION};
+use serde_json::Value;
+
+use super::hex::Hex;
+use super::profile::{Profile, FORMAT_NAME, FORMAT_VERSION, OLDEST_FORMAT_VERSION};
 use super::ReportError;
 
 /// Writes `profile` as one line of JSON and a newline (compact: `jq .` pretty-prints it).
@@ -14,23 +17,60 @@ pub fn write(profile: &Profile, mut w: impl Write) -> Result<(), ReportError> {
 }
 
 /// Reads a profile.json, checking its format name and version first so that a file of
-/// another version gets a clear error rather than a field-by-field complaint.
+/// another version gets a clear error rather than a field-by-field complaint. A version-1 file
+/// (bucket indices as numbers) is upgraded as it is read: the profile returned is always of
+/// [`FORMAT_VERSION`], so writing it again writes the current version.
 pub fn read(mut r: impl Read) -> Result<Profile, ReportError> {
     let mut text = String::new();
     r.read_to_string(&mut text).map_err(ReportError::Io)?;
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(ReportError::Json)?;
+    let mut value: Value = serde_json::from_str(&text).map_err(ReportError::Json)?;
     let format = value.get("format").and_then(|v| v.as_str());
     if format != Some(FORMAT_NAME) {
         return Err(ReportError::NotAProfile);
     }
     let version = value.get("format_version").and_then(|v| v.as_u64());
-    if version != Some(u64::from(FORMAT_VERSION)) {
-        return Err(ReportError::Version {
-            found: version.unwrap_or(0),
-            supported: FORMAT_VERSION,
-        });
+    match version {
+        Some(v) if v == u64::from(FORMAT_VERSION) => {}
+        Some(1) => {
+            upgrade_from_v1(&mut value)?;
+            value["format_version"] = FORMAT_VERSION.into();
+        }
+        _ => {
+            return Err(ReportError::Version {
+                found: version.unwrap_or(0),
+                oldest: OLDEST_FORMAT_VERSION,
+                newest: FORMAT_VERSION,
+            })
+        }
     }
     serde_json::from_value(value).map_err(ReportError::Json)
+}
+
+/// Version 1 to 2: every object's `counts` index, a number in version 1, becomes a `"0x..."`
+/// string. Anything else in the way is left for deserialization to report, except an index
+/// that is not a number (version 1 never wrote one).
+fn upgrade_from_v1(value: &mut Value) -> Result<(), ReportError> {
+    let Some(objects) = value.get_mut("objects").and_then(Value::as_array_mut) else {
+        return Ok(());
+    };
+    for (o, object) in objects.iter_mut().enumerate() {
+        let Some(counts) = object.get_mut("counts").and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for (b, pair) in counts.iter_mut().enumerate() {
+            let Some(index) = pair.as_array_mut().and_then(|p| p.first_mut()) else {
+                continue;
+            };
+            let Some(i) = index.as_u64() else {
+                return Err(ReportError::Json(serde::de::Error::custom(format!(
+                    "format version 1: objects[{o}].counts[{b}]: the bucket index {index} is \
+                     not a non-negative integer"
+                ))));
+            };
+            *index = serde_json::to_value(Hex(i)).map_err(ReportError::Json)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -64,7 +104,11 @@ mod tests {
         let mut buf = Vec::new();
         write(&p, &mut buf).unwrap();
         let text = String::from_utf8(buf).unwrap();
-        assert!(text.contains(r#""counts":[[2,5],[7,9],[9,1]]"#), "{text}");
+        assert!(
+            text.contains(r#""counts":[["0x2",5],["0x7",9],["0x9",1]]"#),
+            "{text}"
+        );
+        assert!(text.contains(r#""format_version":2"#), "{text}");
         assert!(text.contains(r#""base":"0x1000""#), "{text}");
         assert!(text.contains(r#""process":"0x12345000""#), "{text}");
         assert!(text.ends_with("}\n"));
@@ -74,17 +118,107 @@ mod tests {
     fn other_formats_and_versions_are_refused() {
         assert!(matches!(read(&b"{}"[..]), Err(ReportError::NotAProfile)));
         let p = sample_profile(0x1000);
+        for (bad, found) in [
+            (Value::from(99), 99),
+            (Value::from(3), 3),
+            (Value::from(0), 0),
+            (Value::from("2"), 0),
+            (Value::Null, 0),
+        ] {
+            let mut v = serde_json::to_value(&p).unwrap();
+            v["format_version"] = bad.clone();
+            let e = read(v.to_string().as_bytes()).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    ReportError::Version { found: f, oldest: 1, newest: 2 } if f == found
+                ),
+                "{bad}: {e:?}"
+            );
+        }
         let mut v = serde_json::to_value(&p).unwrap();
+        v.as_object_mut().unwrap().remove("format_version");
+        let e = read(v.to_string().as_bytes()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "profile format version 0; this hvprof reads versions 1 to 2"
+        );
         v["format_version"] = 99.into();
-        let text = v.to_string();
-        assert!(matches!(
-            read(text.as_bytes()),
-            Err(ReportError::Version {
-                found: 99,
-                supported: 1
-            })
-        ));
+        let e = read(v.to_string().as_bytes()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "profile format version 99; this hvprof reads versions 1 to 2"
+        );
         assert!(matches!(read(&b"not json"[..]), Err(ReportError::Json(_))));
+    }
+
+    /// `p` as version 1 wrote it: bucket indices as JSON numbers.
+    fn as_version_1(p: &Profile) -> String {
+        let mut v = serde_json::to_value(p).unwrap();
+        v["format_version"] = 1.into();
+        for o in v["objects"].as_array_mut().unwrap() {
+            for pair in o["counts"].as_array_mut().unwrap() {
+                let index = crate::report::hex::parse(pair[0].as_str().unwrap()).unwrap();
+                pair[0] = index.into();
+            }
+        }
+        v.to_string()
+    }
+
+    #[test]
+    fn version_1_files_are_read_and_upgraded() {
+        let mut p = sample_profile(0);
+        // A whole-space host profile's index of a kernel address, past 2^53.
+        p.objects[0].counts.push((0xffff_ffff_8100_0000 >> 4, 3));
+        p.objects[0].counts.push((u64::MAX >> 4, 1));
+        let v1 = as_version_1(&p);
+        assert!(v1.contains(r#""format_version":1"#), "{v1}");
+        assert!(
+            v1.contains(
+                r#""counts":[[2,5],[7,9],[9,1],[1152921504473677824,3],[1152921504606846975,1]]"#
+            ),
+            "{v1}"
+        );
+        let read_back = read(v1.as_bytes()).unwrap();
+        assert_eq!(read_back.format_version, FORMAT_VERSION);
+        assert_eq!(read_back, p, "indices above 2^53 are read exactly");
+        // Written again, it is a version-2 file.
+        let mut buf = Vec::new();
+        write(&read_back, &mut buf).unwrap();
+        let v2 = String::from_utf8(buf).unwrap();
+        assert!(v2.contains(r#""format_version":2"#), "{v2}");
+        assert!(
+            v2.contains(r#"["0xffffffff8100000",3],["0xfffffffffffffff",1]]"#),
+            "{v2}"
+        );
+        assert_eq!(read(v2.as_bytes()).unwrap(), p);
+    }
+
+    #[test]
+    fn each_version_has_its_own_index_form() {
+        let p = sample_profile(0x1000);
+        // Version 1 with a string index, or a negative one: refused, naming the place.
+        let v1 = as_version_1(&p).replacen("[7,9]", r#"["0x7",9]"#, 1);
+        let e = read(v1.as_bytes()).unwrap_err();
+        let message = format!("{:?}", e);
+        assert!(matches!(e, ReportError::Json(_)), "{message}");
+        assert!(message.contains("objects[0].counts[1]"), "{message}");
+        let v1 = as_version_1(&p).replacen("[7,9]", "[-7,9]", 1);
+        assert!(matches!(read(v1.as_bytes()), Err(ReportError::Json(_))));
+        // Version 2 with a numeric index, or a signed hex one: refused.
+        let mut v = serde_json::to_value(&p).unwrap();
+        v["objects"][0]["counts"][1][0] = 7.into();
+        assert!(matches!(
+            read(v.to_string().as_bytes()),
+            Err(ReportError::Json(_))
+        ));
+        v["objects"][0]["counts"][1][0] = "0x+7".into();
+        assert!(matches!(
+            read(v.to_string().as_bytes()),
+            Err(ReportError::Json(_))
+        ));
+        v["objects"][0]["counts"][1][0] = "0x7".into();
+        assert_eq!(read(v.to_string().as_bytes()).unwrap(), p);
     }
 
     /// The keys hvprof writes for each kind of object are exactly the ones the JSON Schema

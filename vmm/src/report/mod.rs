@@ -46,13 +46,15 @@ pub enum ReportError {
     /// The JSON is not an hvprof profile.
     #[error("not an hvprof profile (its \"format\" is not \"hvprof-profile\")")]
     NotAProfile,
-    /// A profile of another format version.
-    #[error("profile format version {found}; this hvprof reads version {supported}")]
+    /// A profile of a format version this build does not read.
+    #[error("profile format version {found}; this hvprof reads versions {oldest} to {newest}")]
     Version {
-        /// The file's version.
+        /// The file's version (0 when it has none).
         found: u64,
-        /// The one this build reads.
-        supported: u32,
+        /// The oldest version this build reads.
+        oldest: u32,
+        /// The newest (the one it writes).
+        newest: u32,
     },
     /// An error about one file.
     #[error("{}", .path.display())]

@@ -15,16 +15,22 @@ use crate::vm::RunReport;
 /// The value of `format` in every profile.json.
 pub const FORMAT_NAME: &str = "hvprof-profile";
 
-/// The schema version this build writes. Readers accept any file with the same version; a new
-/// version is made for every change that old readers would misread (docs/profile-json.md).
-pub const FORMAT_VERSION: u32 = 1;
+/// The schema version this build writes. A new version is made for every change that old
+/// readers would misread (docs/profile-json.md). Version 2 writes bucket indices as `"0x..."`
+/// strings; version 1 wrote them as numbers, which readers of doubles (jq, JavaScript) round
+/// past 2^53.
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The oldest version this build still reads (and upgrades to [`FORMAT_VERSION`] on reading).
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
 
 /// One run's profile.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Profile {
     /// Always [`FORMAT_NAME`].
     pub format: String,
-    /// [`FORMAT_VERSION`] when written by this build.
+    /// [`FORMAT_VERSION`] when written by this build, and once read (an older file is
+    /// upgraded as it is read).
     pub format_version: u32,
     /// The hvprof version that wrote it.
     pub hvprof_version: String,
@@ -174,7 +180,9 @@ pub struct ProfileObject {
     pub buckets: u64,
     /// Sum of all counts.
     pub total: u64,
-    /// The nonzero buckets, as `[index, count]` in index order.
+    /// The nonzero buckets, as `(index, count)` in index order; in profile.json each is
+    /// `["0x...", count]` (the index as a hex string).
+    #[serde(with = "super::hex::indexed_counts")]
     pub counts: Vec<(u64, u64)>,
     /// Per-function totals, largest first (empty when not symbolized).
     pub functions: Vec<FunctionCount>,
