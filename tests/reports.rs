@@ -149,3 +149,69 @@ fn report_refuses_a_file_that_is_not_a_profile() {
     out.assert_status(harness::status::USAGE);
     out.assert_error_line(&["x.json", "not an hvprof profile"]);
 }
+
+/// True when `text` holds `(name.rs:N)` for some file name and line N > 0.
+fn has_source_line(text: &str) -> bool {
+    text.split('(').skip(1).any(|s| {
+        s.split_once(')')
+            .and_then(|(inside, _)| inside.split_once(".rs:"))
+            .and_then(|(_, n)| n.parse::<u32>().ok())
+            .is_some_and(|n| n > 0)
+    })
+}
+
+#[test]
+fn kernel_samples_carry_source_lines_from_the_guests_dwarf() {
+    // The reference guest's kernel is Rust with line tables (its CPL3 workload is assembly
+    // without them): a host-side profile of CPL0 names file:line for its hot buckets, in
+    // report.txt, in `report --annotate` and in the pprof file.
+    let dir = TempDir::new("lines");
+    let out = hvprof([
+        "profile",
+        "--cpl",
+        "0",
+        "--quiet",
+        "--serial",
+        "null",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ])
+    .run();
+    out.assert_status(0);
+    let text = std::fs::read_to_string(dir.join("report.txt")).unwrap();
+    let host = text
+        .split("profile object")
+        .find(|s| s.contains("(host)"))
+        .unwrap_or_else(|| panic!("a host object in report.txt\n{text}"));
+    let hottest = host.split("Hottest buckets").nth(1).unwrap_or_default();
+    assert!(has_source_line(hottest), "{text}");
+
+    let annotated = hvprof([
+        "report",
+        dir.join("profile.json").to_str().unwrap(),
+        "--annotate",
+    ])
+    .run();
+    annotated.assert_status(0);
+    assert!(
+        annotated.stdout.lines().any(|l| l
+            .trim()
+            .split_once(".rs:")
+            .is_some_and(|(_, n)| n.parse::<u32>().is_ok())),
+        "a source line row in the listing\n{annotated}"
+    );
+
+    let pprof = Command::new("go")
+        .args(["tool", "pprof", "-top", "-lines", "-nodefraction=0"])
+        .arg(dir.join("profile.pb.gz"))
+        .env("HOME", dir.path())
+        .output()
+        .expect("go tool pprof (Debian's golang-go)");
+    let top = String::from_utf8_lossy(&pprof.stdout);
+    assert!(pprof.status.success(), "{top}");
+    assert!(
+        top.lines()
+            .any(|l| l.contains("images/refguest/src/") && l.contains(".rs:")),
+        "pprof -lines shows the guest's source files\n{top}"
+    );
+}

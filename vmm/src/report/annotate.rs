@@ -87,6 +87,7 @@ fn bucket(
     let mut formatter = IntelFormatter::new();
     let mut insn = Instruction::default();
     let mut text = String::new();
+    let mut last_line = None;
     while decoder.can_decode() {
         decoder.decode_out(&mut insn);
         let ip = insn.ip();
@@ -101,6 +102,16 @@ fn bucket(
             .and_then(|off| counts.get(&(off >> shift)))
             .copied()
             .unwrap_or(0);
+        // The source line above its first instruction, when the module has lines.
+        let line = ip
+            .checked_sub(hit.module.base)
+            .and_then(|rva| hit.module.lines.lookup(rva));
+        if line.is_some() && line != last_line {
+            if let Some(l) = line {
+                let _ = writeln!(out, "  {:>9}  {}", "", l.short());
+            }
+        }
+        last_line = line;
         text.clear();
         formatter.format(&insn, &mut text);
         let start = usize::try_from(ip - from).unwrap_or(0);
@@ -126,7 +137,7 @@ fn bucket(
 mod tests {
     use super::*;
     use crate::report::profile::tests::sample_profile;
-    use crate::report::symbols::{ImageKind, Module, Section, Symbol};
+    use crate::report::symbols::{ImageKind, LineTable, Module, Section, Symbol};
 
     #[test]
     fn instructions_carry_their_bucket_counts() {
@@ -149,6 +160,7 @@ mod tests {
             }],
             code: vec![Section { rva: 0, data }],
             bits: 64,
+            lines: LineTable::from_rows(&[(0x60, "/src/m.rs", 41), (0x71, "/src/m.rs", 42)]),
         };
         let p = sample_profile(0x1000);
         let t = render(&p, &Symbols::from_module(module), 1);
@@ -169,6 +181,12 @@ mod tests {
             "{t}"
         );
         assert!(!t.contains("0x0000000000001080"), "{t}");
+        // Each source line once, above its first instruction.
+        let lines: Vec<&str> = t.lines().collect();
+        let at = |needle: &str| lines.iter().position(|l| l.contains(needle)).unwrap();
+        assert_eq!(t.matches("m.rs:42").count(), 1, "{t}");
+        assert_eq!(at("m.rs:42") + 1, at("0x0000000000001071"), "{t}");
+        assert!(at("m.rs:41") < at("0x0000000000001060"), "{t}");
     }
 
     #[test]

@@ -252,11 +252,24 @@ pub fn build(profile: &Profile, symbols: &Symbols) -> PprofProfile {
                 None => {
                     let hit = symbols.resolve(b.start);
                     let name = hit.map_or_else(|| format!("{:#x}", b.start), |h| h.function());
+                    // The bucket's first address's source line, when the module has lines.
+                    let source = hit.as_ref().and_then(|h| h.source());
                     let mapping_id = hit
                         .and_then(|h| modules.iter().position(|m| std::ptr::eq(m, h.module)))
                         .map_or(0, id);
                     let function_id = match functions.get(&name) {
-                        Some(f) => *f,
+                        Some(f) => {
+                            // A function's file: that of its first location with a line.
+                            let function = usize::try_from(*f - 1)
+                                .ok()
+                                .and_then(|i| out.function.get_mut(i));
+                            if let (Some(func), Some(l)) = (function, source) {
+                                if func.filename == 0 {
+                                    func.filename = strings.get(l.file);
+                                }
+                            }
+                            *f
+                        }
                         None => {
                             let f = id(out.function.len());
                             let n = strings.get(&name);
@@ -264,7 +277,7 @@ pub fn build(profile: &Profile, symbols: &Symbols) -> PprofProfile {
                                 id: f,
                                 name: n,
                                 system_name: n,
-                                filename: 0,
+                                filename: source.map_or(0, |l| strings.get(l.file)),
                             });
                             functions.insert(name, f);
                             f
@@ -277,7 +290,7 @@ pub fn build(profile: &Profile, symbols: &Symbols) -> PprofProfile {
                         address: b.start,
                         line: vec![Line {
                             function_id,
-                            line: 0,
+                            line: source.map_or(0, |l| i64::from(l.line)),
                         }],
                     });
                     locations.insert(b.start, l);
@@ -352,6 +365,21 @@ mod tests {
         assert_eq!(pb.location[1].mapping_id, 1);
         assert_eq!(pb.location[2].line[0].function_id, 2);
         assert_eq!(pb.period, 3_906_300);
+    }
+
+    #[test]
+    fn locations_carry_source_lines_and_functions_their_file() {
+        let p = sample_profile(0x1000);
+        let mut m = module("m", 0x1000, &[(0x70, 0x30, "hot")]);
+        m.lines = crate::report::symbols::LineTable::from_rows(&[(0x80, "/src/m.rs", 43)]);
+        let pb = decoded(&p, &Symbols::from_module(m));
+        let s = |i: i64| pb.string_table[usize::try_from(i).unwrap()].as_str();
+        // Buckets at 0x1020 and 0x1070 have no line, 0x1090 line 43; `hot`'s file comes from
+        // its second location, the first with a line.
+        let lines: Vec<i64> = pb.location.iter().map(|l| l.line[0].line).collect();
+        assert_eq!(lines, vec![0, 0, 43]);
+        let files: Vec<&str> = pb.function.iter().map(|f| s(f.filename)).collect();
+        assert_eq!(files, vec!["", "/src/m.rs"]);
     }
 
     #[test]

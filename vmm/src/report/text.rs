@@ -136,12 +136,15 @@ fn object(out: &mut String, o: &ProfileObject, symbols: &Symbols, stored: bool, 
     let rows: Vec<(String, u64)> = hottest(o, top)
         .iter()
         .map(|b| {
-            let name = format!(
+            let mut name = format!(
                 "{:#x}..{:#x} {}",
                 b.start,
                 b.end,
                 symbols.describe_qualified(b.start)
             );
+            if let Some(line) = symbols.resolve(b.start).and_then(|h| h.source()) {
+                let _ = write!(name, " ({})", line.short());
+            }
             (name, b.count)
         })
         .collect();
@@ -217,6 +220,16 @@ mod tests {
         let t = render(&p, &newer, 10);
         assert!(has(&t, "m2!renamed 10 66.67%"), "{t}");
         assert!(!t.contains("m!hot"), "{t}");
+    }
+
+    #[test]
+    fn hot_buckets_show_their_source_line() {
+        let p = sample_profile(0x1000);
+        let mut m = module("m", 0x1000, &[(0x70, 0x30, "hot")]);
+        m.lines = crate::report::symbols::LineTable::from_rows(&[(0x70, "/src/m.rs", 42)]);
+        let t = render(&p, &Symbols::from_module(m), 10);
+        assert!(has(&t, "0x1070..0x1080 m!hot (m.rs:42) 9 60.00%"), "{t}");
+        assert!(has(&t, "0x1020..0x1030 m+0x20 5 33.33%"), "{t}");
     }
 
     #[test]

@@ -46,7 +46,8 @@ pub fn read(name: &str, bytes: &[u8]) -> Result<Module, SymbolError> {
                 Symbol {
                     rva: s.address() - base,
                     size: s.size(),
-                    name: rustc_demangle::demangle(name).to_string(),
+                    // `{:#}`: without the trailing hash (`::h0123...`).
+                    name: format!("{:#}", rustc_demangle::demangle(name)),
                 },
             ))
         })
@@ -80,6 +81,7 @@ pub fn read(name: &str, bytes: &[u8]) -> Result<Module, SymbolError> {
         symbols,
         code,
         bits: if file.is_64() { 64 } else { 32 },
+        lines: super::LineTable::from_object(&file, base),
     })
 }
 

@@ -9,10 +9,13 @@
 //! ([`pdb`]: public symbols and procedures).
 
 pub mod elf;
+pub mod lines;
 pub mod pdb;
 pub mod pe;
 
 use std::path::{Path, PathBuf};
+
+pub use lines::{LineTable, SourceLine};
 
 /// One symbol of a module.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +71,8 @@ pub struct Module {
     pub code: Vec<Section>,
     /// 64 or 32: how its code decodes.
     pub bits: u32,
+    /// Source lines by RVA (empty without debug line information).
+    pub lines: LineTable,
 }
 
 /// A symbol found for an address.
@@ -81,7 +86,12 @@ pub struct Hit<'a> {
     pub offset: u64,
 }
 
-impl Hit<'_> {
+impl<'a> Hit<'a> {
+    /// The address's source line, when the module has line information.
+    pub fn source(&self) -> Option<SourceLine<'a>> {
+        self.module.lines.lookup(self.rva())
+    }
+
     /// `module!name+0xoff`, `module!name`, or `module+0xrva` when no symbol covers it.
     pub fn describe(&self) -> String {
         match (self.symbol, self.offset) {
@@ -89,6 +99,11 @@ impl Hit<'_> {
             (Some(s), off) => format!("{}!{}+{off:#x}", self.module.name, s.name),
             (None, off) => format!("{}+{off:#x}", self.module.name),
         }
+    }
+
+    /// The address's offset from the module's base.
+    pub fn rva(&self) -> u64 {
+        self.symbol.map_or(self.offset, |s| s.rva + self.offset)
     }
 
     /// The function's name, or `module+0xrva`.
@@ -326,6 +341,7 @@ pub(crate) mod tests {
                 data: vec![0x90; 8],
             }],
             bits: 64,
+            lines: LineTable::default(),
         }
     }
 

@@ -111,6 +111,7 @@ pub fn read(name: &str, bytes: &[u8]) -> Result<Module, SymbolError> {
         symbols,
         code: Vec::new(),
         bits: 64,
+        lines: super::LineTable::default(),
     })
 }
 

@@ -140,6 +140,7 @@ pub fn read(name: &str, bytes: &[u8], symbol_dir: Option<&Path>) -> Result<Modul
         symbols,
         code,
         bits: if file.is_64() { 64 } else { 32 },
+        lines: super::LineTable::default(),
     })
 }
 
