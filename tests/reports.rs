@@ -16,15 +16,16 @@ const WORKLOAD: [&str; 3] = ["shares_f1", "shares_f2", "shares_f4"];
 
 /// Runs the demo with `--out` into a fresh directory.
 fn demo_out() -> TempDir {
+    run_out(&["demo"])
+}
+
+/// Runs `hvprof <command...> --serial null --out DIR` into a fresh directory and checks that
+/// the four report files are written.
+fn run_out(command: &[&str]) -> TempDir {
     let dir = TempDir::new("reports");
-    let out = hvprof([
-        "demo",
-        "--serial",
-        "null",
-        "--out",
-        dir.path().to_str().unwrap(),
-    ])
-    .run();
+    let mut args: Vec<&str> = command.to_vec();
+    args.extend(["--serial", "null", "--out", dir.path().to_str().unwrap()]);
+    let out = hvprof(args).run();
     out.assert_status(0);
     for f in [
         "profile.json",
@@ -46,13 +47,12 @@ fn flat(top: &str, function: &str) -> Option<u64> {
         .and_then(|l| l.split_whitespace().next()?.parse().ok())
 }
 
-#[test]
-fn go_tool_pprof_lists_the_workload_functions_in_cost_order() {
-    let dir = demo_out();
-    let pb = dir.join("profile.pb.gz");
+/// `go tool pprof -top <options>` on DIR/profile.pb.gz: its stdout and stderr.
+fn pprof_top(dir: &TempDir, options: &[&str]) -> (String, String) {
     let out = Command::new("go")
         .args(["tool", "pprof", "-top"])
-        .arg(&pb)
+        .args(options)
+        .arg(dir.join("profile.pb.gz"))
         .env("HOME", dir.path()) // pprof keeps its history file there
         .output()
         .unwrap_or_else(|e| {
@@ -60,9 +60,16 @@ fn go_tool_pprof_lists_the_workload_functions_in_cost_order() {
                 "cannot run `go` ({e}): install Debian's golang-go (apt-get install -y golang-go)"
             )
         });
-    let top = String::from_utf8_lossy(&out.stdout);
-    let err = String::from_utf8_lossy(&out.stderr);
+    let top = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "go tool pprof failed\n{top}\n{err}");
+    (top, err)
+}
+
+#[test]
+fn go_tool_pprof_lists_the_workload_functions_in_cost_order() {
+    let dir = demo_out();
+    let (top, err) = pprof_top(&dir, &[]);
     let counts: Vec<u64> = WORKLOAD
         .iter()
         .map(|f| flat(&top, f).unwrap_or_else(|| panic!("{f} in pprof -top\n{top}\n{err}")))
@@ -165,19 +172,7 @@ fn kernel_samples_carry_source_lines_from_the_guests_dwarf() {
     // The reference guest's kernel is Rust with line tables (its CPL3 workload is assembly
     // without them): a host-side profile of CPL0 names file:line for its hot buckets, in
     // report.txt, in `report --annotate` and in the pprof file.
-    let dir = TempDir::new("lines");
-    let out = hvprof([
-        "profile",
-        "--cpl",
-        "0",
-        "--quiet",
-        "--serial",
-        "null",
-        "--out",
-        dir.path().to_str().unwrap(),
-    ])
-    .run();
-    out.assert_status(0);
+    let dir = run_out(&["profile", "--cpl", "0", "--quiet"]);
     let text = std::fs::read_to_string(dir.join("report.txt")).unwrap();
     let host = text
         .split("profile object")
@@ -201,14 +196,7 @@ fn kernel_samples_carry_source_lines_from_the_guests_dwarf() {
         "a source line row in the listing\n{annotated}"
     );
 
-    let pprof = Command::new("go")
-        .args(["tool", "pprof", "-top", "-lines", "-nodefraction=0"])
-        .arg(dir.join("profile.pb.gz"))
-        .env("HOME", dir.path())
-        .output()
-        .expect("go tool pprof (Debian's golang-go)");
-    let top = String::from_utf8_lossy(&pprof.stdout);
-    assert!(pprof.status.success(), "{top}");
+    let (top, _) = pprof_top(&dir, &["-lines", "-nodefraction=0"]);
     assert!(
         top.lines()
             .any(|l| l.contains("images/refguest/src/") && l.contains(".rs:")),
