@@ -107,110 +107,82 @@ mod tests {
         }
     }
 
-    fn buses() -> (Bus, Bus, Arc<Mutex<Latch>>) {
-        let latch = Arc::new(Mutex::new(Latch(Vec::new())));
-        let mut pio = Bus::new("port");
-        pio.insert("latch", latch.clone(), 0x3f8, 8).unwrap();
-        (pio, Bus::new("MMIO"), latch)
+    /// A port bus with a latch at 0x3f8, an empty MMIO bus and exit counters.
+    struct Rig {
+        pio: Bus,
+        mmio: Bus,
+        latch: Arc<Mutex<Latch>>,
+        stats: ExitCounters,
+    }
+
+    impl Rig {
+        fn new() -> Rig {
+            let latch = Arc::new(Mutex::new(Latch(Vec::new())));
+            let mut pio = Bus::new("port");
+            pio.insert("latch", latch.clone(), 0x3f8, 8).unwrap();
+            Rig {
+                pio,
+                mmio: Bus::new("MMIO"),
+                latch,
+                stats: ExitCounters::default(),
+            }
+        }
+
+        /// Handles `exit` from a default origin.
+        fn exit(&self, exit: VcpuExit<'_>) -> ExitAction {
+            let b = Buses {
+                pio: &self.pio,
+                mmio: &self.mmio,
+            };
+            handle_exit(exit, &b, &Origin::default(), &self.stats)
+        }
     }
 
     #[test]
     fn port_write_reaches_the_device_and_continues() {
-        let (pio, mmio, latch) = buses();
-        let stats = ExitCounters::default();
-        let b = Buses {
-            pio: &pio,
-            mmio: &mmio,
-        };
-        assert_eq!(
-            handle_exit(VcpuExit::IoOut(0x3f8, b"x"), &b, &Origin::default(), &stats),
-            ExitAction::Continue
-        );
-        assert_eq!(latch.lock().unwrap().0, b"x");
-        assert_eq!(stats.get(ExitKind::IoOut), 1);
+        let rig = Rig::new();
+        assert_eq!(rig.exit(VcpuExit::IoOut(0x3f8, b"x")), ExitAction::Continue);
+        assert_eq!(rig.latch.lock().unwrap().0, b"x");
+        assert_eq!(rig.stats.get(ExitKind::IoOut), 1);
     }
 
     #[test]
     fn unclaimed_port_reads_all_ones_and_is_counted() {
-        let (pio, mmio, _) = buses();
-        let stats = ExitCounters::default();
+        let rig = Rig::new();
         let mut data = [0u8; 2];
-        let b = Buses {
-            pio: &pio,
-            mmio: &mmio,
-        };
         assert_eq!(
-            handle_exit(
-                VcpuExit::IoIn(0x80, &mut data),
-                &b,
-                &Origin::default(),
-                &stats
-            ),
+            rig.exit(VcpuExit::IoIn(0x80, &mut data)),
             ExitAction::Continue
         );
         assert_eq!(data, [0xff, 0xff]);
-        assert_eq!(stats.unclaimed(), 1);
+        assert_eq!(rig.stats.unclaimed(), 1);
     }
 
     #[test]
     fn shutdown_and_internal_error_are_reported() {
-        let (pio, mmio, _) = buses();
-        let stats = ExitCounters::default();
-        let b = Buses {
-            pio: &pio,
-            mmio: &mmio,
-        };
-        assert_eq!(
-            handle_exit(VcpuExit::Shutdown, &b, &Origin::default(), &stats),
-            ExitAction::Shutdown
-        );
-        assert_eq!(
-            handle_exit(VcpuExit::InternalError, &b, &Origin::default(), &stats),
-            ExitAction::InternalError
-        );
-        assert_eq!(stats.get(ExitKind::Other), 2);
+        let rig = Rig::new();
+        assert_eq!(rig.exit(VcpuExit::Shutdown), ExitAction::Shutdown);
+        assert_eq!(rig.exit(VcpuExit::InternalError), ExitAction::InternalError);
+        assert_eq!(rig.stats.get(ExitKind::Other), 2);
     }
 
     #[test]
     fn system_events_end_the_run() {
-        let (pio, mmio, _) = buses();
-        let stats = ExitCounters::default();
-        let b = Buses {
-            pio: &pio,
-            mmio: &mmio,
-        };
+        let rig = Rig::new();
         assert_eq!(
-            handle_exit(
-                VcpuExit::SystemEvent(SYSTEM_EVENT_RESET, &[]),
-                &b,
-                &Origin::default(),
-                &stats
-            ),
+            rig.exit(VcpuExit::SystemEvent(SYSTEM_EVENT_RESET, &[])),
             ExitAction::Stop(RunOutcome::Reset)
         );
         assert_eq!(
-            handle_exit(
-                VcpuExit::SystemEvent(SYSTEM_EVENT_SHUTDOWN, &[]),
-                &b,
-                &Origin::default(),
-                &stats
-            ),
+            rig.exit(VcpuExit::SystemEvent(SYSTEM_EVENT_SHUTDOWN, &[])),
             ExitAction::Stop(RunOutcome::PowerOff)
         );
     }
 
     #[test]
     fn kick_is_counted() {
-        let (pio, mmio, _) = buses();
-        let stats = ExitCounters::default();
-        let b = Buses {
-            pio: &pio,
-            mmio: &mmio,
-        };
-        assert_eq!(
-            handle_exit(VcpuExit::Intr, &b, &Origin::default(), &stats),
-            ExitAction::Kicked
-        );
-        assert_eq!(stats.get(ExitKind::Kick), 1);
+        let rig = Rig::new();
+        assert_eq!(rig.exit(VcpuExit::Intr), ExitAction::Kicked);
+        assert_eq!(rig.stats.get(ExitKind::Kick), 1);
     }
 }
