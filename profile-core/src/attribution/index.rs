@@ -207,6 +207,20 @@ impl Class {
     }
 }
 
+/// The class that lists record `r` (of `global` and `procs`) and the first word of its keys
+/// there: 0 for a global object, its process key otherwise.
+fn class_of<'a, P>(
+    r: &Rec<P>,
+    global: &'a mut Class,
+    procs: &'a mut Class,
+) -> (&'a mut Class, u64) {
+    if r.global {
+        (global, 0)
+    } else {
+        (procs, r.process_key)
+    }
+}
+
 /// Shape of the attribution index, for tests, benchmarks and diagnostics.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct IndexStats {
@@ -415,14 +429,11 @@ impl<P> Index<P> {
         if base >= end {
             return; // an empty range never matches; nothing to index
         }
-        let class = if global {
-            &mut self.global
-        } else {
-            &mut self.procs
-        };
+        let adaptive = self.forced_shift.is_none();
+        let class = self.class_mut(global);
         class.account(base, end, true);
         class.widen(base, end);
-        if self.forced_shift.is_none() && class.wants_rebuild() {
+        if adaptive && class.wants_rebuild() {
             self.rebuild(global);
         } else {
             self.link(slot, false);
@@ -441,13 +452,10 @@ impl<P> Index<P> {
         let record = self.records[slot as usize].0.take()?;
         self.started -= 1;
         if base < end {
-            let class = if global {
-                &mut self.global
-            } else {
-                &mut self.procs
-            };
+            let adaptive = self.forced_shift.is_none();
+            let class = self.class_mut(global);
             class.account(base, end, false);
-            if self.forced_shift.is_none() && class.wants_rebuild() {
+            if adaptive && class.wants_rebuild() {
                 self.rebuild(global);
             }
         }
@@ -470,11 +478,7 @@ impl<P> Index<P> {
             Some(r) => r,
             None => return,
         };
-        let (class, a) = if r.global {
-            (global, 0)
-        } else {
-            (procs, r.process_key)
-        };
+        let (class, a) = class_of(r, global, procs);
         let s = class.shift;
         if span(r.base, r.end, s) <= MAX_SPAN {
             for chunk in (r.base >> s)..=((r.end - 1) >> s) {
@@ -510,11 +514,7 @@ impl<P> Index<P> {
             Some(r) => r,
             None => return,
         };
-        let (class, a) = if r.global {
-            (global, 0)
-        } else {
-            (procs, r.process_key)
-        };
+        let (class, a) = class_of(r, global, procs);
         let s = class.shift;
         if span(r.base, r.end, s) <= MAX_SPAN {
             for chunk in (r.base >> s)..=((r.end - 1) >> s) {
@@ -537,14 +537,20 @@ impl<P> Index<P> {
         }
     }
 
-    /// Re-indexes one class under its ideal (or the forced) shift.
-    fn rebuild(&mut self, global: bool) {
-        let class = if global {
+    /// The global or the per-process class.
+    fn class_mut(&mut self, global: bool) -> &mut Class {
+        if global {
             &mut self.global
         } else {
             &mut self.procs
-        };
-        class.shift = self.forced_shift.unwrap_or_else(|| class.ideal());
+        }
+    }
+
+    /// Re-indexes one class under its ideal (or the forced) shift.
+    fn rebuild(&mut self, global: bool) {
+        let forced = self.forced_shift;
+        let class = self.class_mut(global);
+        class.shift = forced.unwrap_or_else(|| class.ideal());
         let expected = usize::try_from(class.cost_at(class.shift)).unwrap_or(usize::MAX);
         class.map = ChunkMap::with_capacity(expected);
         class.changes = 0;
@@ -561,13 +567,8 @@ impl<P> Index<P> {
             .map(|(slot, _)| slot)
             .collect();
         for slot in members {
-            if let Some(r) = rec(&self.records, slot) {
-                let (base, end) = (r.base, r.end);
-                if global {
-                    self.global.widen(base, end);
-                } else {
-                    self.procs.widen(base, end);
-                }
+            if let Some((base, end)) = rec(&self.records, slot).map(|r| (r.base, r.end)) {
+                self.class_mut(global).widen(base, end);
             }
             self.link(slot, true);
         }
