@@ -1,7 +1,8 @@
 //! The arguments of NtCreateProfile / NtCreateProfileEx with a kernel agent's defaults.
 
 use profile_core::abi::{
-    CreateExRequest, CreateRequest, CALLER_SYSTEM_PROFILE_PRIVILEGE, CREATE_PER_PROCESS,
+    CreateExRequest, CreateFields, CreateRequest, CALLER_SYSTEM_PROFILE_PRIVILEGE,
+    CREATE_PER_PROCESS,
 };
 use profile_core::affinity::KAFFINITY_ALL;
 use profile_core::ProfileSource;
@@ -92,9 +93,9 @@ impl ProfileParams {
         self.caller_flags | per_process
     }
 
-    /// The CREATE request body.
-    pub fn to_create(&self) -> CreateRequest {
-        CreateRequest {
+    /// The fields CREATE and CREATE_EX share.
+    fn fields(&self) -> CreateFields {
+        CreateFields {
             process_cr3: self.process_cr3.unwrap_or(0),
             base: self.base,
             size: self.size,
@@ -104,29 +105,18 @@ impl ProfileParams {
             source: self.source.0,
             flags: self.flags(),
             desired_access: self.desired_access,
-            group: self.group,
-            reserved0: 0,
-            affinity: self.affinity,
         }
+    }
+
+    /// The CREATE request body.
+    pub fn to_create(&self) -> CreateRequest {
+        self.fields().create(self.group, self.affinity)
     }
 
     /// The CREATE_EX request body (`group` and `affinity` are not used: CREATE_EX takes a
     /// `GROUP_AFFINITY` array; `group_count` is filled in when the block is built).
     pub fn to_create_ex(&self) -> CreateExRequest {
-        CreateExRequest {
-            process_cr3: self.process_cr3.unwrap_or(0),
-            base: self.base,
-            size: self.size,
-            buffer: self.buffer,
-            buffer_size: self.buffer_size,
-            bucket_size: self.bucket_size,
-            source: self.source.0,
-            flags: self.flags(),
-            desired_access: self.desired_access,
-            group_count: 0,
-            reserved0: 0,
-            reserved1: 0,
-        }
+        self.fields().create_ex(0)
     }
 }
 

@@ -32,9 +32,9 @@ pub use codec::{
 pub use convert::{caller_rights, supported_sources_mask};
 pub use page_list::{pages_spanned, PageList, PAGE_SHIFT, PAGE_SIZE};
 pub use requests::{
-    CreateExRequest, CreateReply, CreateRequest, Empty, HandleRequest, Header, InfoReply,
-    IntervalReply, PageListHeader, QueryIntervalRequest, SetInterruptRequest, SetIntervalRequest,
-    StartReply, StartRequest, StatsReply,
+    CreateExRequest, CreateFields, CreateReply, CreateRequest, Empty, HandleRequest, Header,
+    InfoReply, IntervalReply, PageListHeader, QueryIntervalRequest, SetInterruptRequest,
+    SetIntervalRequest, StartReply, StartRequest, StatsReply,
 };
 pub use wire::Wire;
 

@@ -83,6 +83,68 @@ wire_struct! {
     }
 }
 
+/// The fields [`CreateRequest`] and [`CreateExRequest`] share, so that an agent fills them
+/// in one place and then builds either call's body.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct CreateFields {
+    /// The profiled process's CR3 with [`super::CREATE_PER_PROCESS`] in `flags`, else 0.
+    pub process_cr3: u64,
+    /// `ProfileBase`.
+    pub base: u64,
+    /// `ProfileSize`.
+    pub size: u64,
+    /// `Buffer`.
+    pub buffer: u64,
+    /// `BufferSize`.
+    pub buffer_size: u32,
+    /// `BucketSize`.
+    pub bucket_size: u32,
+    /// `ProfileSource`.
+    pub source: u32,
+    /// `CREATE_*` and `CALLER_*` flags.
+    pub flags: u32,
+    /// Access for the new handle.
+    pub desired_access: u32,
+}
+
+impl CreateFields {
+    /// The `CALL_CREATE` body for `affinity` in processor group `group`.
+    pub const fn create(self, group: u16, affinity: u64) -> CreateRequest {
+        CreateRequest {
+            process_cr3: self.process_cr3,
+            base: self.base,
+            size: self.size,
+            buffer: self.buffer,
+            buffer_size: self.buffer_size,
+            bucket_size: self.bucket_size,
+            source: self.source,
+            flags: self.flags,
+            desired_access: self.desired_access,
+            group,
+            reserved0: 0,
+            affinity,
+        }
+    }
+
+    /// The `CALL_CREATE_EX` body, followed by `group_count` `GROUP_AFFINITY` elements.
+    pub const fn create_ex(self, group_count: u16) -> CreateExRequest {
+        CreateExRequest {
+            process_cr3: self.process_cr3,
+            base: self.base,
+            size: self.size,
+            buffer: self.buffer,
+            buffer_size: self.buffer_size,
+            bucket_size: self.bucket_size,
+            source: self.source,
+            flags: self.flags,
+            desired_access: self.desired_access,
+            group_count,
+            reserved0: 0,
+            reserved1: 0,
+        }
+    }
+}
+
 wire_struct! {
     /// Reply to `CALL_CREATE` and `CALL_CREATE_EX`. 16 bytes.
     pub struct CreateReply(16) {

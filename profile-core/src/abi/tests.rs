@@ -516,3 +516,41 @@ fn pages_spanned_does_not_overflow_near_u64_max() {
         assert_eq!(pages_spanned(va, size), ((va & 0xFFF) + size + 0xFFF) >> 12);
     }
 }
+
+#[test]
+fn create_fields_build_both_bodies_with_reserved_fields_zero() {
+    let f = CreateFields {
+        process_cr3: 0x1000,
+        base: 0x40_0000,
+        size: 0x1_0000,
+        buffer: 0x8000,
+        buffer_size: 0x1000,
+        bucket_size: 4,
+        source: 2,
+        flags: CREATE_PER_PROCESS,
+        desired_access: 1,
+    };
+    let c = f.create(1, 0b110);
+    assert_eq!(
+        (
+            c.process_cr3,
+            c.base,
+            c.size,
+            c.buffer,
+            c.buffer_size,
+            c.bucket_size
+        ),
+        (0x1000, 0x40_0000, 0x1_0000, 0x8000, 0x1000, 4)
+    );
+    assert_eq!(
+        (c.source, c.flags, c.desired_access),
+        (2, CREATE_PER_PROCESS, 1)
+    );
+    assert_eq!((c.group, c.affinity, c.reserved0), (1, 0b110, 0));
+    let e = f.create_ex(3);
+    assert_eq!(
+        (e.base, e.size, e.flags, e.group_count),
+        (0x40_0000, 0x1_0000, CREATE_PER_PROCESS, 3)
+    );
+    assert_eq!((e.reserved0, e.reserved1), (0, 0));
+}

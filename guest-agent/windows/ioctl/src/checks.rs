@@ -15,8 +15,8 @@
 //!    standing for the process-handle access check of NtCreateProfile.
 
 use profile_core::abi::{
-    CreateExRequest, CreateRequest, CALLER_RESTRICTED, CALLER_SYSTEM_PROFILE_PRIVILEGE,
-    CREATE_PER_PROCESS,
+    CreateExRequest, CreateFields, CreateRequest, CALLER_RESTRICTED,
+    CALLER_SYSTEM_PROFILE_PRIVILEGE, CREATE_PER_PROCESS,
 };
 use profile_core::affinity::{GroupAffinity, MAX_GROUPS};
 use profile_core::NtStatus;
@@ -189,45 +189,31 @@ pub fn check_process_access(
     }
 }
 
-fn flags(cr3: Option<u64>, privileged: bool) -> u32 {
-    caller_flags(privileged) | if cr3.is_some() { CREATE_PER_PROCESS } else { 0 }
+/// The fields CREATE and CREATE_EX share, for a request of `r` in the address space `cr3`
+/// (`None` for a global profile).
+fn fields(r: Range, cr3: Option<u64>, privileged: bool) -> CreateFields {
+    CreateFields {
+        process_cr3: cr3.unwrap_or(0),
+        base: r.base,
+        size: r.size,
+        buffer: r.buffer,
+        buffer_size: r.buffer_size,
+        bucket_size: r.bucket_size,
+        source: r.source,
+        flags: caller_flags(privileged) | if cr3.is_some() { CREATE_PER_PROCESS } else { 0 },
+        desired_access: PROFILE_CONTROL,
+    }
 }
 
 /// The VMM's CREATE request for a checked [`CreateIn`]: `cr3` is the profiled process's
 /// address space (`None` for a global profile).
 pub fn create_request(c: &CreateIn, cr3: Option<u64>, privileged: bool) -> CreateRequest {
-    CreateRequest {
-        process_cr3: cr3.unwrap_or(0),
-        base: c.base,
-        size: c.size,
-        buffer: c.buffer,
-        buffer_size: c.buffer_size,
-        bucket_size: c.bucket_size,
-        source: c.source,
-        flags: flags(cr3, privileged),
-        desired_access: PROFILE_CONTROL,
-        group: c.group,
-        reserved0: 0,
-        affinity: c.affinity,
-    }
+    fields(c.into(), cr3, privileged).create(c.group, c.affinity)
 }
 
 /// The VMM's CREATE_EX request body for a checked [`CreateExIn`].
 pub fn create_ex_request(c: &CreateExIn, cr3: Option<u64>, privileged: bool) -> CreateExRequest {
-    CreateExRequest {
-        process_cr3: cr3.unwrap_or(0),
-        base: c.base,
-        size: c.size,
-        buffer: c.buffer,
-        buffer_size: c.buffer_size,
-        bucket_size: c.bucket_size,
-        source: c.source,
-        flags: flags(cr3, privileged),
-        desired_access: PROFILE_CONTROL,
-        group_count: c.group_count,
-        reserved0: 0,
-        reserved1: 0,
-    }
+    fields(c.into(), cr3, privileged).create_ex(c.group_count)
 }
 
 #[cfg(test)]
