@@ -95,17 +95,9 @@ impl<'s, T: Transport, M: PhysicalMemory> Client<'s, T, M> {
 
     /// Builds a fixed-size request for `call` and rings it.
     fn call<Q: Wire, R: Wire>(&mut self, call: u32, body: &Q) -> Result<R, Error> {
-        let len =
-            encode_request(call, body, self.scratch).map_err(|s| self.encode_error(s, call))?;
+        let needed = abi::min_length(call).unwrap_or(usize::MAX);
+        let len = encode_request(call, body, self.scratch).map_err(|s| encode_error(s, needed))?;
         self.ring_for(len)
-    }
-
-    fn encode_error(&self, status: NtStatus, call: u32) -> Error {
-        if status == NtStatus::BUFFER_TOO_SMALL {
-            Error::ScratchTooSmall(abi::min_length(call).unwrap_or(usize::MAX))
-        } else {
-            Error::InvalidArgument
-        }
     }
 
     /// QUERY_INFO: ABI version, processors, features, supported sources, limits.
@@ -126,13 +118,8 @@ impl<'s, T: Transport, M: PhysicalMemory> Client<'s, T, M> {
         groups: &[GroupAffinity],
     ) -> Result<CreateReply, Error> {
         let needed = HEADER_SIZE + CreateExRequest::SIZE + groups.len() * GroupAffinity::SIZE;
-        let len = encode_create_ex(request, groups, self.scratch).map_err(|s| {
-            if s == NtStatus::BUFFER_TOO_SMALL {
-                Error::ScratchTooSmall(needed)
-            } else {
-                Error::InvalidArgument
-            }
-        })?;
+        let len =
+            encode_create_ex(request, groups, self.scratch).map_err(|s| encode_error(s, needed))?;
         self.ring_for(len)
     }
 
@@ -151,13 +138,7 @@ impl<'s, T: Transport, M: PhysicalMemory> Client<'s, T, M> {
     ) -> Result<StartReply, Error> {
         let needed = HEADER_SIZE + StartRequest::SIZE + PageListHeader::SIZE + frames.len() * 8;
         let len = encode_start_page_list(handle, offset_in_first_page, frames, self.scratch)
-            .map_err(|s| {
-                if s == NtStatus::BUFFER_TOO_SMALL {
-                    Error::ScratchTooSmall(needed)
-                } else {
-                    Error::InvalidArgument
-                }
-            })?;
+            .map_err(|s| encode_error(s, needed))?;
         self.ring_for(len)
     }
 
@@ -322,6 +303,16 @@ impl<'s, T: Transport, M: PhysicalMemory> Client<'s, T, M> {
     /// READ_STATS (needs `FEATURE_STATISTICS`): the VMM's sampling counters since VM start.
     pub fn read_stats(&mut self) -> Result<StatsReply, Error> {
         self.call(abi::CALL_READ_STATS, &Empty)
+    }
+}
+
+/// The error for an encoder's status: the scratch buffer is smaller than `needed` bytes, or the
+/// request itself is invalid.
+fn encode_error(status: NtStatus, needed: usize) -> Error {
+    if status == NtStatus::BUFFER_TOO_SMALL {
+        Error::ScratchTooSmall(needed)
+    } else {
+        Error::InvalidArgument
     }
 }
 
