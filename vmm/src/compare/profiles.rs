@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::stats::{compare, Change, TestOptions};
+use crate::report::profile::FunctionTotals;
 use crate::report::{FunctionCount, ObjectOwner, Profile, ProfileObject};
 
 /// The identity of an object across runs.
@@ -178,7 +179,7 @@ fn add_object(into: &mut ProfileObject, from: &ProfileObject) {
     }
     into.counts = counts.into_iter().collect();
     into.total += from.total;
-    let mut functions: BTreeMap<(Option<String>, String), u64> = into
+    let mut functions: FunctionTotals = into
         .functions
         .iter()
         .map(|f| ((f.module.clone(), f.name.clone()), f.samples))
@@ -188,16 +189,7 @@ fn add_object(into: &mut ProfileObject, from: &ProfileObject) {
             .entry((f.module.clone(), f.name.clone()))
             .or_default() += f.samples;
     }
-    into.functions = functions
-        .into_iter()
-        .map(|((module, name), samples)| FunctionCount {
-            module,
-            name,
-            samples,
-        })
-        .collect();
-    into.functions
-        .sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.name.cmp(&b.name)));
+    into.functions = FunctionCount::ranked(functions);
 }
 
 #[cfg(test)]

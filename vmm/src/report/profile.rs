@@ -144,7 +144,29 @@ pub struct FunctionCount {
     pub samples: u64,
 }
 
+/// Per-function sample totals keyed by (module, function).
+pub type FunctionTotals = std::collections::BTreeMap<(Option<String>, String), u64>;
+
 impl FunctionCount {
+    /// `totals` as a list, largest first (ties by module, then name).
+    pub fn ranked(totals: FunctionTotals) -> Vec<FunctionCount> {
+        let mut v: Vec<FunctionCount> = totals
+            .into_iter()
+            .map(|((module, name), samples)| FunctionCount {
+                module,
+                name,
+                samples,
+            })
+            .collect();
+        v.sort_by(|a, b| {
+            b.samples
+                .cmp(&a.samples)
+                .then_with(|| a.module.cmp(&b.module))
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        v
+    }
+
     /// `module!function`, or the name alone when it is already a module-relative fallback
     /// (`module+0x20`) or there is no module.
     pub fn qualified(&self) -> String {
@@ -322,8 +344,7 @@ impl ProfileObject {
 
     /// Per-function totals from `symbols`, largest first (ties by module and name).
     pub fn function_counts(&self, symbols: &Symbols) -> Vec<FunctionCount> {
-        let mut totals: std::collections::BTreeMap<(Option<String>, String), u64> =
-            Default::default();
+        let mut totals = FunctionTotals::new();
         for b in self.nonzero() {
             let key = match symbols.resolve(b.start) {
                 Some(hit) => (Some(hit.module.name.clone()), hit.function()),
@@ -331,21 +352,7 @@ impl ProfileObject {
             };
             *totals.entry(key).or_default() += b.count;
         }
-        let mut v: Vec<FunctionCount> = totals
-            .into_iter()
-            .map(|((module, name), samples)| FunctionCount {
-                module,
-                name,
-                samples,
-            })
-            .collect();
-        v.sort_by(|a, b| {
-            b.samples
-                .cmp(&a.samples)
-                .then_with(|| a.module.cmp(&b.module))
-                .then_with(|| a.name.cmp(&b.name))
-        });
-        v
+        FunctionCount::ranked(totals)
     }
 }
 
