@@ -64,7 +64,12 @@ fn finish(
     let mut meta = vmm::report::RunMetadata::new(config, started);
     meta.exit_status = status;
     let mut profile = vmm::report::Profile::from_run(&report, &meta);
-    let symbols = vmm::report::Symbols::for_config(config);
+    // Symbols (and their line tables) only for a report that is printed or written.
+    let symbols = if profile.objects.is_empty() && out.is_none() {
+        vmm::report::Symbols::default()
+    } else {
+        vmm::report::Symbols::for_config(config)
+    };
     // Once: the printed report and every file written below use these per-function totals.
     if !symbols.modules().is_empty() {
         profile.symbolize(&symbols);

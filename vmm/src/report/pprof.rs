@@ -253,7 +253,7 @@ pub fn build(profile: &Profile, symbols: &Symbols) -> PprofProfile {
                     let hit = symbols.resolve(b.start);
                     let name = hit.map_or_else(|| format!("{:#x}", b.start), |h| h.function());
                     // The bucket's first address's source line, when the module has lines.
-                    let source = hit.as_ref().and_then(|h| h.source());
+                    let source = hit.and_then(|h| h.source());
                     let mapping_id = hit
                         .and_then(|h| modules.iter().position(|m| std::ptr::eq(m, h.module)))
                         .map_or(0, id);
