@@ -135,6 +135,53 @@ fn a_pdb_alone_names_every_function_at_its_rva() {
     );
 }
 
+/// The 1-based line of tiny.c that defines `name` (each function is one line there, so every
+/// instruction of it belongs to that line).
+fn defining_line(name: &str) -> u32 {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/pe/tiny.c");
+    let text = std::fs::read_to_string(src).unwrap();
+    let at = text
+        .lines()
+        .position(|l| l.contains(&format!(" {name}(int x) {{")))
+        .unwrap_or_else(|| panic!("tiny.c defines {name}"));
+    u32::try_from(at + 1).unwrap()
+}
+
+/// Checks that every byte of each function the map file names maps to its line in tiny.c.
+fn check_lines(symbols: &Symbols, base: u64, b: &Built) {
+    for (name, rva) in &b.map {
+        let (_, size) = rva_of(symbols, name).unwrap();
+        let want = defining_line(name);
+        for off in 0..size {
+            let hit = symbols.resolve(base + rva + off).unwrap();
+            let line = hit
+                .source()
+                .unwrap_or_else(|| panic!("{name}+{off:#x} has a source line"));
+            assert!(line.file.ends_with("tiny.c"), "{name}: {line:?}");
+            assert_eq!(line.line, want, "{name}+{off:#x}");
+            assert_eq!(line.short(), format!("tiny.c:{want}"));
+        }
+    }
+}
+
+#[test]
+fn a_pdb_gives_each_function_its_source_lines() {
+    let b = build();
+    let bytes = std::fs::read(&b.pdb).unwrap();
+    let symbols = Symbols::from_pdb(&bytes, "tiny.pdb").unwrap();
+    assert!(!symbols.modules()[0].lines.is_empty());
+    check_lines(&symbols, 0, &b);
+    // Through the PE and its symbol directory, at the image's base.
+    let dll = std::fs::read(&b.dll).unwrap();
+    let symdir = b.pdb.parent().unwrap();
+    let from_pe = Symbols::from_pe(&dll, "tiny.dll", Some(symdir)).unwrap();
+    check_lines(&from_pe, b.image_base, &b);
+    // Without the PDB, the exports have no lines.
+    let empty = TempDir::new("nolines");
+    let bare = Symbols::from_pe(&dll, "tiny.dll", Some(empty.path())).unwrap();
+    assert!(bare.modules()[0].lines.is_empty());
+}
+
 #[test]
 fn a_pe_finds_its_pdb_in_a_flat_symbol_directory() {
     let b = build();

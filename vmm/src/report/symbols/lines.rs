@@ -1,7 +1,8 @@
-//! Source lines from DWARF line tables: ELF images built with debug information, such as the
-//! reference guest (`debug = "line-tables-only"`) or a Linux `vmlinux`.
+//! Source lines: from DWARF line tables in ELF images built with debug information, such as
+//! the reference guest (`debug = "line-tables-only"`) or a Linux `vmlinux`, and from the C13
+//! line programs of PDBs (read in [`super::pdb`] through [`Builder`]).
 //!
-//! Debug information is optional: an image without it, or with DWARF this reader cannot
+//! Debug information is optional: an image without it, or with line data this reader cannot
 //! parse, simply has an empty table, and reports name functions without lines.
 
 use std::borrow::Cow;
@@ -148,15 +149,17 @@ fn path(
     p.to_string_lossy().into_owned()
 }
 
+/// Collects rows in any order; [`Builder::finish`] sorts them into a [`LineTable`].
 #[derive(Default)]
-struct Builder {
+pub(super) struct Builder {
     rows: Vec<Row>,
     files: Vec<String>,
     index: HashMap<String, u32>,
 }
 
 impl Builder {
-    fn file(&mut self, name: String) -> u32 {
+    /// The index of file `name`, added on first use.
+    pub(super) fn file(&mut self, name: String) -> u32 {
         if let Some(&i) = self.index.get(&name) {
             return i;
         }
@@ -166,11 +169,12 @@ impl Builder {
         i
     }
 
-    fn push(&mut self, rva: u64, file: u32, line: u32) {
+    /// A row: from `rva` on, until the next row, the code is `file`'s `line` (0: no line).
+    pub(super) fn push(&mut self, rva: u64, file: u32, line: u32) {
         self.rows.push(Row { rva, file, line });
     }
 
-    fn finish(mut self) -> LineTable {
+    pub(super) fn finish(mut self) -> LineTable {
         // At one address, a row with a line wins over the end of the sequence before it.
         self.rows.sort_by_key(|r| (r.rva, r.line == 0));
         self.rows.dedup_by_key(|r| r.rva);

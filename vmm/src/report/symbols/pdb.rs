@@ -2,13 +2,20 @@
 //!
 //! Procedures (`S_GPROC32`/`S_LPROC32` in the modules' symbol streams) carry undecorated names
 //! and sizes; public symbols (`S_PUB32` in the global stream) cover functions compiled without
-//! debug information. Where both name the same RVA the procedure wins.
+//! debug information. Where both name the same RVA the procedure wins. Source lines come from
+//! the modules' C13 line programs, file names from the PDB's string table; a PDB whose line
+//! data cannot be read still gives its functions, without lines.
 
 use std::io::Cursor;
 
-use ::pdb::{FallibleIterator, SymbolData, PDB};
+use ::pdb::{AddressMap, FallibleIterator, ModuleInfo, StringTable, SymbolData, PDB};
 
+use super::lines::Builder;
 use super::{sort_symbols, ImageKind, Module, Symbol, SymbolError};
+
+/// Line numbers at and above this are CodeView's markers for compiler-generated code
+/// (0xF00F00, 0xFEEFEE), not lines.
+const HIDDEN_LINE: u32 = 0x00F0_0000;
 
 /// A PDB's identity: the GUID its PE's CodeView record must carry, and its age.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,12 +66,21 @@ pub fn read(name: &str, bytes: &[u8]) -> Result<Module, SymbolError> {
     let address_map = pdb.address_map()?;
     let mut symbols = Vec::new();
 
+    let strings = pdb.string_table().ok();
+    let mut lines = Builder::default();
+
     let dbi = pdb.debug_information()?;
     let mut modules = dbi.modules()?;
     while let Some(m) = modules.next()? {
         let Some(info) = pdb.module_info(&m)? else {
             continue;
         };
+        if let Err(e) = read_lines(&info, &address_map, strings.as_ref(), &mut lines) {
+            log::debug!(
+                "{name}: line information of {} left out: {e}",
+                m.module_name()
+            );
+        }
         let mut syms = info.symbols()?;
         while let Some(sym) = syms.next()? {
             if let Ok(SymbolData::Procedure(p)) = sym.parse() {
@@ -111,8 +127,44 @@ pub fn read(name: &str, bytes: &[u8]) -> Result<Module, SymbolError> {
         symbols,
         code: Vec::new(),
         bits: 64,
-        lines: super::LineTable::default(),
+        lines: lines.finish(),
     })
+}
+
+/// Adds the rows of one module's line program: each line record holds from its RVA for its
+/// length (then nothing, unless another record starts there).
+fn read_lines(
+    info: &ModuleInfo<'_>,
+    address_map: &AddressMap<'_>,
+    strings: Option<&StringTable<'_>>,
+    out: &mut Builder,
+) -> Result<(), ::pdb::Error> {
+    let program = info.line_program()?;
+    let mut records = program.lines();
+    while let Some(l) = records.next()? {
+        let Some(rva) = l.offset.to_rva(address_map) else {
+            continue;
+        };
+        let rva = u64::from(rva.0);
+        let name = program
+            .get_file_info(l.file_index)
+            .ok()
+            .zip(strings)
+            .and_then(|(f, s)| f.name.to_string_lossy(s).ok())
+            .map(|n| n.into_owned())
+            .unwrap_or_default();
+        let line = if l.line_start >= HIDDEN_LINE {
+            0
+        } else {
+            l.line_start
+        };
+        let file = out.file(name);
+        out.push(rva, file, line);
+        if let Some(len) = l.length.filter(|&n| n > 0) {
+            out.push(rva + u64::from(len), 0, 0);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

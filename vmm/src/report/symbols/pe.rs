@@ -109,6 +109,7 @@ pub fn read(name: &str, bytes: &[u8], symbol_dir: Option<&Path>) -> Result<Modul
         })
         .collect();
     let mut debug_id = None;
+    let mut lines = super::LineTable::default();
     if let (Some(dir), Some(r)) = (symbol_dir, pdb_ref(bytes)?) {
         debug_id = Some(r.id.key());
         match find_pdb(dir, &r) {
@@ -116,6 +117,7 @@ pub fn read(name: &str, bytes: &[u8], symbol_dir: Option<&Path>) -> Result<Modul
                 let pdb_bytes =
                     std::fs::read(&path).map_err(|e| SymbolError::Read(path.clone(), e))?;
                 let from_pdb = pdb::read(&r.name, &pdb_bytes)?;
+                lines = from_pdb.lines;
                 // PDB symbols first: they have sizes and undecorated names.
                 let mut all = from_pdb.symbols;
                 all.append(&mut symbols);
@@ -140,7 +142,7 @@ pub fn read(name: &str, bytes: &[u8], symbol_dir: Option<&Path>) -> Result<Modul
         symbols,
         code,
         bits: if file.is_64() { 64 } else { 32 },
-        lines: super::LineTable::default(),
+        lines,
     })
 }
 
