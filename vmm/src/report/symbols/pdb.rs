@@ -6,9 +6,10 @@
 //! the modules' C13 line programs, file names from the PDB's string table; a PDB whose line
 //! data cannot be read still gives its functions, without lines.
 
+use std::collections::HashMap;
 use std::io::Cursor;
 
-use ::pdb::{AddressMap, FallibleIterator, ModuleInfo, StringTable, SymbolData, PDB};
+use ::pdb::{AddressMap, FallibleIterator, FileIndex, ModuleInfo, StringTable, SymbolData, PDB};
 
 use super::lines::Builder;
 use super::{sort_symbols, ImageKind, Module, Symbol, SymbolError};
@@ -140,25 +141,30 @@ fn read_lines(
     out: &mut Builder,
 ) -> Result<(), ::pdb::Error> {
     let program = info.line_program()?;
+    // The module's file index -> the table's: each name is read and interned once per module,
+    // not once per line record.
+    let mut files: HashMap<FileIndex, u32> = HashMap::new();
     let mut records = program.lines();
     while let Some(l) = records.next()? {
         let Some(rva) = l.offset.to_rva(address_map) else {
             continue;
         };
         let rva = u64::from(rva.0);
-        let name = program
-            .get_file_info(l.file_index)
-            .ok()
-            .zip(strings)
-            .and_then(|(f, s)| f.name.to_string_lossy(s).ok())
-            .map(|n| n.into_owned())
-            .unwrap_or_default();
+        let file = *files.entry(l.file_index).or_insert_with(|| {
+            let name = program
+                .get_file_info(l.file_index)
+                .ok()
+                .zip(strings)
+                .and_then(|(f, s)| f.name.to_string_lossy(s).ok())
+                .map(|n| n.into_owned())
+                .unwrap_or_default();
+            out.file(name)
+        });
         let line = if l.line_start >= HIDDEN_LINE {
             0
         } else {
             l.line_start
         };
-        let file = out.file(name);
         out.push(rva, file, line);
         if let Some(len) = l.length.filter(|&n| n > 0) {
             out.push(rva + u64::from(len), 0, 0);
