@@ -56,9 +56,14 @@ fn parse_map(text: &str) -> (u64, BTreeMap<String, u64>) {
     (base, map)
 }
 
+/// The DLL's C source.
+fn tiny_c() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/pe/tiny.c")
+}
+
 fn build() -> Built {
     let dir = TempDir::new("pdb");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/pe/tiny.c");
+    let src = tiny_c();
     let obj = dir.join("tiny.obj");
     let dll = dir.join("tiny.dll");
     let pdb = dir.join("tiny.pdb");
@@ -137,8 +142,7 @@ fn a_pdb_alone_names_every_function_at_its_rva() {
 
 /// The 1-based lines of tiny.c that define `name`: from its signature to its closing brace.
 fn defining_lines(name: &str) -> std::ops::RangeInclusive<u32> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/pe/tiny.c");
-    let text = std::fs::read_to_string(src).unwrap();
+    let text = std::fs::read_to_string(tiny_c()).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     let first = lines
         .iter()
