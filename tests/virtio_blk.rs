@@ -120,3 +120,36 @@ fn tiny_image_and_bad_option_are_usage_errors() {
     out.assert_status(status::USAGE);
     out.assert_error_line(&["--disk"]);
 }
+
+#[test]
+fn an_image_in_use_elsewhere_is_refused_and_left_unchanged() {
+    let dir = TempDir::new("virtio-blk");
+    let img = dir.write("disk.img", &image());
+    let arg = img.to_str().unwrap();
+    // Another program writing the image: a VM may neither write nor read it.
+    let other = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&img)
+        .unwrap();
+    other.try_lock().unwrap();
+    for disk in [arg.to_owned(), format!("{arg},readonly")] {
+        let out = run(&disk);
+        out.assert_status(status::USAGE);
+        out.assert_error_line(&["disk.img", "in use"]);
+    }
+    drop(other);
+    // The same image twice in one VM, read-write: the second is refused.
+    let out = hvprof_run(
+        &fixture(Fixture::VirtioBlk { readonly: false }),
+        &["--disk", arg, "--disk", arg],
+    )
+    .run();
+    out.assert_status(status::USAGE);
+    out.assert_error_line(&["disk.img", "in use"]);
+    assert_eq!(std::fs::read(&img).unwrap(), image(), "image changed");
+    // Read-only, two VMs share it: one holds a shared lock while the guest runs.
+    let reader = std::fs::File::open(&img).unwrap();
+    reader.try_lock_shared().unwrap();
+    run(&format!("{arg},readonly")).assert_debug_exit(FIXTURE_OK);
+}

@@ -30,7 +30,8 @@ pub struct VmArgs {
     /// Serve the control API (HTTP + JSON) on this Unix socket, for its owner only.
     #[arg(long)]
     pub api_socket: Option<PathBuf>,
-    /// A raw disk image as a virtio-blk PCI device: IMAGE[,readonly]. Repeatable.
+    /// A raw disk image as a virtio-blk PCI device: IMAGE[,readonly]. Repeatable. Locked while
+    /// the VM runs: exclusively, or shared with other readers with ,readonly.
     #[arg(long = "disk", value_name = "IMAGE[,readonly]")]
     pub disks: Vec<String>,
 }

@@ -5,8 +5,14 @@
 //! whose size is not a multiple of 512 is unreachable: requests that touch it are out of
 //! range and fail with VIRTIO_BLK_S_IOERR (a warning says so when the image is opened).
 //! An image smaller than one sector is refused.
+//!
+//! Images are locked while open (`flock`, which Linux ties to the open file description):
+//! a read-write image exclusively, a read-only one shared. A second VM, or a second `--disk`
+//! of the same VM, that would write an image someone else has open, or read one someone is
+//! writing, is refused with [`DiskError::Locked`] instead of silently corrupting it. Locks are
+//! advisory: they bind programs that take them (hvprof, QEMU 2.10 and later, `flock(1)`).
 
-use std::fs::{File, OpenOptions};
+use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::PathBuf;
@@ -31,6 +37,17 @@ pub enum DiskError {
     /// Smaller than one sector.
     #[error("disk image {} is {} bytes: smaller than one 512-byte sector", .0.display(), .1)]
     TooSmall(PathBuf, u64),
+    /// Another process (or another `--disk` of this VM) holds a conflicting lock.
+    #[error(
+        "disk image {} is in use: {}",
+        .0.display(),
+        if *.1 {
+            "another program has it open for writing"
+        } else {
+            "another program has it open (add ,readonly everywhere to share it)"
+        }
+    )]
+    Locked(PathBuf, bool),
 }
 
 /// Where the sectors live.
@@ -126,6 +143,10 @@ impl DiskImage {
         if !(kind.is_file() || kind.is_block_device()) {
             return Err(DiskError::NotAFile(path.clone()));
         }
+        lock(&file, config.readonly).map_err(|e| match e {
+            TryLockError::WouldBlock => DiskError::Locked(path.clone(), config.readonly),
+            TryLockError::Error(e) => DiskError::Open(path.clone(), e),
+        })?;
         let len = file.seek(SeekFrom::End(0)).map_err(open_err)?;
         if len < SECTOR_SIZE {
             return Err(DiskError::TooSmall(path.clone(), len));
@@ -139,6 +160,25 @@ impl DiskImage {
         }
         let id = format!("hvprof{:x}-{:x}", meta.dev(), meta.ino());
         Ok(DiskImage::new(Box::new(file), len, config.readonly, &id))
+    }
+}
+
+/// Takes the image's lock: shared for a read-only image, exclusive otherwise. A file system
+/// without locks (ENOLCK, EOPNOTSUPP) is used unlocked, with a warning.
+fn lock(file: &File, shared: bool) -> Result<(), TryLockError> {
+    let taken = if shared {
+        file.try_lock_shared()
+    } else {
+        file.try_lock()
+    };
+    match taken {
+        Err(TryLockError::Error(e))
+            if matches!(e.raw_os_error(), Some(libc::ENOLCK | libc::EOPNOTSUPP)) =>
+        {
+            log::warn!("disk image: the file system cannot lock it ({e}); using it unlocked");
+            Ok(())
+        }
+        other => other,
     }
 }
 
@@ -199,10 +239,43 @@ mod tests {
         let mut b = [0u8; 4];
         d.backend.read_at(1020, &mut b).unwrap();
         assert_eq!(b, [7; 4]);
+        drop(d);
         // Root can open it for writing anyway; everyone else gets a clear error.
         if let Err(e) = DiskImage::open(&cfg(&p, false)) {
             assert!(matches!(e, DiskError::Open(..)));
         }
+    }
+
+    #[test]
+    fn a_read_write_image_is_locked_against_other_writers_and_readers_until_closed() {
+        let p = temp("locked.img", &[0u8; 1024]);
+        let writer = DiskImage::open(&cfg(&p, false)).unwrap();
+        // Another open file description conflicts, as another process's would.
+        for readonly in [false, true] {
+            let e = DiskImage::open(&cfg(&p, readonly)).err().unwrap();
+            assert!(
+                matches!(e, DiskError::Locked(_, ro) if ro == readonly),
+                "{e}"
+            );
+            assert!(e.to_string().contains("locked.img") && e.to_string().contains("in use"));
+        }
+        drop(writer);
+        assert!(
+            DiskImage::open(&cfg(&p, false)).is_ok(),
+            "lock released on close"
+        );
+    }
+
+    #[test]
+    fn read_only_images_are_shared_but_not_with_a_writer() {
+        let p = temp("shared.img", &[0u8; 1024]);
+        let a = DiskImage::open(&cfg(&p, true)).unwrap();
+        let b = DiskImage::open(&cfg(&p, true)).unwrap();
+        let e = DiskImage::open(&cfg(&p, false)).err().unwrap();
+        assert!(matches!(e, DiskError::Locked(_, false)), "{e}");
+        assert!(e.to_string().contains(",readonly"), "{e}");
+        drop((a, b));
+        assert!(DiskImage::open(&cfg(&p, false)).is_ok());
     }
 
     #[test]
