@@ -23,7 +23,8 @@ fn run(disk_arg: &str) -> Output {
         &fixture(Fixture::VirtioBlk {
             readonly: disk_arg.ends_with(",readonly"),
         }),
-        &["--disk", disk_arg],
+        // -v: the device's summary at the end of the run.
+        &["--disk", disk_arg, "-v"],
     )
     .run()
 }
@@ -52,7 +53,13 @@ fn guest_write_reaches_the_image_file() {
         .assert_stdout_contains("virtio-blk: id: hvprof")
         .assert_stdout_contains("virtio-blk: beyond-end status 0x00000001\n")
         .assert_stdout_contains("virtio-blk: sector1: written by guest\n")
-        .assert_stdout_contains("virtio-blk: isr 0x00000001\n");
+        .assert_stdout_contains("virtio-blk: isr 0x00000001\n")
+        // Every notification reached the device through its ioeventfd (KVM_IOEVENTFD),
+        // served by the event loop while the vCPU polled the used ring.
+        .assert_stderr_contains(
+            "virtio-blk 00:02.0: 5 requests OK, 1 IOERR, 0 UNSUPP; notifications: 6 by \
+             ioeventfd, 0 by exit, 0 ignored",
+        );
     let features = out.stdout_field("virtio-blk: features ").unwrap_or("");
     assert!(
         features.starts_with("0x00000001_"),

@@ -1,5 +1,6 @@
 //! The VMM thread's event loop: event-manager subscribers for standard input (to COM1), the
-//! stop signals (SIGINT/SIGTERM), the timeout, the hang watchdog and the stop request itself.
+//! stop signals (SIGINT/SIGTERM), the timeout, the hang watchdog, the stop request itself,
+//! and the virtio queues' notification eventfds (disk I/O is served on this thread).
 
 use std::io::Read;
 use std::os::fd::AsRawFd;
@@ -13,6 +14,7 @@ use vmm_sys_util::timerfd::TimerFd;
 
 use super::signals::StopSignals;
 use crate::devices::serial::SerialDevice;
+use crate::devices::virtio::notify::QueueEventWatch;
 use crate::outcome::{RunOutcome, StopSignal};
 use crate::vcpu::{guest_is_hung, Request, VcpuRequester};
 
@@ -207,6 +209,8 @@ pub struct LoopParams {
     pub vcpus: Vec<VcpuRequester>,
     pub timeout: Option<Duration>,
     pub watchdog_period: Duration,
+    /// Virtio devices' queue eventfds (`KVM_IOEVENTFD`): their queues are served here.
+    pub queue_watches: Vec<QueueEventWatch>,
 }
 
 /// Runs the event loop until a stop is requested.
@@ -233,6 +237,9 @@ pub fn run_until_stopped(p: LoopParams) -> std::io::Result<()> {
         signals: p.signals,
         stop: p.stop.clone(),
     }));
+    for w in p.queue_watches {
+        em.add_subscriber(Box::new(w));
+    }
     if p.serial_input {
         em.add_subscriber(Box::new(ConsoleInput {
             serial: p.serial,

@@ -25,7 +25,7 @@ use crate::boot::{load_kernel, BootError, BootSetup, Protocol};
 use crate::config::{BootSource, ConfigError, VmConfig};
 use crate::devices::pci::{PciError, PciRoot};
 use crate::devices::serial::SerialDevice;
-use crate::devices::virtio::block::{AttachError, AttachedDisk};
+use crate::devices::virtio::block::{AttachError, AttachedDisk, BlockAttachment};
 use crate::devices::BusError;
 use crate::firmware::cfg::CfgError;
 use crate::firmware::rom::ReadOnlySlot;
@@ -121,7 +121,7 @@ pub struct Vm {
     stop: Arc<StopSignal>,
     profiler: Arc<Profiler>,
     pci: Arc<PciRoot>,
-    disks: Vec<AttachedDisk>,
+    disks: Vec<BlockAttachment>,
     /// The firmware's read-only memory; kept until the vCPUs have stopped.
     firmware_slot: Option<Arc<ReadOnlySlot>>,
 }
@@ -290,8 +290,8 @@ impl Vm {
     }
 
     /// Where each disk of the configuration was attached (slot and GSI, for the DSDT).
-    pub fn disks(&self) -> &[AttachedDisk] {
-        &self.disks
+    pub fn disks(&self) -> impl Iterator<Item = AttachedDisk> + '_ {
+        self.disks.iter().map(|d| d.at)
     }
 }
 

@@ -22,7 +22,7 @@ use crate::devices::i8042::{I8042, I8042_DATA_PORT, I8042_LEN};
 use crate::devices::pci::PciRoot;
 use crate::devices::reset::Port92;
 use crate::devices::serial::{SerialDevice, COM1_IRQ, COM1_LEN, COM1_PORT};
-use crate::devices::virtio::block::{attach_block, AttachedDisk};
+use crate::devices::virtio::block::{attach_block, BlockAttachment};
 use crate::devices::Bus;
 use crate::firmware::pflash::Pflash;
 use crate::layout::{
@@ -41,7 +41,7 @@ pub struct Devices {
     /// PCI bus 0 (host bridge, configuration space, BAR mapping).
     pub pci: Arc<PciRoot>,
     /// The virtio-blk devices, in `VmConfig::disks` order.
-    pub disks: Vec<AttachedDisk>,
+    pub disks: Vec<BlockAttachment>,
     /// COM1, for input from the event loop.
     pub serial: Arc<Mutex<SerialDevice>>,
     /// The hypercall doorbell, for the vCPUs.

@@ -188,6 +188,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
         stop,
         profiler,
         firmware_slot,
+        mut disks,
         ..
     } = vm;
 
@@ -241,6 +242,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
             vcpus: handles.iter().map(|h| h.requester()).collect(),
             timeout: config.timeout,
             watchdog_period: config.watchdog_period,
+            queue_watches: disks.iter_mut().filter_map(|d| d.watch.take()).collect(),
         };
         if let Err(e) = run_until_stopped(params) {
             stop.request(RunOutcome::HostError(format!("event loop failed: {e}")));
@@ -263,6 +265,9 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
         .enumerate()
         .map(|(i, h)| VcpuSummary::from_counters(i, &h.stop_and_join()))
         .collect();
+    for d in &disks {
+        log::info!("{}", d.summary());
+    }
     // Every vCPU has stopped: release every pinned buffer and keep the objects' counts.
     profiler.close_all();
     let profile_stats = profiler.stats();

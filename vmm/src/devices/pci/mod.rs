@@ -52,6 +52,10 @@ pub trait PciDevice: Send {
     fn read_bar(&mut self, bar: u8, offset: u64, data: &mut [u8]);
     /// A write at `offset` inside BAR `bar`.
     fn write_bar(&mut self, bar: u8, offset: u64, data: &[u8]);
+    /// `region` is now mapped on its bus (decoding on, at `region.base`).
+    fn bar_mapped(&mut self, _region: &BarRegion) {}
+    /// `region`, mapped before, no longer is (moved, decoding turned off).
+    fn bar_unmapped(&mut self, _region: &BarRegion) {}
 }
 
 #[cfg(test)]

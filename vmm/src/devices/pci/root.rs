@@ -229,6 +229,7 @@ impl RootState {
             } else if let Some(bus) = self.bus(region.kind) {
                 // Only ranges this root attached are in `mapped`.
                 let _ = bus.detach(region.base);
+                lock(&device).bar_unmapped(region);
             }
         }
         for region in wanted.iter().filter(|r| !old.contains(r)) {
@@ -240,7 +241,10 @@ impl RootState {
                 bar: region.index,
             };
             match bus.attach(name, Arc::new(Mutex::new(handle)), region.base, region.size) {
-                Ok(()) => mapped.push(*region),
+                Ok(()) => {
+                    lock(&device).bar_mapped(region);
+                    mapped.push(*region);
+                }
                 Err(e) => log::warn!(
                     "{name}: BAR {} at {:#x} not mapped: {e}",
                     region.index,

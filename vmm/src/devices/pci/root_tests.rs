@@ -8,6 +8,8 @@ use crate::devices::pci::config::{ConfigSpace, PciIds, COMMAND_IO, COMMAND_MEMOR
 struct TestDevice {
     config: ConfigSpace,
     accesses: Vec<(u8, u64, Vec<u8>)>,
+    /// (mapped, BAR, base) per `bar_mapped`/`bar_unmapped` call.
+    hooks: Vec<(bool, u8, u64)>,
 }
 
 impl TestDevice {
@@ -30,6 +32,7 @@ impl TestDevice {
         TestDevice {
             config,
             accesses: Vec::new(),
+            hooks: Vec::new(),
         }
     }
 }
@@ -46,6 +49,12 @@ impl PciDevice for TestDevice {
     }
     fn write_bar(&mut self, bar: u8, offset: u64, data: &[u8]) {
         self.accesses.push((bar, offset, data.to_vec()));
+    }
+    fn bar_mapped(&mut self, region: &BarRegion) {
+        self.hooks.push((true, region.index, region.base));
+    }
+    fn bar_unmapped(&mut self, region: &BarRegion) {
+        self.hooks.push((false, region.index, region.base));
     }
 }
 
@@ -199,6 +208,19 @@ fn sizing_and_relocation_move_the_bus_range() {
     // Turning decode off takes it off the bus.
     f.cf8_write(2, CMD, 2, 0);
     assert_eq!(f.mmio.read(0xd100_0000, &mut b, &O), Access::Unclaimed);
+    // The device heard of every change to BAR 0, in order (BAR 1, I/O, never decoded).
+    let hooks = f.dev.lock().unwrap().hooks.clone();
+    assert_eq!(
+        hooks,
+        vec![
+            (true, 0, PCI_MMIO32_START),
+            (false, 0, PCI_MMIO32_START),
+            (true, 0, 0xd000_0000),
+            (false, 0, 0xd000_0000),
+            (true, 0, 0xd100_0000),
+            (false, 0, 0xd100_0000),
+        ]
+    );
 }
 
 #[test]
@@ -208,6 +230,11 @@ fn bar_over_another_device_stays_unmapped() {
     // On top of the ECAM window: refused by the bus, logged, and the ECAM still works.
     f.cf8_write(2, 0x10, 4, u32::try_from(PCI_ECAM_START).unwrap());
     assert!(f.root.mapped_bars(devfn(2, 0)).is_empty());
+    let refused = (true, 0, PCI_ECAM_START);
+    assert!(
+        !f.dev.lock().unwrap().hooks.contains(&refused),
+        "told of a refused mapping"
+    );
     assert_eq!(f.ecam_read32(0, 0), 0x1237_8086);
     // Moving it somewhere free maps it.
     f.cf8_write(2, 0x10, 4, 0xc800_0000);

@@ -5,14 +5,18 @@
 //! | `pci.rs` | the virtio-pci transport: capabilities, common configuration, ISR, notifications |
 //! | `common.rs` | the common configuration registers (features, status, queue setup) |
 //! | `queue.rs` | queue registers, checked activation, descriptor-chain collection |
+//! | `notify.rs` | queue notifications through ioeventfds, served by the event loop |
 //! | `block/` | the block device: `disk.rs` (raw images), `request.rs` (parser), `mod.rs` |
 //!
-//! Notifications are handled synchronously on the vCPU thread that writes the notify
-//! register. A guest that misprograms a queue gets `DEVICE_NEEDS_RESET` (and a configuration
+//! Notifications go to one eventfd per queue (`KVM_IOEVENTFD`) while the BAR is mapped, and
+//! the VMM thread's event loop serves the queue; where KVM refuses that, and for writes
+//! through the PCI configuration access window, they are served on the vCPU thread that
+//! writes the notify register. A guest that misprograms a queue gets `DEVICE_NEEDS_RESET` (and a configuration
 //! interrupt); a malformed request gets `VIRTIO_BLK_S_IOERR`. Neither stops the VMM.
 
 pub mod block;
 pub mod common;
+pub mod notify;
 pub mod pci;
 pub mod queue;
 

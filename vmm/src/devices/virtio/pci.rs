@@ -15,12 +15,13 @@ use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestMemoryMmap;
 
 use super::common::{CommonConfig, CommonEvent, COMMON_CONFIG_LEN};
+use super::notify::{QueueEvents, QueueNotify};
 use super::{
     IrqLine, VirtioDevice, ISR_CONFIG, ISR_QUEUE, STATUS_DEVICE_NEEDS_RESET, STATUS_DRIVER_OK,
     STATUS_FEATURES_OK, VIRTIO_F_VERSION_1, VIRTIO_PCI_DEVICE_ID_BASE, VIRTIO_PCI_VENDOR_ID,
 };
 use crate::devices::pci::config::{
-    BarKind, ConfigSpace, ConfigSpaceError, PciIds, COMMAND_INTX_DISABLE,
+    BarKind, BarRegion, ConfigSpace, ConfigSpaceError, PciIds, COMMAND_INTX_DISABLE,
 };
 use crate::devices::pci::PciDevice;
 
@@ -31,7 +32,8 @@ pub const VIRTIO_BAR_SIZE: u64 = 0x4000;
 const COMMON_OFFSET: u64 = 0x0000;
 const ISR_OFFSET: u64 = 0x1000;
 const DEVICE_OFFSET: u64 = 0x2000;
-const NOTIFY_OFFSET: u64 = 0x3000;
+/// Offset of the notification region in the BAR.
+pub const NOTIFY_OFFSET: u64 = 0x3000;
 const REGION_LEN: u64 = 0x1000;
 /// queue_notify_off is the queue index; notifications are this many bytes apart.
 pub const NOTIFY_MULTIPLIER: u32 = 4;
@@ -67,6 +69,17 @@ pub struct VirtioPciDevice<D: VirtioDevice> {
     isr: u8,
     pci_cfg_cap: usize,
     ignored_notifies: u64,
+    queue_events: Option<QueueEvents>,
+    notifies: NotifyCounts,
+}
+
+/// How the driver's notifications arrived.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NotifyCounts {
+    /// Through a queue's ioeventfd, served by the event loop.
+    pub by_event: u64,
+    /// As an MMIO exit (or through the PCI configuration window), served on the vCPU thread.
+    pub by_exit: u64,
 }
 
 impl<D: VirtioDevice> VirtioPciDevice<D> {
@@ -124,7 +137,20 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
             isr: 0,
             pci_cfg_cap,
             ignored_notifies: 0,
+            queue_events: None,
+            notifies: NotifyCounts::default(),
         })
+    }
+
+    /// Routes the queues' notifications to `events` whenever the BAR is mapped.
+    pub fn with_queue_events(mut self, events: QueueEvents) -> Self {
+        self.queue_events = Some(events);
+        self
+    }
+
+    /// How many notifications arrived, and how.
+    pub fn notify_counts(&self) -> NotifyCounts {
+        self.notifies
     }
 
     /// The device behind the transport.
@@ -298,10 +324,38 @@ impl<D: VirtioDevice> PciDevice for VirtioPciDevice<D> {
             2 => self.device.write_config(offset - DEVICE_OFFSET, data),
             3 => {
                 let index = (offset - NOTIFY_OFFSET) / u64::from(NOTIFY_MULTIPLIER);
+                self.notifies.by_exit += 1;
                 self.notify(usize::try_from(index).unwrap_or(usize::MAX));
             }
             _ => {}
         }
+    }
+
+    fn bar_mapped(&mut self, region: &BarRegion) {
+        if let Some(events) = self
+            .queue_events
+            .as_mut()
+            .filter(|_| region.index == VIRTIO_BAR)
+        {
+            events.move_to(Some(region.base));
+        }
+    }
+
+    fn bar_unmapped(&mut self, region: &BarRegion) {
+        if let Some(events) = self
+            .queue_events
+            .as_mut()
+            .filter(|_| region.index == VIRTIO_BAR)
+        {
+            events.move_to(None);
+        }
+    }
+}
+
+impl<D: VirtioDevice> QueueNotify for VirtioPciDevice<D> {
+    fn notify_event(&mut self, index: usize) {
+        self.notifies.by_event += 1;
+        self.notify(index);
     }
 }
 

@@ -10,7 +10,8 @@ use kvm_ioctls::VmFd;
 use virtio_queue::{Queue, QueueOwnedT, QueueT};
 use vm_memory::{Bytes, GuestMemoryMmap};
 
-use super::pci::VirtioPciDevice;
+use super::notify::{NotifyRoute, QueueEventWatch, QueueEvents};
+use super::pci::{VirtioPciDevice, NOTIFY_MULTIPLIER, NOTIFY_OFFSET};
 use super::queue::collect_chain;
 use super::{KvmIrqLine, ProcessError, VirtioDevice};
 use crate::config::DiskConfig;
@@ -68,19 +69,71 @@ pub fn attach_block(
     vm_fd: &Arc<VmFd>,
     mem: &GuestMemoryMmap,
     disk: &DiskConfig,
-) -> Result<AttachedDisk, AttachError> {
+) -> Result<BlockAttachment, AttachError> {
     let image = disk::DiskImage::open(disk)?;
     let slot = root.free_slot()?;
     let gsi = intx_gsi(slot, 1);
     let irq = Box::new(KvmIrqLine::new(vm_fd.clone(), u32::from(gsi)));
-    let device = VirtioPciDevice::new(BlockDevice::new(image), mem.clone(), irq, gsi)?;
-    root.add_device(devfn(slot, 0), "virtio-blk", Arc::new(Mutex::new(device)))?;
+    let mut device = VirtioPciDevice::new(BlockDevice::new(image), mem.clone(), irq, gsi)?;
+    let route: Arc<dyn NotifyRoute> = vm_fd.clone();
+    let stride = u64::from(NOTIFY_MULTIPLIER);
+    let events = QueueEvents::new(route, 1, NOTIFY_OFFSET, stride)
+        .and_then(|q| q.watch_fds().map(|w| (q, w)));
+    let watch_fds = match events {
+        Ok((q, w)) => {
+            device = device.with_queue_events(q);
+            Some(w)
+        }
+        Err(e) => {
+            log::warn!("virtio-blk: no eventfd ({e}); notifications are served on the vCPU thread");
+            None
+        }
+    };
+    let device = Arc::new(Mutex::new(device));
+    root.add_device(devfn(slot, 0), "virtio-blk", device.clone())?;
     log::info!(
         "virtio-blk {} at 00:{slot:02x}.0, INTA# on GSI {gsi}{}",
         disk.path.display(),
         if disk.readonly { ", read-only" } else { "" }
     );
-    Ok(AttachedDisk { slot, gsi })
+    let watch = watch_fds.map(|w| QueueEventWatch::new(device.clone(), w));
+    Ok(BlockAttachment {
+        at: AttachedDisk { slot, gsi },
+        device,
+        watch,
+    })
+}
+
+/// A virtio-blk device behind its transport, as the VM holds it.
+pub type BlockPciDevice = VirtioPciDevice<BlockDevice>;
+
+/// What [`attach_block`] set up.
+pub struct BlockAttachment {
+    /// Where the disk is.
+    pub at: AttachedDisk,
+    /// The device, for its statistics.
+    pub device: Arc<Mutex<BlockPciDevice>>,
+    /// The event-loop subscriber serving its queue notifications, if they go to eventfds.
+    pub watch: Option<QueueEventWatch>,
+}
+
+impl BlockAttachment {
+    /// One line on what the device served, for the end of a run.
+    pub fn summary(&self) -> String {
+        let d = self.device.lock().unwrap_or_else(|e| e.into_inner());
+        let (s, n) = (d.device().stats(), d.notify_counts());
+        format!(
+            "virtio-blk 00:{:02x}.0: {} requests OK, {} IOERR, {} UNSUPP; notifications: {} by \
+             ioeventfd, {} by exit, {} ignored",
+            self.at.slot,
+            s.ok,
+            s.errors,
+            s.unsupported,
+            n.by_event,
+            n.by_exit,
+            d.ignored_notifies()
+        )
+    }
 }
 
 /// Counts of what the device has served.
