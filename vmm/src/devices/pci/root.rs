@@ -132,8 +132,8 @@ impl PciRoot {
         if state.functions.contains_key(&devfn) {
             return Err(PciError::InUse(devfn >> 3, devfn & 7));
         }
+        let mut dev = lock(&device);
         {
-            let mut dev = lock(&device);
             let bars: Vec<_> = dev.config_space().bars().collect();
             for (index, kind, size) in bars {
                 let (next, end) = match kind {
@@ -153,11 +153,11 @@ impl PciRoot {
             devfn,
             Function {
                 name,
-                device,
+                device: device.clone(),
                 mapped: Vec::new(),
             },
         );
-        state.sync_bars(devfn);
+        state.sync_bars(devfn, &mut *dev);
         Ok(())
     }
 
@@ -184,13 +184,15 @@ impl PciRoot {
         }
         // The device handles the write without the root's lock: a virtio device may run a
         // queue (disk I/O) from a write to its PCI-config window, and other vCPUs' config
-        // accesses must not wait for that.
+        // accesses must not wait for that. Lock order: device, then root; so a vCPU waiting
+        // for a busy device (the event loop serving its queue) holds no lock others need.
         let device = match lock(&self.state).functions.get(&devfn) {
             Some(f) => f.device.clone(),
             None => return,
         };
-        lock(&device).write_config(offset, data);
-        lock(&self.state).sync_bars(devfn);
+        let mut dev = lock(&device);
+        dev.write_config(offset, data);
+        lock(&self.state).sync_bars(devfn, &mut *dev);
     }
 
     /// The BARs of `devfn` currently mapped on the buses.
@@ -212,12 +214,13 @@ impl RootState {
         }
     }
 
-    /// Makes the buses match the function's decoded BARs.
-    fn sync_bars(&mut self, devfn: u8) {
+    /// Makes the buses match the decoded BARs of the function at `devfn`, which is `dev`
+    /// (locked by the caller), and tells it of each change.
+    fn sync_bars(&mut self, devfn: u8, dev: &mut dyn PciDevice) {
         let Some(f) = self.functions.get(&devfn) else {
             return;
         };
-        let wanted = lock(&f.device).config_space().decoded_bars();
+        let wanted = dev.config_space().decoded_bars();
         if wanted == f.mapped {
             return;
         }
@@ -229,7 +232,7 @@ impl RootState {
             } else if let Some(bus) = self.bus(region.kind) {
                 // Only ranges this root attached are in `mapped`.
                 let _ = bus.detach(region.base);
-                lock(&device).bar_unmapped(region);
+                dev.bar_unmapped(region);
             }
         }
         for region in wanted.iter().filter(|r| !old.contains(r)) {
@@ -242,7 +245,7 @@ impl RootState {
             };
             match bus.attach(name, Arc::new(Mutex::new(handle)), region.base, region.size) {
                 Ok(()) => {
-                    lock(&device).bar_mapped(region);
+                    dev.bar_mapped(region);
                     mapped.push(*region);
                 }
                 Err(e) => log::warn!(
