@@ -146,14 +146,15 @@ fn an_image_in_use_elsewhere_is_refused_and_left_unchanged() {
         out.assert_error_line(&["disk.img", "in use"]);
     }
     drop(other);
-    // The same image twice in one VM, read-write: the second is refused.
+    // The same image twice in one VM, once read-write: refused before either is opened.
+    let twice = format!("{arg},readonly");
     let out = hvprof_run(
         &fixture(Fixture::VirtioBlk { readonly: false }),
-        &["--disk", arg, "--disk", arg],
+        &["--disk", arg, "--disk", &twice],
     )
     .run();
     out.assert_status(status::USAGE);
-    out.assert_error_line(&["disk.img", "in use"]);
+    out.assert_error_line(&["disk.img", "also given as"]);
     assert_eq!(std::fs::read(&img).unwrap(), image(), "image changed");
     // Read-only, two VMs share it: one holds a shared lock while the guest runs.
     let reader = std::fs::File::open(&img).unwrap();

@@ -22,7 +22,8 @@ use crate::devices::i8042::{I8042, I8042_DATA_PORT, I8042_LEN};
 use crate::devices::pci::PciRoot;
 use crate::devices::reset::Port92;
 use crate::devices::serial::{SerialDevice, COM1_IRQ, COM1_LEN, COM1_PORT};
-use crate::devices::virtio::block::{attach_block, BlockAttachment};
+use crate::devices::virtio::block::disk::check_distinct;
+use crate::devices::virtio::block::{attach_block, AttachError, BlockAttachment};
 use crate::devices::Bus;
 use crate::firmware::pflash::Pflash;
 use crate::layout::{
@@ -167,6 +168,7 @@ pub fn create_devices(
     let pio = Arc::new(pio);
     let mmio = Arc::new(mmio);
     let pci = PciRoot::new(&pio, &mmio, Some(stop))?;
+    check_distinct(&config.disks).map_err(AttachError::from)?;
     let disks = config
         .disks
         .iter()

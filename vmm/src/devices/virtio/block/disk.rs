@@ -7,10 +7,12 @@
 //! An image smaller than one sector is refused.
 //!
 //! Images are locked while open (`flock`, which Linux ties to the open file description):
-//! a read-write image exclusively, a read-only one shared. A second VM, or a second `--disk`
-//! of the same VM, that would write an image someone else has open, or read one someone is
-//! writing, is refused with [`DiskError::Locked`] instead of silently corrupting it. Locks are
-//! advisory: they bind programs that take them (hvprof, QEMU 2.10 and later, `flock(1)`).
+//! a read-write image exclusively, a read-only one shared. A second VM that would write an
+//! image someone else has open, or read one someone is writing, is refused with
+//! [`DiskError::Locked`] instead of silently corrupting it; the same file twice in one VM is
+//! refused beforehand ([`check_distinct`]). Locks are advisory: they bind programs that take
+//! `flock` locks (hvprof, `flock(1)`), not QEMU, whose image locks are fcntl byte-range locks
+//! that Linux keeps apart from `flock`.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Seek, SeekFrom};
@@ -37,17 +39,24 @@ pub enum DiskError {
     /// Smaller than one sector.
     #[error("disk image {} is {} bytes: smaller than one 512-byte sector", .0.display(), .1)]
     TooSmall(PathBuf, u64),
-    /// Another process (or another `--disk` of this VM) holds a conflicting lock.
+    /// Another process holds a conflicting lock.
     #[error(
         "disk image {} is in use: {}",
         .0.display(),
         if *.1 {
-            "another program has it open for writing"
+            "another VM or program has it open for writing"
         } else {
-            "another program has it open (add ,readonly everywhere to share it)"
+            "another VM or program has it open (add ,readonly everywhere to share it)"
         }
     )]
     Locked(PathBuf, bool),
+    /// The same file twice in one VM, at least once read-write.
+    #[error(
+        "disk image {} is also given as {}: a disk the guest can write may be attached once",
+        .0.display(),
+        .1.display()
+    )]
+    Twice(PathBuf, PathBuf),
 }
 
 /// Where the sectors live.
@@ -143,7 +152,7 @@ impl DiskImage {
         if !(kind.is_file() || kind.is_block_device()) {
             return Err(DiskError::NotAFile(path.clone()));
         }
-        lock(&file, config.readonly).map_err(|e| match e {
+        lock(&file, path, config.readonly).map_err(|e| match e {
             TryLockError::WouldBlock => DiskError::Locked(path.clone(), config.readonly),
             TryLockError::Error(e) => DiskError::Open(path.clone(), e),
         })?;
@@ -163,9 +172,30 @@ impl DiskImage {
     }
 }
 
+/// Refuses the same file (device and inode, whatever the path) twice among `disks` unless
+/// every occurrence is read-only. (Two opens in one process also conflict through their
+/// locks, but not on file systems that emulate `flock` with per-process POSIX locks, such as
+/// NFS.) Paths that cannot be examined are left for [`DiskImage::open`] to report.
+pub fn check_distinct(disks: &[DiskConfig]) -> Result<(), DiskError> {
+    let mut seen: Vec<((u64, u64), &DiskConfig)> = Vec::new();
+    for d in disks {
+        let Ok(meta) = std::fs::metadata(&d.path) else {
+            continue;
+        };
+        let key = (meta.dev(), meta.ino());
+        if let Some((_, first)) = seen.iter().find(|(k, _)| *k == key) {
+            if !(d.readonly && first.readonly) {
+                return Err(DiskError::Twice(d.path.clone(), first.path.clone()));
+            }
+        }
+        seen.push((key, d));
+    }
+    Ok(())
+}
+
 /// Takes the image's lock: shared for a read-only image, exclusive otherwise. A file system
 /// without locks (ENOLCK, EOPNOTSUPP) is used unlocked, with a warning.
-fn lock(file: &File, shared: bool) -> Result<(), TryLockError> {
+fn lock(file: &File, path: &std::path::Path, shared: bool) -> Result<(), TryLockError> {
     let taken = if shared {
         file.try_lock_shared()
     } else {
@@ -175,7 +205,10 @@ fn lock(file: &File, shared: bool) -> Result<(), TryLockError> {
         Err(TryLockError::Error(e))
             if matches!(e.raw_os_error(), Some(libc::ENOLCK | libc::EOPNOTSUPP)) =>
         {
-            log::warn!("disk image: the file system cannot lock it ({e}); using it unlocked");
+            log::warn!(
+                "disk image {}: the file system cannot lock it ({e}); using it unlocked",
+                path.display()
+            );
             Ok(())
         }
         other => other,
@@ -276,6 +309,29 @@ mod tests {
         assert!(e.to_string().contains(",readonly"), "{e}");
         drop((a, b));
         assert!(DiskImage::open(&cfg(&p, false)).is_ok());
+    }
+
+    #[test]
+    fn the_same_file_twice_is_refused_unless_every_use_is_read_only() {
+        let p = temp("twice.img", &[0u8; 1024]);
+        // Another path to the same inode.
+        let link = p.with_file_name("twice-link.img");
+        let _ = std::fs::remove_file(&link);
+        std::fs::hard_link(&p, &link).unwrap();
+        let other = temp("other.img", &[0u8; 1024]);
+        let ok = [cfg(&p, false), cfg(&other, false)];
+        assert!(check_distinct(&ok).is_ok());
+        assert!(check_distinct(&[cfg(&p, true), cfg(&link, true)]).is_ok());
+        for (a, b) in [(false, false), (false, true), (true, false)] {
+            let e = check_distinct(&[cfg(&p, a), cfg(&link, b)]).err().unwrap();
+            assert!(
+                matches!(&e, DiskError::Twice(x, y) if *x == link && *y == p),
+                "{e}"
+            );
+        }
+        // Missing paths are for open() to report.
+        let missing = Path::new("/nonexistent/x.img");
+        assert!(check_distinct(&[cfg(missing, false), cfg(missing, false)]).is_ok());
     }
 
     #[test]
