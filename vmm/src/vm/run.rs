@@ -266,6 +266,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
         .map(|(i, h)| VcpuSummary::from_counters(i, &h.stop_and_join()))
         .collect();
     for d in &disks {
+        d.serve_pending();
         log::info!("{}", d.summary());
     }
     // Every vCPU has stopped: release every pinned buffer and keep the objects' counts.

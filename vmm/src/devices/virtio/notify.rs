@@ -131,8 +131,12 @@ impl QueueEvents {
 
 /// A device whose queues the event loop serves when their eventfds fire.
 pub trait QueueNotify: Send {
-    /// Queue `index`'s eventfd fired: serve it.
-    fn notify_event(&mut self, index: usize);
+    /// Queue `index`'s eventfd counted `count` notifications (0: a wake-up whose count was
+    /// already read): serve the queue.
+    fn notify_event(&mut self, index: usize, count: u64);
+    /// The eventfds cannot be watched: take them off KVM so that notifications exit to the
+    /// device again, and serve every queue once for any the eventfds swallowed.
+    fn stop_queue_events(&mut self);
 }
 
 /// The event loop's subscriber for one device's queue eventfds.
@@ -153,7 +157,15 @@ impl MutEventSubscriber for QueueEventWatch {
         for (i, e) in self.events.iter().enumerate() {
             let data = u32::try_from(i).unwrap_or(u32::MAX);
             if let Err(err) = ops.add(Events::with_data(e, data, EventSet::IN)) {
-                log::error!("virtio: cannot watch the eventfd of queue {i}: {err:?}");
+                log::warn!(
+                    "virtio: cannot watch the eventfd of queue {i} ({err:?}); notifications \
+                     are served on the vCPU thread"
+                );
+                self.device
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .stop_queue_events();
+                return;
             }
         }
     }
@@ -164,11 +176,11 @@ impl MutEventSubscriber for QueueEventWatch {
             return;
         };
         // Non-blocking: the count may already have been read; serve the queue anyway.
-        let _ = e.read();
+        let count = e.read().unwrap_or(0);
         self.device
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .notify_event(i);
+            .notify_event(i, count);
     }
 }
 
@@ -245,7 +257,7 @@ mod tests {
     fn kvm_accepts_and_releases_a_notification_ioeventfd() {
         let kvm = kvm_ioctls::Kvm::new().expect("/dev/kvm");
         let vm: Arc<dyn NotifyRoute> = Arc::new(kvm.create_vm().expect("a VM"));
-        let mut q = QueueEvents::new(vm, 1, 0x3000, 4).unwrap();
+        let mut q = QueueEvents::new(vm.clone(), 1, 0x3000, 4).unwrap();
         q.move_to(Some(0xc000_0000));
         assert_eq!(
             q.attached_at(),
@@ -263,5 +275,10 @@ mod tests {
         );
         q.move_to(None);
         assert_eq!(q.attached_at(), None);
+        // KVM refuses a second eventfd at an address that still has one: a fresh set of
+        // eventfds registers there only if the last move really unregistered.
+        let mut fresh = QueueEvents::new(vm, 1, 0x3000, 4).unwrap();
+        fresh.move_to(Some(0xc000_0000));
+        assert_eq!(fresh.attached_at(), Some(0xc000_0000), "a registration was left behind");
     }
 }

@@ -295,3 +295,114 @@ fn intx_disable_keeps_the_line_low() {
     assert!(!line.high());
     assert_eq!(r8(&mut d, 0x1000), ISR_QUEUE);
 }
+
+/// A route that records where the queue eventfds are attached.
+#[derive(Default)]
+struct Route(Mutex<Vec<u64>>);
+
+impl crate::devices::virtio::notify::NotifyRoute for Route {
+    fn attach(&self, addr: u64, _: &vmm_sys_util::eventfd::EventFd) -> std::io::Result<()> {
+        self.0.lock().unwrap().push(addr);
+        Ok(())
+    }
+    fn detach(&self, addr: u64, _: &vmm_sys_util::eventfd::EventFd) -> std::io::Result<()> {
+        self.0.lock().unwrap().retain(|&a| a != addr);
+        Ok(())
+    }
+}
+
+fn with_events(d: Dev) -> (Dev, Arc<Route>) {
+    let route = Arc::new(Route::default());
+    let events = crate::devices::virtio::notify::QueueEvents::new(
+        route.clone(),
+        1,
+        NOTIFY_OFFSET,
+        u64::from(NOTIFY_MULTIPLIER),
+    )
+    .unwrap();
+    (d.with_queue_events(events), route)
+}
+
+fn bar0(base: u64) -> BarRegion {
+    BarRegion {
+        index: VIRTIO_BAR,
+        kind: BarKind::Memory64 { prefetchable: true },
+        base,
+        size: VIRTIO_BAR_SIZE,
+    }
+}
+
+#[test]
+fn queue_eventfds_follow_bar_0_and_count_what_they_serve() {
+    let (d, mem, line) = device();
+    let (mut d, route) = with_events(d);
+    d.bar_mapped(&BarRegion {
+        index: 2,
+        ..bar0(0xd000_0000)
+    });
+    assert!(
+        route.0.lock().unwrap().is_empty(),
+        "another BAR moves nothing"
+    );
+    d.bar_mapped(&bar0(0xc000_0000));
+    assert_eq!(*route.0.lock().unwrap(), vec![0xc000_3000]);
+    init(&mut d, 16, true);
+    queue_read(&mem, 1);
+    // What the event loop does when KVM signalled the eventfd twice.
+    d.notify_event(0, 2);
+    assert_eq!(mem.read_obj::<u16>(GuestAddress(USED + 2)).unwrap(), 1);
+    assert!(line.high());
+    assert_eq!(
+        d.notify_counts(),
+        NotifyCounts {
+            by_event: 2,
+            by_exit: 0
+        }
+    );
+    d.bar_unmapped(&bar0(0xc000_0000));
+    assert!(route.0.lock().unwrap().is_empty());
+}
+
+#[test]
+fn requests_an_eventfd_swallowed_are_served_at_the_end_or_on_fallback() {
+    // The event loop ended before reading the eventfd: the VM's end serves the queue.
+    let (d, mem, _) = device();
+    let (mut d, _) = with_events(d);
+    d.bar_mapped(&bar0(0xc000_0000));
+    init(&mut d, 16, true);
+    queue_read(&mem, 1);
+    d.serve_pending();
+    assert_eq!(mem.read_obj::<u16>(GuestAddress(USED + 2)).unwrap(), 1);
+    assert_eq!(d.device().stats().ok, 1);
+    d.serve_pending();
+    assert_eq!(
+        d.device().stats().ok,
+        1,
+        "nothing new, nothing served twice"
+    );
+    // The event loop cannot watch the eventfds: they come off KVM and the queue is served.
+    let (d, mem, _) = device();
+    let (mut d, route) = with_events(d);
+    d.bar_mapped(&bar0(0xc000_0000));
+    init(&mut d, 16, true);
+    queue_read(&mem, 1);
+    d.stop_queue_events();
+    assert!(route.0.lock().unwrap().is_empty());
+    assert_eq!(mem.read_obj::<u16>(GuestAddress(USED + 2)).unwrap(), 1);
+    // From now on the BAR's notify register is served on the writing thread.
+    d.bar_mapped(&bar0(0xc000_0000));
+    assert!(route.0.lock().unwrap().is_empty());
+    queue_read(&mem, 2);
+    w16(&mut d, 0x3000, 0);
+    assert_eq!(mem.read_obj::<u16>(GuestAddress(USED + 2)).unwrap(), 2);
+    assert_eq!(d.notify_counts().by_exit, 1);
+}
+
+#[test]
+fn without_eventfds_nothing_is_pending() {
+    let (mut d, mem, _) = device();
+    init(&mut d, 16, true);
+    queue_read(&mem, 1);
+    d.serve_pending();
+    assert_eq!(mem.read_obj::<u16>(GuestAddress(USED + 2)).unwrap(), 0);
+}

@@ -118,6 +118,15 @@ pub struct BlockAttachment {
 }
 
 impl BlockAttachment {
+    /// Serves what the guest made available before the VM stopped, in case the event loop
+    /// ended before it read the notification (a request notified just before the stop).
+    pub fn serve_pending(&self) {
+        self.device
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .serve_pending();
+    }
+
     /// One line on what the device served, for the end of a run.
     pub fn summary(&self) -> String {
         let d = self.device.lock().unwrap_or_else(|e| e.into_inner());
