@@ -279,6 +279,10 @@ mod tests {
         // eventfds registers there only if the last move really unregistered.
         let mut fresh = QueueEvents::new(vm, 1, 0x3000, 4).unwrap();
         fresh.move_to(Some(0xc000_0000));
-        assert_eq!(fresh.attached_at(), Some(0xc000_0000), "a registration was left behind");
+        assert_eq!(
+            fresh.attached_at(),
+            Some(0xc000_0000),
+            "a registration was left behind"
+        );
     }
 }

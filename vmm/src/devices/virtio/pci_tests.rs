@@ -363,14 +363,21 @@ fn queue_eventfds_follow_bar_0_and_count_what_they_serve() {
     assert!(route.0.lock().unwrap().is_empty());
 }
 
-#[test]
-fn requests_an_eventfd_swallowed_are_served_at_the_end_or_on_fallback() {
-    // The event loop ended before reading the eventfd: the VM's end serves the queue.
+/// A ready device whose eventfds are attached at 0xc000_0000, with a read made available
+/// and not yet served (its notification sits in the eventfd).
+fn ready_with_a_read_queued() -> (Dev, GuestMemoryMmap, Arc<Route>) {
     let (d, mem, _) = device();
-    let (mut d, _) = with_events(d);
+    let (mut d, route) = with_events(d);
     d.bar_mapped(&bar0(0xc000_0000));
     init(&mut d, 16, true);
     queue_read(&mem, 1);
+    (d, mem, route)
+}
+
+#[test]
+fn requests_an_eventfd_swallowed_are_served_at_the_end_or_on_fallback() {
+    // The event loop ended before reading the eventfd: the VM's end serves the queue.
+    let (mut d, mem, _) = ready_with_a_read_queued();
     d.serve_pending();
     assert_eq!(mem.read_obj::<u16>(GuestAddress(USED + 2)).unwrap(), 1);
     assert_eq!(d.device().stats().ok, 1);
@@ -381,11 +388,7 @@ fn requests_an_eventfd_swallowed_are_served_at_the_end_or_on_fallback() {
         "nothing new, nothing served twice"
     );
     // The event loop cannot watch the eventfds: they come off KVM and the queue is served.
-    let (d, mem, _) = device();
-    let (mut d, route) = with_events(d);
-    d.bar_mapped(&bar0(0xc000_0000));
-    init(&mut d, 16, true);
-    queue_read(&mem, 1);
+    let (mut d, mem, route) = ready_with_a_read_queued();
     d.stop_queue_events();
     assert!(route.0.lock().unwrap().is_empty());
     assert_eq!(mem.read_obj::<u16>(GuestAddress(USED + 2)).unwrap(), 1);
