@@ -164,11 +164,26 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
     }
 
     fn serve_all(&mut self) {
-        let ready =
-            self.common.status & (STATUS_DRIVER_OK | STATUS_DEVICE_NEEDS_RESET) == STATUS_DRIVER_OK;
+        if !self.driver_ok() {
+            return;
+        }
         for i in 0..self.queues.len() {
-            if ready && self.queues[i].is_some() {
+            if self.queues[i].is_some() {
                 self.notify(i);
+            }
+        }
+    }
+
+    /// The driver is ready and the device does not need a reset: queues may be served.
+    fn driver_ok(&self) -> bool {
+        self.common.status & (STATUS_DRIVER_OK | STATUS_DEVICE_NEEDS_RESET) == STATUS_DRIVER_OK
+    }
+
+    /// Moves the queue eventfds (if any) with BAR `region` to `base` (`None`: unmapped).
+    fn move_queue_events(&mut self, region: &BarRegion, base: Option<u64>) {
+        if let Some(events) = self.queue_events.as_mut() {
+            if region.index == VIRTIO_BAR {
+                events.move_to(base);
             }
         }
     }
@@ -247,8 +262,7 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
 
     /// The driver notified queue `index`: serve it now, on the caller's thread.
     pub fn notify(&mut self, index: usize) {
-        let ready =
-            self.common.status & (STATUS_DRIVER_OK | STATUS_DEVICE_NEEDS_RESET) == STATUS_DRIVER_OK;
+        let ready = self.driver_ok();
         let Some(Some(queue)) = self.queues.get_mut(index).filter(|_| ready) else {
             if self.ignored_notifies == 0 {
                 log::info!("virtio: notification of queue {index} that is not ready, ignored");
@@ -352,23 +366,11 @@ impl<D: VirtioDevice> PciDevice for VirtioPciDevice<D> {
     }
 
     fn bar_mapped(&mut self, region: &BarRegion) {
-        if let Some(events) = self
-            .queue_events
-            .as_mut()
-            .filter(|_| region.index == VIRTIO_BAR)
-        {
-            events.move_to(Some(region.base));
-        }
+        self.move_queue_events(region, Some(region.base));
     }
 
     fn bar_unmapped(&mut self, region: &BarRegion) {
-        if let Some(events) = self
-            .queue_events
-            .as_mut()
-            .filter(|_| region.index == VIRTIO_BAR)
-        {
-            events.move_to(None);
-        }
+        self.move_queue_events(region, None);
     }
 }
 
