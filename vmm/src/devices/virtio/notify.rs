@@ -184,35 +184,38 @@ impl MutEventSubscriber for QueueEventWatch {
     }
 }
 
+/// A route for tests: records where eventfds are attached, refuses attaching at `refuse`,
+/// and panics on a detach of an address that is not attached.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct Recorder {
+    pub(crate) attached: Mutex<Vec<u64>>,
+    pub(crate) refuse: Option<u64>,
+}
+
+#[cfg(test)]
+impl NotifyRoute for Recorder {
+    fn attach(&self, addr: u64, _event: &EventFd) -> io::Result<()> {
+        if Some(addr) == self.refuse {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        self.attached.lock().unwrap().push(addr);
+        Ok(())
+    }
+    fn detach(&self, addr: u64, _event: &EventFd) -> io::Result<()> {
+        let mut a = self.attached.lock().unwrap();
+        let pos = a
+            .iter()
+            .position(|&x| x == addr)
+            .expect("detach of an unattached addr");
+        a.remove(pos);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Records attach/detach calls; refuses attaching at `refuse`.
-    #[derive(Default)]
-    struct Recorder {
-        attached: Mutex<Vec<u64>>,
-        refuse: Option<u64>,
-    }
-
-    impl NotifyRoute for Recorder {
-        fn attach(&self, addr: u64, _event: &EventFd) -> io::Result<()> {
-            if Some(addr) == self.refuse {
-                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
-            }
-            self.attached.lock().unwrap().push(addr);
-            Ok(())
-        }
-        fn detach(&self, addr: u64, _event: &EventFd) -> io::Result<()> {
-            let mut a = self.attached.lock().unwrap();
-            let pos = a
-                .iter()
-                .position(|&x| x == addr)
-                .expect("detach of an unattached addr");
-            a.remove(pos);
-            Ok(())
-        }
-    }
 
     #[test]
     fn registrations_follow_the_bar() {

@@ -7,6 +7,7 @@ use super::*;
 use crate::devices::virtio::block::disk::{DiskImage, MemDisk};
 use crate::devices::virtio::block::request::{VIRTIO_BLK_S_OK, VIRTIO_BLK_T_IN};
 use crate::devices::virtio::block::{BlockDevice, VIRTIO_BLK_F_FLUSH};
+use crate::devices::virtio::notify::Recorder;
 use crate::devices::virtio::{STATUS_ACKNOWLEDGE, STATUS_DRIVER};
 use vm_memory::{Address, Bytes, GuestAddress};
 
@@ -296,23 +297,8 @@ fn intx_disable_keeps_the_line_low() {
     assert_eq!(r8(&mut d, 0x1000), ISR_QUEUE);
 }
 
-/// A route that records where the queue eventfds are attached.
-#[derive(Default)]
-struct Route(Mutex<Vec<u64>>);
-
-impl crate::devices::virtio::notify::NotifyRoute for Route {
-    fn attach(&self, addr: u64, _: &vmm_sys_util::eventfd::EventFd) -> std::io::Result<()> {
-        self.0.lock().unwrap().push(addr);
-        Ok(())
-    }
-    fn detach(&self, addr: u64, _: &vmm_sys_util::eventfd::EventFd) -> std::io::Result<()> {
-        self.0.lock().unwrap().retain(|&a| a != addr);
-        Ok(())
-    }
-}
-
-fn with_events(d: Dev) -> (Dev, Arc<Route>) {
-    let route = Arc::new(Route::default());
+fn with_events(d: Dev) -> (Dev, Arc<Recorder>) {
+    let route = Arc::new(Recorder::default());
     let events = crate::devices::virtio::notify::QueueEvents::new(
         route.clone(),
         1,
@@ -341,11 +327,11 @@ fn queue_eventfds_follow_bar_0_and_count_what_they_serve() {
         ..bar0(0xd000_0000)
     });
     assert!(
-        route.0.lock().unwrap().is_empty(),
+        route.attached.lock().unwrap().is_empty(),
         "another BAR moves nothing"
     );
     d.bar_mapped(&bar0(0xc000_0000));
-    assert_eq!(*route.0.lock().unwrap(), vec![0xc000_3000]);
+    assert_eq!(*route.attached.lock().unwrap(), vec![0xc000_3000]);
     init(&mut d, 16, true);
     queue_read(&mem, 1);
     // What the event loop does when KVM signalled the eventfd twice.
@@ -360,12 +346,12 @@ fn queue_eventfds_follow_bar_0_and_count_what_they_serve() {
         }
     );
     d.bar_unmapped(&bar0(0xc000_0000));
-    assert!(route.0.lock().unwrap().is_empty());
+    assert!(route.attached.lock().unwrap().is_empty());
 }
 
 /// A ready device whose eventfds are attached at 0xc000_0000, with a read made available
 /// and not yet served (its notification sits in the eventfd).
-fn ready_with_a_read_queued() -> (Dev, GuestMemoryMmap, Arc<Route>) {
+fn ready_with_a_read_queued() -> (Dev, GuestMemoryMmap, Arc<Recorder>) {
     let (d, mem, _) = device();
     let (mut d, route) = with_events(d);
     d.bar_mapped(&bar0(0xc000_0000));
@@ -390,11 +376,11 @@ fn requests_an_eventfd_swallowed_are_served_at_the_end_or_on_fallback() {
     // The event loop cannot watch the eventfds: they come off KVM and the queue is served.
     let (mut d, mem, route) = ready_with_a_read_queued();
     d.stop_queue_events();
-    assert!(route.0.lock().unwrap().is_empty());
+    assert!(route.attached.lock().unwrap().is_empty());
     assert_eq!(mem.read_obj::<u16>(GuestAddress(USED + 2)).unwrap(), 1);
     // From now on the BAR's notify register is served on the writing thread.
     d.bar_mapped(&bar0(0xc000_0000));
-    assert!(route.0.lock().unwrap().is_empty());
+    assert!(route.attached.lock().unwrap().is_empty());
     queue_read(&mem, 2);
     w16(&mut d, 0x3000, 0);
     assert_eq!(mem.read_obj::<u16>(GuestAddress(USED + 2)).unwrap(), 2);
