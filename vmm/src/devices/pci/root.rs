@@ -121,7 +121,8 @@ impl PciRoot {
 
     /// Puts `device` at `devfn` on bus 0. Its BARs get addresses in the VMM's windows (for
     /// guests booted without firmware; firmware reassigns them); decoding stays off until
-    /// the guest enables it in the command register.
+    /// the guest enables it in the command register. Only before the vCPUs run: it locks the
+    /// root before the device, the reverse of the order configuration writes use.
     pub fn add_device(
         &self,
         devfn: u8,
@@ -133,21 +134,19 @@ impl PciRoot {
             return Err(PciError::InUse(devfn >> 3, devfn & 7));
         }
         let mut dev = lock(&device);
-        {
-            let bars: Vec<_> = dev.config_space().bars().collect();
-            for (index, kind, size) in bars {
-                let (next, end) = match kind {
-                    BarKind::Io => (&mut state.next_io, PCI_IO_END),
-                    _ => (&mut state.next_mem, PCI_MMIO32_END),
-                };
-                let base = next
-                    .checked_next_multiple_of(size)
-                    .filter(|b| b.checked_add(size).is_some_and(|e| e <= end))
-                    .ok_or(PciError::NoBarSpace(name))?;
-                *next = base + size;
-                dev.config_space_mut()
-                    .set_bar_address(usize::from(index), base);
-            }
+        let bars: Vec<_> = dev.config_space().bars().collect();
+        for (index, kind, size) in bars {
+            let (next, end) = match kind {
+                BarKind::Io => (&mut state.next_io, PCI_IO_END),
+                _ => (&mut state.next_mem, PCI_MMIO32_END),
+            };
+            let base = next
+                .checked_next_multiple_of(size)
+                .filter(|b| b.checked_add(size).is_some_and(|e| e <= end))
+                .ok_or(PciError::NoBarSpace(name))?;
+            *next = base + size;
+            dev.config_space_mut()
+                .set_bar_address(usize::from(index), base);
         }
         state.functions.insert(
             devfn,
