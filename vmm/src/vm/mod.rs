@@ -1,8 +1,8 @@
 //! Building a VM (KVM, memory, irqchip, devices, vCPUs) and running it to an outcome.
 
 mod event_loop;
-mod firmware_boot;
-mod platform;
+pub mod firmware_boot;
+pub mod platform;
 mod run;
 mod signals;
 

@@ -12,7 +12,7 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use super::VmError;
 use crate::config::{SerialOutput, VmConfig};
-use crate::devices::acpi_pm::{AcpiPm, Gpe0};
+use crate::devices::acpi_pm::{AcpiPm, Gpe0, SciLine};
 use crate::devices::cmos::{Cmos, CMOS_LEN, CMOS_PORT};
 use crate::devices::debug_exit::{DebugExit, DEBUG_EXIT_LEN, DEBUG_EXIT_PORT};
 use crate::devices::debugcon::{DebugCon, DEBUGCON_PORT};
@@ -24,7 +24,7 @@ use crate::devices::reset::Port92;
 use crate::devices::serial::{SerialDevice, COM1_IRQ, COM1_LEN, COM1_PORT};
 use crate::devices::virtio::block::disk::check_distinct;
 use crate::devices::virtio::block::{attach_block, AttachError, BlockAttachment};
-use crate::devices::Bus;
+use crate::devices::{Bus, BusError};
 use crate::firmware::pflash::Pflash;
 use crate::layout::{
     ACPI_GPE0_BLK, ACPI_GPE0_LEN, ACPI_PM_BASE, ACPI_PM_LEN, ACPI_SCI_IRQ, FW_CFG_LEN, FW_CFG_PORT,
@@ -63,6 +63,83 @@ fn output_file(path: &std::path::Path) -> Result<Box<dyn Write + Send>, VmError>
         .map_err(|e| VmError::OutputFile(path.to_owned(), e))
 }
 
+/// Puts the PC's legacy devices that need nothing from KVM on `pio`: isa-debug-exit, the
+/// i8042, ACPI PM (its SCI raised through `sci`) and GPE0, port 0x92, the CMOS (RAM of
+/// `mem` bytes, `cpus` vCPUs) and the debug console (to `debugcon`, if given).
+pub fn insert_legacy_devices(
+    pio: &mut Bus,
+    stop: &Arc<StopSignal>,
+    sci: SciLine,
+    mem: u64,
+    cpus: u8,
+    debugcon: Option<Box<dyn Write + Send>>,
+) -> Result<(), BusError> {
+    let low = low_ram_end(mem);
+    pio.insert(
+        "isa-debug-exit",
+        Arc::new(Mutex::new(DebugExit::new(stop.clone()))),
+        DEBUG_EXIT_PORT,
+        DEBUG_EXIT_LEN,
+    )?;
+    pio.insert(
+        "i8042",
+        Arc::new(Mutex::new(I8042::new(stop.clone()))),
+        I8042_DATA_PORT,
+        I8042_LEN,
+    )?;
+    pio.insert(
+        "acpi-pm",
+        Arc::new(Mutex::new(AcpiPm::new(sci, stop.clone()))),
+        ACPI_PM_BASE,
+        ACPI_PM_LEN,
+    )?;
+    pio.insert(
+        "acpi-gpe0",
+        Arc::new(Mutex::new(Gpe0::default())),
+        ACPI_GPE0_BLK,
+        ACPI_GPE0_LEN,
+    )?;
+    pio.insert(
+        "port92",
+        Arc::new(Mutex::new(Port92::new(stop.clone()))),
+        PORT92,
+        1,
+    )?;
+    // The reset control register at 0xCF9 sits inside the PCI configuration-address dword:
+    // the PCI root serves it, as QEMU's PIIX3 does.
+    pio.insert(
+        "cmos",
+        Arc::new(Mutex::new(Cmos::new(low, mem - low, cpus))),
+        CMOS_PORT,
+        CMOS_LEN,
+    )?;
+    pio.insert(
+        "debugcon",
+        Arc::new(Mutex::new(DebugCon::new(debugcon))),
+        DEBUGCON_PORT,
+        1,
+    )
+}
+
+/// Puts fw_cfg on `pio` and, for OVMF, the pflash VARS device on `mmio`.
+pub fn insert_firmware_devices(
+    pio: &mut Bus,
+    mmio: &mut Bus,
+    fw: FirmwareDevices,
+) -> Result<(), BusError> {
+    pio.insert(
+        "fw_cfg",
+        Arc::new(Mutex::new(fw.fw_cfg)),
+        FW_CFG_PORT,
+        FW_CFG_LEN,
+    )?;
+    if let Some((base, vars)) = fw.vars {
+        let len = u64::try_from(vars.data().len()).unwrap_or(0);
+        mmio.insert("pflash-vars", Arc::new(Mutex::new(vars)), base, len)?;
+    }
+    Ok(())
+}
+
 /// Creates the platform devices and wires COM1's interrupt; then the PCI root and a
 /// virtio-blk device per disk.
 pub fn create_devices(
@@ -90,74 +167,21 @@ pub fn create_devices(
         None => None,
     };
     let mem = config.memory_mib << 20;
-    let low = low_ram_end(mem);
     let cpus = u8::try_from(config.cpus).unwrap_or(u8::MAX);
 
     let mut pio = Bus::new("port");
     pio.insert("com1", serial.clone(), COM1_PORT, COM1_LEN)?;
-    pio.insert(
-        "isa-debug-exit",
-        Arc::new(Mutex::new(DebugExit::new(stop.clone()))),
-        DEBUG_EXIT_PORT,
-        DEBUG_EXIT_LEN,
-    )?;
-    pio.insert(
-        "i8042",
-        Arc::new(Mutex::new(I8042::new(stop.clone()))),
-        I8042_DATA_PORT,
-        I8042_LEN,
-    )?;
     let sci_fd = vm_fd.clone();
     let sci = Box::new(move |level: bool| {
         if let Err(e) = sci_fd.set_irq_line(ACPI_SCI_IRQ, level) {
             log::warn!("acpi-pm: cannot set the SCI line: {e}");
         }
     });
-    pio.insert(
-        "acpi-pm",
-        Arc::new(Mutex::new(AcpiPm::new(sci, stop.clone()))),
-        ACPI_PM_BASE,
-        ACPI_PM_LEN,
-    )?;
-    pio.insert(
-        "acpi-gpe0",
-        Arc::new(Mutex::new(Gpe0::default())),
-        ACPI_GPE0_BLK,
-        ACPI_GPE0_LEN,
-    )?;
-    pio.insert(
-        "port92",
-        Arc::new(Mutex::new(Port92::new(stop.clone()))),
-        PORT92,
-        1,
-    )?;
-    // The reset control register at 0xCF9 sits inside the PCI configuration-address dword:
-    // the PCI root (below) serves it, as QEMU's PIIX3 does.
+    insert_legacy_devices(&mut pio, &stop, sci, mem, cpus, debugcon)?;
     let mut mmio = Bus::new("MMIO");
     if let Some(fw) = firmware {
-        pio.insert(
-            "fw_cfg",
-            Arc::new(Mutex::new(fw.fw_cfg)),
-            FW_CFG_PORT,
-            FW_CFG_LEN,
-        )?;
-        if let Some((base, vars)) = fw.vars {
-            let len = u64::try_from(vars.data().len()).unwrap_or(0);
-            mmio.insert("pflash-vars", Arc::new(Mutex::new(vars)), base, len)?;
-        }
+        insert_firmware_devices(&mut pio, &mut mmio, fw)?;
     }
-    pio.insert(
-        "cmos",
-        Arc::new(Mutex::new(Cmos::new(low, mem - low, cpus))),
-        CMOS_PORT,
-        CMOS_LEN,
-    )?;
-    pio.insert(
-        "debugcon",
-        Arc::new(Mutex::new(DebugCon::new(debugcon))),
-        DEBUGCON_PORT,
-        1,
-    )?;
     let doorbell = DoorbellHandle::new(config.cpus);
     pio.insert(
         "hvprof-doorbell",

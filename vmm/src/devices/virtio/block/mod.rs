@@ -13,7 +13,7 @@ use vm_memory::{Bytes, GuestMemoryMmap};
 use super::notify::{NotifyRoute, QueueEventWatch, QueueEvents};
 use super::pci::{VirtioPciDevice, NOTIFY_MULTIPLIER, NOTIFY_OFFSET};
 use super::queue::collect_chain;
-use super::{KvmIrqLine, ProcessError, VirtioDevice};
+use super::{IrqLine, KvmIrqLine, ProcessError, VirtioDevice};
 use crate::config::DiskConfig;
 use crate::devices::pci::{devfn, intx_gsi, ConfigSpaceError, PciError, PciRoot};
 use disk::DiskError;
@@ -61,9 +61,9 @@ pub struct AttachedDisk {
     pub gsi: u8,
 }
 
-/// Opens `disk` and puts a virtio-blk device for it in the next free slot of `root`, its
-/// INTA# on the GSI `intx_gsi` gives for that slot. Its BAR appears on the MMIO bus once
-/// the guest (or firmware) enables it.
+/// Opens `disk` and puts a virtio-blk device for it in the next free slot of `root` (see
+/// [`attach_image`]): its INTA# through `KVM_IRQ_LINE`, its notifications through
+/// `KVM_IOEVENTFD`.
 pub fn attach_block(
     root: &PciRoot,
     vm_fd: &Arc<VmFd>,
@@ -71,11 +71,34 @@ pub fn attach_block(
     disk: &DiskConfig,
 ) -> Result<BlockAttachment, AttachError> {
     let image = disk::DiskImage::open(disk)?;
+    let irq_fd = vm_fd.clone();
+    let attached = attach_image(root, mem, image, vm_fd.clone(), move |gsi| {
+        Box::new(KvmIrqLine::new(irq_fd, u32::from(gsi)))
+    })?;
+    log::info!(
+        "virtio-blk {} at 00:{:02x}.0, INTA# on GSI {}{}",
+        disk.path.display(),
+        attached.at.slot,
+        attached.at.gsi,
+        if disk.readonly { ", read-only" } else { "" }
+    );
+    Ok(attached)
+}
+
+/// Puts a virtio-blk device for `image` in the next free slot of `root`, its INTA# raising
+/// `irq(gsi)` for the GSI `intx_gsi` gives for that slot. Its BAR appears on the MMIO bus once
+/// the guest (or firmware) enables it; its queue notifications then go to eventfds through
+/// `route`, or exit to the device if `route` or the eventfds fail.
+pub fn attach_image(
+    root: &PciRoot,
+    mem: &GuestMemoryMmap,
+    image: DiskImage,
+    route: Arc<dyn NotifyRoute>,
+    irq: impl FnOnce(u8) -> Box<dyn IrqLine>,
+) -> Result<BlockAttachment, AttachError> {
     let slot = root.free_slot()?;
     let gsi = intx_gsi(slot, 1);
-    let irq = Box::new(KvmIrqLine::new(vm_fd.clone(), u32::from(gsi)));
-    let mut device = VirtioPciDevice::new(BlockDevice::new(image), mem.clone(), irq, gsi)?;
-    let route: Arc<dyn NotifyRoute> = vm_fd.clone();
+    let mut device = VirtioPciDevice::new(BlockDevice::new(image), mem.clone(), irq(gsi), gsi)?;
     let stride = u64::from(NOTIFY_MULTIPLIER);
     let events = QueueEvents::new(route, 1, NOTIFY_OFFSET, stride)
         .and_then(|q| q.watch_fds().map(|w| (q, w)));
@@ -91,11 +114,6 @@ pub fn attach_block(
     };
     let device = Arc::new(Mutex::new(device));
     root.add_device(devfn(slot, 0), "virtio-blk", device.clone())?;
-    log::info!(
-        "virtio-blk {} at 00:{slot:02x}.0, INTA# on GSI {gsi}{}",
-        disk.path.display(),
-        if disk.readonly { ", read-only" } else { "" }
-    );
     let watch = watch_fds.map(|w| QueueEventWatch::new(device.clone(), w));
     Ok(BlockAttachment {
         at: AttachedDisk { slot, gsi },
