@@ -11,11 +11,15 @@ struct Ram<'a>(&'a [u8]);
 impl PhysRead for Ram<'_> {
     fn read_u64(&self, gpa: u64) -> Option<u64> {
         let at = usize::try_from(gpa).ok()?;
-        Some(u64::from_le_bytes(self.0.get(at..at.checked_add(8)?)?.try_into().ok()?))
+        Some(u64::from_le_bytes(
+            self.0.get(at..at.checked_add(8)?)?.try_into().ok()?,
+        ))
     }
     fn read_u32(&self, gpa: u64) -> Option<u32> {
         let at = usize::try_from(gpa).ok()?;
-        Some(u32::from_le_bytes(self.0.get(at..at.checked_add(4)?)?.try_into().ok()?))
+        Some(u32::from_le_bytes(
+            self.0.get(at..at.checked_add(4)?)?.try_into().ok()?,
+        ))
     }
 }
 
@@ -24,7 +28,12 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let word = |i: usize| u64::from_le_bytes(data[i * 8..i * 8 + 8].try_into().unwrap());
-    let paging = Paging { cr0: word(0), cr3: word(1) & 0xffff, cr4: word(2), efer: word(3) };
+    let paging = Paging {
+        cr0: word(0),
+        cr3: word(1) & 0xffff,
+        cr4: word(2),
+        efer: word(3),
+    };
     let va = word(4);
     let ram = Ram(&data[48..]);
     let _ = translate(&ram, &paging, va);

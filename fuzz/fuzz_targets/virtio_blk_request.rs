@@ -1,13 +1,14 @@
 //! The virtio-blk request path on a queue the fuzz input programs: queue size and ring
 //! addresses from the first bytes, guest RAM (descriptor table, rings, headers, buffers)
 //! from the rest. Activation, chain collection, request parsing and execution must never
-//! panic, and the disk must never be touched outside its capacity (the backend below
-//! panics if it is).
+//! panic, and the disk must never be touched outside its capacity ([`CheckedDisk`] panics
+//! if it is).
 #![no_main]
 
+use hvprof_fuzz::CheckedDisk;
 use libfuzzer_sys::fuzz_target;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
-use vmm::devices::virtio::block::disk::{DiskBackend, DiskImage, SECTOR_SIZE};
+use vmm::devices::virtio::block::disk::{DiskImage, SECTOR_SIZE};
 use vmm::devices::virtio::block::BlockDevice;
 use vmm::devices::virtio::queue::QueueRegs;
 use vmm::devices::virtio::VirtioDevice;
@@ -15,37 +16,6 @@ use vmm::devices::virtio::VirtioDevice;
 const RAM: usize = 0x10000;
 /// 16 sectors and an odd tail of 100 bytes that must stay unreachable.
 const IMAGE: u64 = 16 * SECTOR_SIZE + 100;
-
-struct CheckedDisk(Vec<u8>);
-
-impl CheckedDisk {
-    fn check(&self, offset: u64, len: usize) -> std::ops::Range<usize> {
-        let end = offset
-            .checked_add(len as u64)
-            .expect("disk offset overflows");
-        assert!(
-            end <= IMAGE / SECTOR_SIZE * SECTOR_SIZE,
-            "access beyond the capacity"
-        );
-        usize::try_from(offset).unwrap()..usize::try_from(end).unwrap()
-    }
-}
-
-impl DiskBackend for CheckedDisk {
-    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        let r = self.check(offset, buf.len());
-        buf.copy_from_slice(&self.0[r]);
-        Ok(())
-    }
-    fn write_at(&mut self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
-        let r = self.check(offset, buf.len());
-        self.0[r].copy_from_slice(buf);
-        Ok(())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 8 {
@@ -67,7 +37,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(mut queue) = regs.activate(&mem) else {
         return;
     };
-    let disk = CheckedDisk(vec![0x5a; usize::try_from(IMAGE).unwrap()]);
+    let disk = CheckedDisk::new(usize::try_from(IMAGE).unwrap());
     let image = DiskImage::new(Box::new(disk), IMAGE, readonly, "fuzz");
     let mut dev = BlockDevice::new(image);
     // Twice: the second pass starts where the first left off.
