@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use vm_memory::GuestMemoryMmap;
 
-pub use image::PlacementError;
+pub use image::{LoadContext, PlacementError};
 
 /// How the boot vCPU starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,35 +156,47 @@ pub fn load_kernel(
         Some(p) => Some((p.as_path(), read_file(p)?)),
         None => None,
     };
-    if spec.cmdline.len() >= crate::layout::CMDLINE_MAX {
-        return Err(BootError::CmdlineTooLong(spec.cmdline.len()));
-    }
-    if spec.cmdline.contains('\0') {
-        return Err(BootError::CmdlineNul);
-    }
-    let ctx = image::LoadContext {
+    let initrd = initrd.as_ref().map(|(p, b)| (*p, b.as_slice()));
+    let ctx = LoadContext {
         mem,
         mem_size,
         path: &spec.kernel,
     };
-    let initrd = initrd.as_ref().map(|(p, b)| (*p, b.as_slice()));
+    load_image(&ctx, &kernel, initrd, &spec.cmdline, rsdp)
+}
 
-    if elf::is_elf(&kernel) {
-        let img = elf::parse(&kernel).map_err(|e| BootError::Elf(spec.kernel.clone(), e))?;
+/// Loads the kernel image `kernel` (named `ctx.path` in errors), with `initrd` and
+/// `cmdline`, by the first protocol it carries: PVH note, multiboot header, Linux setup
+/// header.
+pub fn load_image(
+    ctx: &LoadContext<'_>,
+    kernel: &[u8],
+    initrd: Option<(&Path, &[u8])>,
+    cmdline: &str,
+    rsdp: u64,
+) -> Result<BootSetup, BootError> {
+    let path = || ctx.path.to_owned();
+    if cmdline.len() >= crate::layout::CMDLINE_MAX {
+        return Err(BootError::CmdlineTooLong(cmdline.len()));
+    }
+    if cmdline.contains('\0') {
+        return Err(BootError::CmdlineNul);
+    }
+    if elf::is_elf(kernel) {
+        let img = elf::parse(kernel).map_err(|e| BootError::Elf(path(), e))?;
         if let Some(eip) = img.pvh_entry {
-            return pvh::boot(&ctx, &kernel, &img, eip, initrd, &spec.cmdline, rsdp);
+            return pvh::boot(ctx, kernel, &img, eip, initrd, cmdline, rsdp);
         }
     }
-    let mb = multiboot::find_header(&kernel)
-        .map_err(|e| BootError::Multiboot(spec.kernel.clone(), e))?;
+    let mb = multiboot::find_header(kernel).map_err(|e| BootError::Multiboot(path(), e))?;
     if let Some(header) = mb {
-        return mbinfo::boot(&ctx, &kernel, &header, initrd, &spec.cmdline);
+        return mbinfo::boot(ctx, kernel, &header, initrd, cmdline);
     }
-    if elf::is_elf(&kernel) {
-        return Err(BootError::NoEntryPoint(spec.kernel.clone()));
+    if elf::is_elf(kernel) {
+        return Err(BootError::NoEntryPoint(path()));
     }
-    if linux::is_bzimage(&kernel) {
-        return linux::boot(&ctx, &kernel, initrd, &spec.cmdline);
+    if linux::is_bzimage(kernel) {
+        return linux::boot(ctx, kernel, initrd, cmdline);
     }
-    Err(BootError::NotBootable(spec.kernel.clone()))
+    Err(BootError::NotBootable(path()))
 }
