@@ -1,5 +1,6 @@
-//! Writes seed inputs for the fuzz targets whose interesting paths take a long script to
-//! reach (a driver setting a virtio queue up, a firmware DMA transfer): `seeds DIR` writes
+//! Writes seed inputs for the fuzz targets whose interesting paths take a long script or a
+//! well-formed file to reach (a driver setting a virtio queue up, a firmware DMA transfer, a
+//! bootable kernel): `seeds DIR` writes
 //! them under `DIR/<target>/`. fuzz/run.sh calls it before fuzzing.
 
 use std::path::Path;
@@ -151,13 +152,81 @@ fn pflash() -> Vec<u8> {
     s.0
 }
 
+/// A Linux bzImage of one setup sector and 2 KiB of "kernel": boot protocol 2.15, 64-bit
+/// entry, loaded high. The kernel_load target's input starts with a byte saying how much of
+/// the tail is an initrd (0: none).
+fn bzimage() -> Vec<u8> {
+    let mut f = vec![0u8; 0xc00];
+    f[0x1f1] = 1; // setup_sects: the kernel starts at 2 x 512
+    f[0x1fe..0x200].copy_from_slice(&0xaa55u16.to_le_bytes());
+    f[0x202..0x206].copy_from_slice(b"HdrS");
+    f[0x206..0x208].copy_from_slice(&0x020fu16.to_le_bytes());
+    f[0x211] = 1; // loadflags: LOADED_HIGH
+    f[0x214..0x218].copy_from_slice(&0x10_0000u32.to_le_bytes()); // code32_start
+    f[0x22c..0x230].copy_from_slice(&0x37ff_ffffu32.to_le_bytes()); // initrd_addr_max
+    f[0x236..0x238].copy_from_slice(&1u16.to_le_bytes()); // xloadflags: KERNEL_64
+    let mut input = vec![0x82]; // the last 32 bytes are an initrd
+    input.extend(f);
+    input
+}
+
+/// An ELF64 executable with one PT_LOAD of 64 bytes at 1 MiB and a PT_NOTE holding the Xen
+/// PVH entry note (XEN_ELFNOTE_PHYS32_ENTRY = 18).
+fn pvh_elf() -> Vec<u8> {
+    const EHDR: usize = 64;
+    const PHDR: usize = 56;
+    let note_at = EHDR + 2 * PHDR;
+    let mut note = Vec::new();
+    note.extend_from_slice(&4u32.to_le_bytes()); // namesz ("Xen\0")
+    note.extend_from_slice(&4u32.to_le_bytes()); // descsz
+    note.extend_from_slice(&18u32.to_le_bytes());
+    note.extend_from_slice(b"Xen\0");
+    note.extend_from_slice(&0x10_0000u32.to_le_bytes());
+    let code_at = note_at + note.len();
+    let mut f = vec![0u8; EHDR];
+    f[..4].copy_from_slice(b"\x7fELF");
+    f[4] = 2; // 64-bit
+    f[5] = 1; // little-endian
+    f[6] = 1;
+    f[16..18].copy_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+    f[18..20].copy_from_slice(&62u16.to_le_bytes()); // x86-64
+    f[20..24].copy_from_slice(&1u32.to_le_bytes());
+    f[24..32].copy_from_slice(&0x10_0000u64.to_le_bytes()); // e_entry
+    f[32..40].copy_from_slice(&(EHDR as u64).to_le_bytes()); // e_phoff
+    f[52..54].copy_from_slice(&(EHDR as u16).to_le_bytes());
+    f[54..56].copy_from_slice(&(PHDR as u16).to_le_bytes());
+    f[56..58].copy_from_slice(&2u16.to_le_bytes()); // e_phnum
+    let phdr = |kind: u32, flags: u32, offset: usize, addr: u64, size: usize| {
+        let mut p = Vec::new();
+        p.extend_from_slice(&kind.to_le_bytes());
+        p.extend_from_slice(&flags.to_le_bytes());
+        p.extend_from_slice(&(offset as u64).to_le_bytes());
+        p.extend_from_slice(&addr.to_le_bytes());
+        p.extend_from_slice(&addr.to_le_bytes());
+        p.extend_from_slice(&(size as u64).to_le_bytes());
+        p.extend_from_slice(&(size as u64).to_le_bytes());
+        p.extend_from_slice(&4u64.to_le_bytes());
+        p
+    };
+    f.extend(phdr(1, 5, code_at, 0x10_0000, 64)); // PT_LOAD, R+X
+    f.extend(phdr(4, 4, note_at, 0, note.len())); // PT_NOTE
+    f.extend(note);
+    f.extend([0xf4; 64]); // hlt
+    let mut input = vec![0];
+    input.extend(f);
+    input
+}
+
 fn main() -> std::io::Result<()> {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
-    let seeds: [(&str, &str, Vec<u8>); 4] = [
+    let seeds: [(&str, &str, Vec<u8>); 7] = [
         ("platform_io", "virtio-ioeventfd", virtio(true)),
         ("platform_io", "virtio-exits", virtio(false)),
         ("platform_io", "fw_cfg", fw_cfg()),
         ("platform_io", "pflash", pflash()),
+        ("kernel_load", "bzimage", bzimage()),
+        ("kernel_load", "pvh-elf", pvh_elf()),
+        ("kernel_elf", "pvh-elf", pvh_elf()[1..].to_vec()),
     ];
     for (target, name, bytes) in seeds {
         let at = Path::new(&dir).join(target);
