@@ -114,36 +114,31 @@ impl Script {
         self.0.push(kind | u8::from(read) << 3 | w << 4);
     }
 
+    fn access(&mut self, kind: u8, width: usize, read: bool, at: &[u8], value: &[u8]) -> &mut Self {
+        self.head(kind, width, read);
+        self.0.extend_from_slice(at);
+        self.0.extend_from_slice(value);
+        self
+    }
+
     /// A port write.
     pub fn outp(&mut self, port: u16, width: usize, value: u32) -> &mut Self {
-        self.head(2, width, false);
-        self.0.extend_from_slice(&port.to_le_bytes());
-        self.0.extend_from_slice(&value.to_le_bytes());
-        self
+        self.access(2, width, false, &port.to_le_bytes(), &value.to_le_bytes())
     }
 
     /// A port read.
     pub fn inp(&mut self, port: u16, width: usize) -> &mut Self {
-        self.head(2, width, true);
-        self.0.extend_from_slice(&port.to_le_bytes());
-        self.0.extend_from_slice(&0u32.to_le_bytes());
-        self
+        self.access(2, width, true, &port.to_le_bytes(), &[0; 4])
     }
 
     /// An MMIO write.
     pub fn write(&mut self, addr: u64, width: usize, value: u64) -> &mut Self {
-        self.head(3, width, false);
-        self.0.extend_from_slice(&addr.to_le_bytes());
-        self.0.extend_from_slice(&value.to_le_bytes());
-        self
+        self.access(3, width, false, &addr.to_le_bytes(), &value.to_le_bytes())
     }
 
     /// An MMIO read.
     pub fn read(&mut self, addr: u64, width: usize) -> &mut Self {
-        self.head(3, width, true);
-        self.0.extend_from_slice(&addr.to_le_bytes());
-        self.0.extend_from_slice(&0u64.to_le_bytes());
-        self
+        self.access(3, width, true, &addr.to_le_bytes(), &[0; 8])
     }
 
     /// Stores `bytes` in guest RAM at `addr` (a multiple of 8), eight at a time.
@@ -151,10 +146,7 @@ impl Script {
         for (i, chunk) in bytes.chunks(8).enumerate() {
             let mut v = [0u8; 8];
             v[..chunk.len()].copy_from_slice(chunk);
-            self.head(4, 8, false);
-            self.0
-                .extend_from_slice(&(addr + 8 * i as u32).to_le_bytes());
-            self.0.extend_from_slice(&v);
+            self.access(4, 8, false, &(addr + 8 * i as u32).to_le_bytes(), &v);
         }
         self
     }
