@@ -18,9 +18,7 @@ use event_manager::{EventManager, MutEventSubscriber, SubscriberOps};
 use hvprof_fuzz::platform::{Input, Op};
 use hvprof_fuzz::CheckedDisk;
 use libfuzzer_sys::fuzz_target;
-use profile_core::abi::{DOORBELL_PORT_BASE, DOORBELL_PORT_COUNT};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
-use vmm::devices::doorbell::DoorbellHandle;
 use vmm::devices::fw_cfg::FwCfg;
 use vmm::devices::pci::{devfn, PciRoot};
 use vmm::devices::virtio::block::attach_image;
@@ -33,7 +31,7 @@ use vmm::firmware::cfg::{fw_cfg_items, FirmwareConfig};
 use vmm::firmware::pflash::Pflash;
 use vmm::outcome::StopSignal;
 use vmm::vm::firmware_boot::pci_root;
-use vmm::vm::platform::{insert_firmware_devices, insert_legacy_devices, FirmwareDevices};
+use vmm::vm::platform::{insert_firmware_devices, insert_port_devices, FirmwareDevices};
 use vmm_sys_util::eventfd::EventFd;
 
 const RAM: usize = 1 << 20;
@@ -105,15 +103,9 @@ fuzz_target!(|data: &[u8]| {
     let mut pio = Bus::new("port");
     let mut mmio = Bus::new("MMIO");
     let mem_size = 256 << 20;
-    insert_legacy_devices(
-        &mut pio,
-        &stop,
-        Box::new(|_| {}),
-        mem_size,
-        CPUS as u8,
-        None,
-    )
-    .unwrap();
+    // The firmware is told of more RAM than is mapped: DMA beyond the 1 MiB fails cleanly.
+    let _doorbell =
+        insert_port_devices(&mut pio, &stop, Box::new(|_| {}), mem_size, CPUS, None).unwrap();
     let fw = FirmwareConfig {
         cpus: CPUS,
         mem_size,
@@ -128,11 +120,6 @@ fuzz_target!(|data: &[u8]| {
         vars: Some((VARS_BASE, vars)),
     };
     insert_firmware_devices(&mut pio, &mut mmio, firmware).unwrap();
-    let doorbell = DoorbellHandle::new(CPUS);
-    let port = u64::from(DOORBELL_PORT_BASE);
-    let ports = u64::from(DOORBELL_PORT_COUNT);
-    pio.insert("hvprof-doorbell", doorbell.device(), port, ports)
-        .unwrap();
     let (pio, mmio) = (Arc::new(pio), Arc::new(mmio));
     let root = PciRoot::new(&pio, &mmio, Some(stop.clone())).unwrap();
     let route = Arc::new(Route {
@@ -233,6 +220,4 @@ fuzz_target!(|data: &[u8]| {
             "ioeventfd at {addr:#x} outlived its BAR mapping"
         );
     }
-    // The vCPU side of an unfinished doorbell ring is never run here: nothing to finish.
-    let _ = doorbell;
 });

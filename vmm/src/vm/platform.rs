@@ -63,17 +63,18 @@ fn output_file(path: &std::path::Path) -> Result<Box<dyn Write + Send>, VmError>
         .map_err(|e| VmError::OutputFile(path.to_owned(), e))
 }
 
-/// Puts the PC's legacy devices that need nothing from KVM on `pio`: isa-debug-exit, the
-/// i8042, ACPI PM (its SCI raised through `sci`) and GPE0, port 0x92, the CMOS (RAM of
-/// `mem` bytes, `cpus` vCPUs) and the debug console (to `debugcon`, if given).
-pub fn insert_legacy_devices(
+/// Puts the port devices that need nothing from KVM on `pio`: isa-debug-exit, the i8042, ACPI
+/// PM (its SCI raised through `sci`) and GPE0, port 0x92, the CMOS (RAM of `mem` bytes, `cpus`
+/// vCPUs), the debug console (to `debugcon`, if given) and the hypercall doorbell, whose
+/// handle the vCPUs need.
+pub fn insert_port_devices(
     pio: &mut Bus,
     stop: &Arc<StopSignal>,
     sci: SciLine,
     mem: u64,
-    cpus: u8,
+    cpus: usize,
     debugcon: Option<Box<dyn Write + Send>>,
-) -> Result<(), BusError> {
+) -> Result<DoorbellHandle, BusError> {
     let low = low_ram_end(mem);
     pio.insert(
         "isa-debug-exit",
@@ -109,7 +110,11 @@ pub fn insert_legacy_devices(
     // the PCI root serves it, as QEMU's PIIX3 does.
     pio.insert(
         "cmos",
-        Arc::new(Mutex::new(Cmos::new(low, mem - low, cpus))),
+        Arc::new(Mutex::new(Cmos::new(
+            low,
+            mem - low,
+            u8::try_from(cpus).unwrap_or(u8::MAX),
+        ))),
         CMOS_PORT,
         CMOS_LEN,
     )?;
@@ -118,7 +123,15 @@ pub fn insert_legacy_devices(
         Arc::new(Mutex::new(DebugCon::new(debugcon))),
         DEBUGCON_PORT,
         1,
-    )
+    )?;
+    let doorbell = DoorbellHandle::new(cpus);
+    pio.insert(
+        "hvprof-doorbell",
+        doorbell.device(),
+        u64::from(DOORBELL_PORT_BASE),
+        u64::from(DOORBELL_PORT_COUNT),
+    )?;
+    Ok(doorbell)
 }
 
 /// Puts fw_cfg on `pio` and, for OVMF, the pflash VARS device on `mmio`.
@@ -167,7 +180,6 @@ pub fn create_devices(
         None => None,
     };
     let mem = config.memory_mib << 20;
-    let cpus = u8::try_from(config.cpus).unwrap_or(u8::MAX);
 
     let mut pio = Bus::new("port");
     pio.insert("com1", serial.clone(), COM1_PORT, COM1_LEN)?;
@@ -177,18 +189,11 @@ pub fn create_devices(
             log::warn!("acpi-pm: cannot set the SCI line: {e}");
         }
     });
-    insert_legacy_devices(&mut pio, &stop, sci, mem, cpus, debugcon)?;
+    let doorbell = insert_port_devices(&mut pio, &stop, sci, mem, config.cpus, debugcon)?;
     let mut mmio = Bus::new("MMIO");
     if let Some(fw) = firmware {
         insert_firmware_devices(&mut pio, &mut mmio, fw)?;
     }
-    let doorbell = DoorbellHandle::new(config.cpus);
-    pio.insert(
-        "hvprof-doorbell",
-        doorbell.device(),
-        u64::from(DOORBELL_PORT_BASE),
-        u64::from(DOORBELL_PORT_COUNT),
-    )?;
     let pio = Arc::new(pio);
     let mmio = Arc::new(mmio);
     let pci = PciRoot::new(&pio, &mmio, Some(stop))?;
