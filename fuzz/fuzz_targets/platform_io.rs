@@ -15,7 +15,7 @@ use std::io;
 use std::sync::{Arc, Mutex};
 
 use event_manager::{EventManager, MutEventSubscriber, SubscriberOps};
-use hvprof_fuzz::platform::{Input, Op};
+use hvprof_fuzz::platform::{Input, Op, RAM, VARS_BASE, VARS_LEN};
 use hvprof_fuzz::CheckedDisk;
 use libfuzzer_sys::fuzz_target;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
@@ -34,10 +34,7 @@ use vmm::vm::firmware_boot::pci_root;
 use vmm::vm::platform::{insert_firmware_devices, insert_port_devices, FirmwareDevices};
 use vmm_sys_util::eventfd::EventFd;
 
-const RAM: usize = 1 << 20;
 const CPUS: usize = 2;
-const VARS_BASE: u64 = 0xffc0_0000;
-const VARS_LEN: usize = 0x10000;
 const OPS: usize = 512;
 
 /// KVM's ioeventfd table, as far as the device can see it: a registration per address;
@@ -148,19 +145,19 @@ fuzz_target!(|data: &[u8]| {
         let origin = Origin {
             vcpu: usize::from(access.vcpu) % CPUS,
         };
-        let (port, mmio_at, value) = match access.op {
+        let (on_mmio, addr, value) = match access.op {
             Op::PickedPort {
                 device,
                 offset,
                 value,
-            } => (pick(&pio, device, offset), None, u64::from(value)),
-            Op::Port { port, value } => (Some(u64::from(port)), None, u64::from(value)),
+            } => (false, pick(&pio, device, offset), u64::from(value)),
+            Op::Port { port, value } => (false, Some(u64::from(port)), u64::from(value)),
             Op::PickedMmio {
                 device,
                 offset,
                 value,
-            } => (None, pick(&mmio, device, offset), value),
-            Op::Mmio { addr, value } => (None, Some(addr), value),
+            } => (true, pick(&mmio, device, offset), value),
+            Op::Mmio { addr, value } => (true, Some(addr), value),
             Op::Store { addr, value } => {
                 // A guest store: descriptor tables, rings, DMA control blocks, requests.
                 let at = (u64::from(addr) % (RAM as u64 - 8)) & !7;
@@ -176,31 +173,20 @@ fuzz_target!(|data: &[u8]| {
                 continue;
             }
         };
+        let Some(addr) = addr else { continue };
         let bytes = value.to_le_bytes();
         let mut out = [0u8; 8];
-        if let Some(port) = port {
-            let width = width.min(4);
-            if access.read {
-                pio.read(port, &mut out[..width], &origin);
-            } else {
-                pio.write(port, &bytes[..width], &origin);
-            }
-        } else if let Some(addr) = mmio_at {
-            if access.read {
-                mmio.read(addr, &mut out[..width], &origin);
-            } else {
+        match (on_mmio, access.read) {
+            (false, true) => _ = pio.read(addr, &mut out[..width.min(4)], &origin),
+            (false, false) => _ = pio.write(addr, &bytes[..width.min(4)], &origin),
+            (true, true) => _ = mmio.read(addr, &mut out[..width], &origin),
+            (true, false) => {
                 // A write KVM completes itself: the notify address of a registered eventfd.
-                let fd = route
-                    .fds
-                    .lock()
-                    .unwrap()
-                    .get(&addr)
-                    .map(|fd| fd.try_clone().unwrap());
-                match fd {
-                    Some(fd) => fd.write(1).unwrap(),
-                    None => {
-                        mmio.write(addr, &bytes[..width], &origin);
-                    }
+                let fds = route.fds.lock().unwrap();
+                let signalled = fds.get(&addr).map(|fd| fd.write(1).unwrap()).is_some();
+                drop(fds);
+                if !signalled {
+                    mmio.write(addr, &bytes[..width], &origin);
                 }
             }
         }

@@ -1,8 +1,16 @@
-//! The access stream of the `platform_io` target: how fuzz bytes become guest accesses, and
-//! the encoder the seed writer uses to script a guest's device setup in the same format.
+//! The access stream of the `platform_io` target: how fuzz bytes become guest accesses, the
+//! machine they are made against, and the encoder the seed writer uses to script a guest's
+//! device setup in the same format.
 //!
 //! Each access starts with one byte: bits 0-2 the kind, bit 3 read (1) or write (0), bits
 //! 4-5 the width (1, 2, 4 or 8 bytes; port accesses at most 4), bits 6-7 the vCPU.
+
+/// Guest RAM in bytes, from address 0.
+pub const RAM: usize = 1 << 20;
+/// Where the pflash VARS device sits, and its size.
+pub const VARS_BASE: u64 = 0xffc0_0000;
+/// Bytes of pflash VARS (4 KiB erase blocks).
+pub const VARS_LEN: usize = 0x10000;
 
 /// One guest action.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,26 +1,36 @@
 //! Writes seed inputs for the fuzz targets whose interesting paths take a long script or a
 //! well-formed file to reach (a driver setting a virtio queue up, a firmware DMA transfer, a
-//! bootable kernel): `seeds DIR` writes
-//! them under `DIR/<target>/`. fuzz/run.sh calls it before fuzzing.
+//! bootable kernel): `seeds DIR` writes them under `DIR/<target>/`. fuzz/run.sh calls it
+//! before fuzzing.
 
 use std::path::Path;
 
-use hvprof_fuzz::platform::Script;
+use hvprof_fuzz::platform::{Script, VARS_BASE};
+use vmm::devices::pci::devfn;
+use vmm::devices::pci::root::FIRST_DEVICE_SLOT;
+use vmm::devices::virtio::block::request::{VIRTIO_BLK_T_FLUSH, VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT};
+use vmm::devices::virtio::block::VIRTIO_BLK_F_FLUSH;
+use vmm::devices::virtio::pci::NOTIFY_OFFSET;
+use vmm::devices::virtio::{
+    STATUS_ACKNOWLEDGE, STATUS_DRIVER, STATUS_DRIVER_OK, STATUS_FEATURES_OK, VIRTIO_F_VERSION_1,
+};
+use vmm::layout::FW_CFG_PORT;
 
-/// The virtio-blk disk the target attaches first: bus 0, slot 2, function 0.
-const DEVFN: u32 = 2 << 3;
-/// Where the scripts place its 64-bit BAR 0.
+/// Where the scripts place the virtio-blk disk's 64-bit BAR 0 (the common configuration is
+/// at its start).
 const BAR: u64 = 0xc000_0000;
 const COMMON: u64 = BAR;
-const NOTIFY: u64 = BAR + 0x3000;
+const NOTIFY: u64 = BAR + NOTIFY_OFFSET;
 const DESC: u32 = 0x1000;
 const AVAIL: u32 = 0x2000;
 const USED: u32 = 0x3000;
-const FW_CFG: u16 = 0x510;
-const PFLASH: u64 = 0xffc0_0000;
+const FW_CFG: u16 = FW_CFG_PORT as u16;
+const PFLASH: u64 = VARS_BASE;
 
+/// CONFIG_ADDRESS for register `reg` of the disk the target attaches first (the first free
+/// slot, function 0).
 fn config_address(reg: u32) -> u32 {
-    0x8000_0000 | DEVFN << 8 | reg
+    0x8000_0000 | u32::from(devfn(FIRST_DEVICE_SLOT, 0)) << 8 | reg
 }
 
 /// Firmware placing BAR 0 and turning memory decoding and bus mastering on.
@@ -37,15 +47,17 @@ fn place_bar(s: &mut Script) {
 
 /// A driver's initialisation (virtio 1.2, 3.1.1) with one queue of 8 entries.
 fn driver_init(s: &mut Script) {
+    let driver = u64::from(STATUS_ACKNOWLEDGE | STATUS_DRIVER);
+    let features_ok = driver | u64::from(STATUS_FEATURES_OK);
     s.write(COMMON + 0x14, 1, 0)
-        .write(COMMON + 0x14, 1, 3)
+        .write(COMMON + 0x14, 1, driver)
         .write(COMMON, 4, 1)
         .read(COMMON + 4, 4)
         .write(COMMON + 8, 4, 1)
-        .write(COMMON + 0xc, 4, 1)
+        .write(COMMON + 0xc, 4, VIRTIO_F_VERSION_1 >> 32)
         .write(COMMON + 8, 4, 0)
-        .write(COMMON + 0xc, 4, 1 << 9)
-        .write(COMMON + 0x14, 1, 0xb)
+        .write(COMMON + 0xc, 4, VIRTIO_BLK_F_FLUSH)
+        .write(COMMON + 0x14, 1, features_ok)
         .read(COMMON + 0x14, 1)
         .write(COMMON + 0x16, 2, 0)
         .write(COMMON + 0x18, 2, 8)
@@ -53,7 +65,7 @@ fn driver_init(s: &mut Script) {
         .write(COMMON + 0x28, 8, u64::from(AVAIL))
         .write(COMMON + 0x30, 8, u64::from(USED))
         .write(COMMON + 0x1c, 2, 1)
-        .write(COMMON + 0x14, 1, 0xf);
+        .write(COMMON + 0x14, 1, features_ok | u64::from(STATUS_DRIVER_OK));
 }
 
 fn descriptor(addr: u64, len: u32, flags: u16, next: u16) -> Vec<u8> {
@@ -76,8 +88,12 @@ fn request(s: &mut Script, n: u16, kind: u32, sector: u64) {
     s.store(base, &header);
     let first = n * 3;
     let mut table = descriptor(u64::from(base), 16, NEXT, first + 1);
-    let data_flags = if kind == 0 { NEXT | WRITE } else { NEXT };
-    if kind == 4 {
+    let data_flags = if kind == VIRTIO_BLK_T_IN {
+        NEXT | WRITE
+    } else {
+        NEXT
+    };
+    if kind == VIRTIO_BLK_T_FLUSH {
         table.extend(descriptor(u64::from(base) + 0x100, 1, WRITE, 0));
     } else {
         table.extend(descriptor(
@@ -105,9 +121,9 @@ fn virtio(ioeventfd: bool) -> Vec<u8> {
     let mut s = Script(vec![u8::from(!ioeventfd)]);
     place_bar(&mut s);
     driver_init(&mut s);
-    request(&mut s, 0, 0, 1); // IN
-    request(&mut s, 1, 1, 2); // OUT
-    request(&mut s, 2, 4, 0); // FLUSH
+    request(&mut s, 0, VIRTIO_BLK_T_IN, 1);
+    request(&mut s, 1, VIRTIO_BLK_T_OUT, 2);
+    request(&mut s, 2, VIRTIO_BLK_T_FLUSH, 0);
     s.read(BAR + 0x1000, 1).serve();
     // Firmware moving the BAR, then turning decoding off.
     s.outp(0xcf8, 4, config_address(0x10))
