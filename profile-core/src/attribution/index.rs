@@ -8,10 +8,10 @@
 //!   spans at most [`MAX_SPAN`] chunks is listed under each chunk it overlaps, in a hash map
 //!   keyed by (process key, chunk number) for per-process objects and by chunk number alone for
 //!   global ones ([`ChunkMap`]). A lookup is one probe per map: hash, one cache line, then the
-//!   record of the one listed object that can hold the PC (two disjoint members are kept in
-//!   order of base; two overlapping ones are both read). A chunk with three or more members (nested or packed
-//!   objects) keeps a stabbing structure over them, so a lookup there yields only the members
-//!   whose range holds the PC.
+//!   record of the one listed object that can hold the PC (of two disjoint members, the slot's
+//!   split point picks it; two overlapping ones are both read). A chunk with three or more
+//!   members (nested or packed objects) keeps a stabbing structure over them, so a lookup there
+//!   yields only the members whose range holds the PC.
 //! * **Class bounds.** Each class keeps a range covering all its objects (widened on start,
 //!   recomputed on re-index); a lookup skips a class whose bounds exclude the PC. With kernel
 //!   objects global and user objects per process, as Windows profilers use them, a sample
@@ -33,7 +33,7 @@
 
 use alloc::vec::Vec;
 
-use super::chunkmap::{ChunkMap, Members, EMPTY};
+use super::chunkmap::{ChunkMap, Member, Members};
 use super::procmap::ProcMap;
 use super::stab::Layout;
 use super::wide::WideTable;
@@ -110,15 +110,22 @@ fn rec<P>(records: &Records<P>, id: u32) -> Option<&Rec<P>> {
     records.get(id as usize).and_then(|l| l.0.as_ref())
 }
 
+/// What the chunk map needs of record `id` (an empty range if there is none).
+fn member<P>(records: &Records<P>, id: u32) -> Member {
+    let (base, end, key) = rec(records, id).map_or((0, 0, 0), |r| (r.base, r.end, r.process_key));
+    Member { base, end, key }
+}
+
 fn range_of<P>(records: &Records<P>, id: u32) -> (u64, u64) {
-    rec(records, id).map_or((0, 0), |r| (r.base, r.end))
+    let m = member(records, id);
+    (m.base, m.end)
 }
 
 /// The chunk map and shift policy of one class of objects (global, or per-process).
 #[derive(Clone, Debug)]
 struct Class {
+    /// The class's chunk map; its chunk size is the class's.
     map: ChunkMap,
-    shift: u32,
     /// `cost[s - MIN_CHUNK_SHIFT]`: sum over indexed objects of `cost(.., s)`.
     cost: [u64; SHIFTS],
     /// Indexed objects (started, non-empty range).
@@ -136,8 +143,7 @@ struct Class {
 impl Default for Class {
     fn default() -> Self {
         Class {
-            map: ChunkMap::default(),
-            shift: INITIAL_SHIFT,
+            map: ChunkMap::with_capacity(0, INITIAL_SHIFT),
             cost: [0; SHIFTS],
             objects: 0,
             changes: 0,
@@ -179,6 +185,11 @@ impl Class {
         self.changes += 1;
     }
 
+    /// The chunk size, log2 bytes.
+    fn shift(&self) -> u32 {
+        self.map.chunk_shift()
+    }
+
     fn cost_at(&self, shift: u32) -> u64 {
         self.cost[(shift - MIN_CHUNK_SHIFT) as usize]
     }
@@ -197,13 +208,13 @@ impl Class {
     }
 
     fn wants_rebuild(&self) -> bool {
-        if self.ideal() == self.shift {
+        if self.ideal() == self.shift() {
             return false;
         }
         let empty = self.map.members() == 0 && self.wide == 0;
         empty
             || self.changes * 4 >= self.objects + 64
-            || self.cost_at(self.shift) > 2 * self.budget()
+            || self.cost_at(self.shift()) > 2 * self.budget()
     }
 }
 
@@ -275,9 +286,10 @@ impl<P> Index<P> {
     ///
     /// The usual case (one class's bounds hold `pc`, no wide object, a key of one member or two
     /// disjoint ones) probes one map and yields one candidate: of two disjoint members, the only
-    /// one whose range can hold `pc`, picked by comparing `pc` with the second one's base. So a
-    /// sample in a layout of non-overlapping objects reads one record, however many objects
-    /// share its chunk (up to two; three or more go through the chunk's stabbing structure).
+    /// one whose range can hold `pc`, picked by the slot's split point without reading either
+    /// record. So a sample in a layout of non-overlapping objects reads one slot and one record,
+    /// however many objects share its chunk (up to two; three or more go through the chunk's
+    /// stabbing structure).
     #[inline(always)]
     pub(crate) fn candidates<F: FnMut(u32, &Rec<P>)>(&self, pc: u64, process: Option<u64>, f: F) {
         let in_procs = process.is_some() & self.procs.covers(pc);
@@ -306,15 +318,8 @@ impl<P> Index<P> {
                 }
             }
         };
-        match class.map.lookup(key, pc >> class.shift) {
-            Members::Disjoint { first, second } => {
-                if second == EMPTY {
-                    visit(first);
-                } else {
-                    let second_base = rec(records, second).map_or(u64::MAX, |r| r.base);
-                    visit(if pc >= second_base { second } else { first });
-                }
-            }
+        match class.map.lookup(key, pc) {
+            Members::One(id) => visit(id),
             Members::None => {}
             Members::Overlapping([first, second]) => {
                 visit(first);
@@ -339,9 +344,7 @@ impl<P> Index<P> {
         };
         if let (Some(key), true) = (process, self.procs.covers(pc)) {
             if self.procs.map.keys() != 0 {
-                self.procs
-                    .map
-                    .get(key, pc >> self.procs.shift, pc, |id| visit(id, Some(key)));
+                self.procs.map.get(key, pc, |id| visit(id, Some(key)));
             }
             if self.procs.wide != 0 {
                 if let Some(w) = self.procs_wide.get(key) {
@@ -353,9 +356,7 @@ impl<P> Index<P> {
             return;
         }
         if self.global.map.keys() != 0 {
-            self.global
-                .map
-                .get(0, pc >> self.global.shift, pc, |id| visit(id, None));
+            self.global.map.get(0, pc, |id| visit(id, None));
         }
         if self.global.wide != 0 {
             self.global_wide.query(pc, |id| visit(id, None));
@@ -391,8 +392,8 @@ impl<P> Index<P> {
     pub(crate) fn stats(&self) -> IndexStats {
         IndexStats {
             started: self.started,
-            global_chunk_shift: self.global.shift,
-            process_chunk_shift: self.procs.shift,
+            global_chunk_shift: self.global.shift(),
+            process_chunk_shift: self.procs.shift(),
             wide: self.global.wide + self.procs.wide,
             keys: self.global.map.keys() + self.procs.map.keys(),
             memberships: self.global.map.members() + self.procs.map.members(),
@@ -479,11 +480,12 @@ impl<P> Index<P> {
             None => return,
         };
         let (class, a) = class_of(r, global, procs);
-        let s = class.shift;
+        let s = class.shift();
         if span(r.base, r.end, s) <= MAX_SPAN {
             for chunk in (r.base >> s)..=((r.end - 1) >> s) {
-                let range = |id| range_of(records, id);
-                class.map.insert(a, chunk, slot, range, defer);
+                class
+                    .map
+                    .insert(a, chunk, slot, |id| member(records, id), defer);
             }
             return;
         }
@@ -515,10 +517,10 @@ impl<P> Index<P> {
             None => return,
         };
         let (class, a) = class_of(r, global, procs);
-        let s = class.shift;
+        let s = class.shift();
         if span(r.base, r.end, s) <= MAX_SPAN {
             for chunk in (r.base >> s)..=((r.end - 1) >> s) {
-                let removed = class.map.remove(a, chunk, slot, |id| range_of(records, id));
+                let removed = class.map.remove(a, chunk, slot, |id| member(records, id));
                 debug_assert!(removed, "slot {slot} listed under each of its chunks");
             }
             return;
@@ -550,9 +552,9 @@ impl<P> Index<P> {
     fn rebuild(&mut self, global: bool) {
         let forced = self.forced_shift;
         let class = self.class_mut(global);
-        class.shift = forced.unwrap_or_else(|| class.ideal());
-        let expected = usize::try_from(class.cost_at(class.shift)).unwrap_or(usize::MAX);
-        class.map = ChunkMap::with_capacity(expected);
+        let shift = forced.unwrap_or_else(|| class.ideal());
+        let expected = usize::try_from(class.cost_at(shift)).unwrap_or(usize::MAX);
+        class.map = ChunkMap::with_capacity(expected, shift);
         class.changes = 0;
         class.wide = 0;
         class.span = 0;
@@ -578,7 +580,7 @@ impl<P> Index<P> {
         } else {
             &mut self.procs
         };
-        class.map.rebuild_crowds(|id| range_of(records, id));
+        class.map.rebuild_crowds(|id| member(records, id));
         if global {
             self.global_wide.rebuild(|id| range_of(records, id), layout);
         } else {

@@ -26,6 +26,8 @@ use crate::object::ObjectManager;
 use crate::source::ProfileSource;
 
 pub use crate::abi::{process_key, CR3_KEY_MASK};
+#[cfg(test)]
+pub(crate) use chunkmap::tag as chunk_tag;
 pub use index::IndexStats;
 
 /// One sample taken from a vCPU.

@@ -168,3 +168,64 @@ fn record_wide_objects_and_chunk_boundaries_with_forced_small_chunks() {
     assert_eq!(m.index_stats().wide, 0);
     assert_eq!(hits(&m, sample(0, 0x7FF0_0000_0FFF, proc_a)).len(), 2);
 }
+
+#[test]
+fn record_keys_of_one_tag_in_different_chunks_share_a_slot_and_count_exactly() {
+    // Two (process, chunk) keys with the same chunk-map tag share a slot. Their members' chunk
+    // offsets are relative to different chunks, so no split may choose between them: object
+    // 1 sits high in the lower chunk, object 2 low in the higher one, where a split at 2's
+    // offset would send 1's samples to 2.
+    use crate::attribution::chunk_tag;
+    use alloc::collections::BTreeMap;
+    const SHIFT: u32 = 16;
+    let first = 0x7FF8_0000_0000u64 >> SHIFT;
+    let mut seen = BTreeMap::new();
+    // Keys from xorshift: a multiplicative sequence would be spread without collisions, as
+    // the map spreads a process's consecutive chunks.
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x >> 24
+    };
+    let ((a1, b1), (a2, b2)) = (0..1 << 18)
+        .map(|_| next())
+        .map(|x| ((x >> 4) << 12, first + (x & 15)))
+        .find_map(|(a, b)| match seen.insert(chunk_tag(a, b), (a, b)) {
+            Some((a0, b0)) if b0 != b => Some(((a0, b0), (a, b))),
+            _ => None,
+        })
+        .expect("some of 2^18 keys of 2^32 tags collide");
+    let ((lo_a, lo_b), (hi_a, hi_b)) = if b1 < b2 {
+        ((a1, b1), (a2, b2))
+    } else {
+        ((a2, b2), (a1, b1))
+    };
+    let mut m = manager(1);
+    m.set_index_chunk_shift(Some(SHIFT));
+    for (tag, process, base) in [
+        (1, lo_a, (lo_b << SHIFT) + 0x9000),
+        (2, hi_a, (hi_b << SHIFT) + 0x8000),
+    ] {
+        let p = CreateParams {
+            process: Some(process),
+            base,
+            ..params()
+        };
+        let h = create(&mut m, &p).unwrap();
+        start(&mut m, h, tag).unwrap();
+    }
+    assert_eq!(m.index_stats().keys, 1, "the two keys share one slot");
+    for (process, base) in [
+        (lo_a, (lo_b << SHIFT) + 0x9000),
+        (hi_a, (hi_b << SHIFT) + 0x8000),
+    ] {
+        for pc in [base - 1, base, base + 0x800, base + 0xFFF, base + 0x1000] {
+            for p in [Some(lo_a), Some(hi_a)] {
+                hits(&m, sample(0, pc, p));
+            }
+        }
+        assert_eq!(hits(&m, sample(0, base + 0x800, Some(process))).len(), 1);
+    }
+}
