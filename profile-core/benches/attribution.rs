@@ -13,6 +13,8 @@
 //!   of finding it among 1, 100 or 10,000 (the issue's budget).
 //! * `chain_model/*`: the hardware floor for `record/uniform`'s ratio (see the function).
 //! * `record_cold`: the uniform stream with the caches emptied before each sample.
+//! * `record_best/*`: the budgeted streams in a plain loop, best pass and 10th percentile of
+//!   many, for hosts too noisy for criterion's means.
 //! * `record_zooms/*`: every tenth object is instead a "zoom" (4 to 64 KiB) into the module
 //!   before it, as Kernrate's zoom does. Nested zooms make a PC count in several objects (1.85
 //!   counts per sample at 10,000 objects on the uniform stream), so the output grows with n;
@@ -262,6 +264,58 @@ fn cold_report(_: &mut Criterion) {
     }
 }
 
+/// The budgeted streams outside criterion, for hosts whose neighbours make criterion's means
+/// swing: 200 rounds, each timing one pass of 20 x 4,096 samples at every n and stream in turn
+/// (so a burst of interference hits all of them alike), reporting the best pass and the 10th
+/// percentile per sample with their ratios to 1 object. A plain loop has no per-iteration
+/// harness cost, so its ratios run higher than criterion's on the same code.
+fn best_pass_report(_: &mut Criterion) {
+    const ROUNDS: usize = 200;
+    const PASS: usize = 20;
+    let scenarios: Vec<(usize, Scenario)> = [1usize, 100, 10_000]
+        .into_iter()
+        .map(|n| (n, scenario(n, false)))
+        .collect();
+    let mut times = vec![Vec::with_capacity(ROUNDS); scenarios.len() * 2];
+    let mut sink = Sum::default();
+    for _ in 0..ROUNDS {
+        for (k, times) in times.iter_mut().enumerate() {
+            let s = &scenarios[k / 2].1;
+            let samples = if k % 2 == 1 { &s.hot } else { &s.samples };
+            let t = std::time::Instant::now();
+            for _ in 0..PASS {
+                for sample in samples {
+                    black_box(
+                        scenarios[k / 2]
+                            .1
+                            .manager
+                            .record(black_box(sample), &mut sink),
+                    );
+                }
+            }
+            times.push(t.elapsed().as_secs_f64() * 1e9 / (PASS * samples.len()) as f64);
+        }
+    }
+    black_box(sink.0);
+    for t in &mut times {
+        t.sort_by(f64::total_cmp);
+    }
+    let (best, p10) = (|t: &Vec<f64>| t[0], |t: &Vec<f64>| t[ROUNDS / 10]);
+    for (k, t) in times.iter().enumerate() {
+        let one = &times[k % 2];
+        println!(
+            "record_best/{}/{}: best pass {:.2} ns, {:.3}x 1 object; 10th percentile {:.2} ns, \
+             {:.3}x",
+            if k % 2 == 1 { "skewed" } else { "uniform" },
+            scenarios[k / 2].0,
+            best(t),
+            best(t) / best(one),
+            p10(t),
+            p10(t) / p10(one)
+        );
+    }
+}
+
 /// The floor the `record/uniform` ratio is measured against: a loop that does only what a
 /// lookup must (hash the key, read its 16-byte slot in a linearly probed table at load 0.56,
 /// read the 64-byte record the slot names, check and sum) with one key and with 10,000
@@ -394,6 +448,7 @@ criterion_group! {
         .warm_up_time(std::time::Duration::from_millis(500))
         .measurement_time(std::time::Duration::from_secs(2))
         .sample_size(50);
-    targets = bench_record, bench_chain_model, cold_report, bench_zooms, bench_rebuild
+    targets = bench_record, bench_chain_model, cold_report, best_pass_report, bench_zooms,
+        bench_rebuild
 }
 criterion_main!(benches);
