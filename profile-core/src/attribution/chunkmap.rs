@@ -17,8 +17,9 @@
 //!   may return objects of the other key too: the caller checks each candidate's process and
 //!   range anyway, so the answer stays exact. Two things make that safe. For a fixed process
 //!   key, chunk numbers less than 2^16 apart have different tags (see [`tag`]), and an object
-//!   spans at most [`MAX_SPAN`] chunks, so no object is listed twice under one slot. And a pair gets a split only if both members are the inserting key's own (its
-//!   process, overlapping its chunk); a pair that may mix keys is flagged as overlapping.
+//!   spans at most [`MAX_SPAN`] chunks, so no object is listed twice under one slot. And a
+//!   pair gets a split only if both members are the inserting key's own (its process,
+//!   overlapping its chunk); a pair that may mix keys is flagged as overlapping.
 //!
 //! `alloc` has no hash map, and a lookup here must be a handful of instructions: two multiplies
 //! for the tag, one cache line, no pointer chasing.
@@ -37,10 +38,11 @@ const MAX_LOAD_DEN: usize = 4;
 /// Smallest capacity (slots).
 const MIN_CAPACITY: usize = 8;
 /// `ids[0]` of a free slot; `ids[1]` of a slot with one member.
-pub(crate) const EMPTY: u32 = u32::MAX;
+const EMPTY: u32 = u32::MAX;
 /// Set in `ids[0]` when the members are in `spill[ids[0] & !SPILL]`.
 const SPILL: u32 = 1 << 31;
-/// Set in `ids[1]` when the two inline members' ranges overlap.
+/// Set in `ids[1]` when both inline members are candidates: their ranges overlap, they may
+/// belong to different keys of one tag, or the chunks are too large for a split.
 const OVERLAP: u32 = 1 << 31;
 /// Member ids must be at most this (manager slots are below 2^30: handles fit in 32 bits), so
 /// that no id with [`OVERLAP`] set is [`EMPTY`].
