@@ -202,7 +202,8 @@ impl ChunkMap {
 
     #[inline]
     fn home(&self, tag: u32) -> usize {
-        // The shift is at least 1, so the result is below the capacity, a usize.
+        // Capacities stay far below 2^32 slots (a few per started object), so the shift is at
+        // least 1 and the result is below the capacity, a usize.
         usize::try_from(tag >> self.shift).unwrap_or(0)
     }
 
@@ -344,8 +345,7 @@ impl ChunkMap {
             }
         } else if s.ids[1] == EMPTY {
             let (ids, split) = self.pair(a, b, s.ids[0], id, &info);
-            self.slots[i].ids = ids;
-            self.slots[i].split = split;
+            self.slots[i] = Slot { ids, split, ..s };
         } else {
             let mut list = Crowd {
                 ids: vec![s.ids[0], s.ids[1] & !OVERLAP, id],
@@ -364,8 +364,11 @@ impl ChunkMap {
                     to_u32(self.spill.len() - 1)
                 }
             };
-            self.slots[i].ids = [at | SPILL, SPILL];
-            self.slots[i].split = 0;
+            self.slots[i] = Slot {
+                ids: [at | SPILL, SPILL],
+                split: 0,
+                ..s
+            };
         }
     }
 
@@ -391,8 +394,7 @@ impl ChunkMap {
             };
             if let [p, q] = list.ids[..] {
                 let (ids, split) = self.pair(a, b, p, q, &info);
-                self.slots[i].ids = ids;
-                self.slots[i].split = split;
+                self.slots[i] = Slot { ids, split, ..s };
                 self.spill[at] = Crowd::default();
                 self.spill_free.push(to_u32(at));
             } else {
@@ -416,8 +418,11 @@ impl ChunkMap {
             } else {
                 return false;
             };
-            self.slots[i].ids = [left, EMPTY];
-            self.slots[i].split = 0;
+            self.slots[i] = Slot {
+                ids: [left, EMPTY],
+                split: 0,
+                ..s
+            };
         }
         self.members -= 1;
         true
