@@ -202,12 +202,13 @@ fn record_keys_of_one_tag_in_different_chunks_share_a_slot_and_count_exactly() {
     } else {
         ((a2, b2), (a1, b1))
     };
-    let mut m = manager(1);
-    m.set_index_chunk_shift(Some(SHIFT));
-    for (tag, process, base) in [
+    let objects = [
         (1, lo_a, (lo_b << SHIFT) + 0x9000),
         (2, hi_a, (hi_b << SHIFT) + 0x8000),
-    ] {
+    ];
+    let mut m = manager(1);
+    m.set_index_chunk_shift(Some(SHIFT));
+    for (tag, process, base) in objects {
         let p = CreateParams {
             process: Some(process),
             base,
@@ -217,10 +218,7 @@ fn record_keys_of_one_tag_in_different_chunks_share_a_slot_and_count_exactly() {
         start(&mut m, h, tag).unwrap();
     }
     assert_eq!(m.index_stats().keys, 1, "the two keys share one slot");
-    for (process, base) in [
-        (lo_a, (lo_b << SHIFT) + 0x9000),
-        (hi_a, (hi_b << SHIFT) + 0x8000),
-    ] {
+    for (_, process, base) in objects {
         for pc in [base - 1, base, base + 0x800, base + 0xFFF, base + 0x1000] {
             for p in [Some(lo_a), Some(hi_a)] {
                 hits(&m, sample(0, pc, p));
