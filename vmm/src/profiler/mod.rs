@@ -16,7 +16,6 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use kvm_bindings::kvm_msi;
 use kvm_ioctls::VmFd;
 use profile_core::object::ObjectConfig;
 use profile_core::{
@@ -29,6 +28,7 @@ use host::{HostProfile, HostProfileError, HostProfileResult, HostProfileSpec, Ho
 use pin::PinnedBuffer;
 use stats::{bump, StatsSnapshot, VcpuProfileStats};
 
+use crate::devices::pci::msix::{signal_msi, MsiMessage};
 use crate::vcpu::VcpuRequester;
 
 /// The owner of every object the guest's agents create (one handle table per guest).
@@ -214,14 +214,12 @@ impl Profiler {
     /// Delivers `vector` to vCPU `v`'s local APIC as a fixed, edge-triggered MSI.
     fn inject(&self, v: usize, vector: u32) {
         let apic_id = u32::try_from(v).unwrap_or(0);
-        let msi = kvm_msi {
-            address_lo: 0xfee0_0000 | (apic_id << 12),
-            address_hi: 0,
+        let msg = MsiMessage {
+            address: 0xfee0_0000 | (u64::from(apic_id) << 12),
             data: vector & 0xff,
-            ..Default::default()
         };
-        match self.vm_fd.signal_msi(msi) {
-            Ok(_) => bump(&self.vcpus[v].stats.injected, 1),
+        match signal_msi(&self.vm_fd, msg) {
+            Ok(()) => bump(&self.vcpus[v].stats.injected, 1),
             Err(e) => log::warn!("cannot inject profile interrupt {vector:#x} on vCPU {v}: {e}"),
         }
     }

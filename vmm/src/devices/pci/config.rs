@@ -158,6 +158,13 @@ impl ConfigSpace {
         self.write_mask[offset.min(end)..end].fill(0xff);
     }
 
+    /// Makes the bits of `mask` at `offset` writable (the others keep their value).
+    pub fn set_write_mask(&mut self, offset: usize, mask: u8) {
+        if let Some(m) = self.write_mask.get_mut(offset) {
+            *m = mask;
+        }
+    }
+
     /// Sets the interrupt pin (1 = INTA#) and the line the VMM routes it to.
     pub fn set_interrupt(&mut self, pin: u8, line: u8) {
         self.data[INTERRUPT_PIN] = pin;

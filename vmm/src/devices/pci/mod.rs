@@ -6,6 +6,7 @@
 //! | `config.rs` | a type-0 configuration space: write masks, BAR sizing, capabilities |
 //! | `root.rs` | `PciRoot`: bus 0's functions, the 0xCF8/0xCFC and ECAM access devices, BAR mapping |
 //! | `host_bridge.rs` | the i440FX host bridge at 00:00.0 |
+//! | `msix.rs` | MSI-X: capability, vector table, pending bits, delivery by `KVM_SIGNAL_MSI` |
 //!
 //! Interrupts: INTx of a device in slot `s` using pin `p` (1 = INTA#) is GSI
 //! [`intx_gsi`]`(s, p)`: the PIIX rotation SeaBIOS computes for QEMU's i440FX machine
@@ -14,6 +15,7 @@
 
 pub mod config;
 pub mod host_bridge;
+pub mod msix;
 pub mod root;
 
 pub use config::{BarKind, BarRegion, ConfigSpace, ConfigSpaceError, PciIds};
