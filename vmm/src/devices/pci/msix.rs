@@ -262,6 +262,41 @@ impl Msix {
     }
 }
 
+/// A sink for tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::sync::{Arc, Mutex};
+
+    use super::{MsiMessage, MsiSink};
+
+    /// Records the messages it is given; refuses them after [`Recorder::refuse`].
+    #[derive(Clone, Default)]
+    pub(crate) struct Recorder(Arc<Mutex<(Vec<MsiMessage>, bool)>>);
+
+    impl MsiSink for Recorder {
+        fn send(&self, msg: MsiMessage) -> Result<(), kvm_ioctls::Error> {
+            let mut g = self.0.lock().unwrap();
+            if g.1 {
+                return Err(kvm_ioctls::Error::new(libc::EINVAL));
+            }
+            g.0.push(msg);
+            Ok(())
+        }
+    }
+
+    impl Recorder {
+        /// What was sent, in order.
+        pub(crate) fn sent(&self) -> Vec<MsiMessage> {
+            self.0.lock().unwrap().0.clone()
+        }
+
+        /// Refuses every later message.
+        pub(crate) fn refuse(&self) {
+            self.0.lock().unwrap().1 = true;
+        }
+    }
+}
+
 #[cfg(test)]
 #[path = "msix_tests.rs"]
 mod tests;

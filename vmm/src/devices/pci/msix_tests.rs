@@ -1,31 +1,9 @@
 //! MSI-X: the capability's layout and write mask, masking and pending bits, table accesses of
 //! any width, and what happens to vectors the table does not have.
 
-use std::sync::Mutex;
-
+use super::testing::Recorder;
 use super::*;
 use crate::devices::pci::config::PciIds;
-
-/// Records the messages it is given; refuses them while `refuse` is set.
-#[derive(Clone, Default)]
-struct Recorder(Arc<Mutex<(Vec<MsiMessage>, bool)>>);
-
-impl MsiSink for Recorder {
-    fn send(&self, msg: MsiMessage) -> Result<(), kvm_ioctls::Error> {
-        let mut g = self.0.lock().unwrap();
-        if g.1 {
-            return Err(kvm_ioctls::Error::new(libc::EINVAL));
-        }
-        g.0.push(msg);
-        Ok(())
-    }
-}
-
-impl Recorder {
-    fn sent(&self) -> Vec<MsiMessage> {
-        self.0.lock().unwrap().0.clone()
-    }
-}
 
 const LAYOUT: MsixLayout = MsixLayout {
     vectors: 3,
@@ -181,7 +159,7 @@ fn a_vector_beyond_the_table_is_dropped_and_a_refused_message_is_counted() {
     assert_eq!(msix.trigger(&config, u16::MAX), Delivery::NoVector);
     program(&config, &mut msix, 0);
     unmask(&config, &mut msix, 0);
-    rec.0.lock().unwrap().1 = true;
+    rec.refuse();
     assert_eq!(msix.trigger(&config, 0), Delivery::Failed);
     assert_eq!(msix.stats().failed, 1);
     assert_eq!(pba(&msix), 0, "a refused message is not left pending");

@@ -30,6 +30,11 @@ pub struct CommonConfig {
     driver_feature_select: u32,
     /// Device status.
     pub status: u8,
+    /// config_msix_vector: the MSI-X vector of configuration-change notifications.
+    pub config_vector: u16,
+    /// MSI-X table entries: a vector register takes values below this, or reads back
+    /// [`NO_VECTOR`] (the driver's sign that the mapping failed).
+    vectors: u16,
     queue_select: u16,
     /// Per-queue registers.
     pub queues: Vec<QueueRegs>,
@@ -98,14 +103,17 @@ fn set_high(v: &mut u64, x: u32) {
 }
 
 impl CommonConfig {
-    /// Registers after reset for a device offering `features` with queues of these sizes.
-    pub fn new(device_features: u64, queue_max_sizes: &[u16]) -> Self {
+    /// Registers after reset for a device offering `features` with queues of these sizes and
+    /// `vectors` MSI-X table entries (0: no MSI-X).
+    pub fn new(device_features: u64, queue_max_sizes: &[u16], vectors: u16) -> Self {
         CommonConfig {
             device_features,
             driver_features: 0,
             device_feature_select: 0,
             driver_feature_select: 0,
             status: 0,
+            config_vector: NO_VECTOR,
+            vectors,
             queue_select: 0,
             queues: queue_max_sizes.iter().map(|m| QueueRegs::new(*m)).collect(),
         }
@@ -114,7 +122,7 @@ impl CommonConfig {
     /// Back to the reset state (features offered and queue sizes kept).
     pub fn reset(&mut self) {
         let max: Vec<u16> = self.queues.iter().map(|q| q.max_size).collect();
-        *self = CommonConfig::new(self.device_features, &max);
+        *self = CommonConfig::new(self.device_features, &max, self.vectors);
     }
 
     fn selected(&self) -> Option<&QueueRegs> {
@@ -137,7 +145,8 @@ impl CommonConfig {
                 1 => high(self.driver_features),
                 _ => 0,
             },
-            Field::ConfigMsixVector | Field::QueueMsixVector => u32::from(NO_VECTOR),
+            Field::ConfigMsixVector => u32::from(self.config_vector),
+            Field::QueueMsixVector => u32::from(q.map_or(NO_VECTOR, |q| q.vector)),
             Field::NumQueues => u32::try_from(self.queues.len()).unwrap_or(0),
             Field::DeviceStatus => u32::from(self.status),
             Field::ConfigGeneration => 0,
@@ -195,6 +204,15 @@ impl CommonConfig {
         events
     }
 
+    /// What a vector register holds after the driver writes `v`: `v` if the table has that
+    /// entry, else [`NO_VECTOR`].
+    fn vector(&self, v: u32) -> u16 {
+        match u16::try_from(v & 0xffff) {
+            Ok(v) if v < self.vectors => v,
+            _ => NO_VECTOR,
+        }
+    }
+
     fn set_field(&mut self, f: Field, v: u32) -> Option<CommonEvent> {
         let features_locked = self.status & super::STATUS_FEATURES_OK != 0;
         let index = usize::from(self.queue_select);
@@ -212,6 +230,13 @@ impl CommonConfig {
                 return Some(CommonEvent::Status(u8::try_from(v & 0xff).unwrap_or(0)))
             }
             Field::QueueSelect => self.queue_select = u16::try_from(v & 0xffff).unwrap_or(0),
+            Field::ConfigMsixVector => self.config_vector = self.vector(v),
+            Field::QueueMsixVector => {
+                let vector = self.vector(v);
+                if let Some(q) = self.queues.get_mut(index) {
+                    q.vector = vector;
+                }
+            }
             Field::QueueEnable if v == 1 && can_enable => {
                 return Some(CommonEvent::EnableQueue(index));
             }
@@ -238,7 +263,7 @@ mod tests {
     use super::*;
 
     fn cfg() -> CommonConfig {
-        CommonConfig::new(0x1_0000_0204, &[256])
+        CommonConfig::new(0x1_0000_0204, &[256], 2)
     }
 
     fn read32(c: &CommonConfig, off: u64) -> u32 {
@@ -289,6 +314,39 @@ mod tests {
         );
         assert_eq!(c.write(0x1c, &0u16.to_le_bytes()), vec![]);
         assert_eq!(read32(&c, 0x10), 0x0001_ffff, "no MSI-X vector, one queue");
+    }
+
+    #[test]
+    fn msix_vectors_take_table_entries_and_refuse_the_rest() {
+        let mut c = cfg();
+        let read16 = |c: &CommonConfig, off| {
+            let mut b = [0; 2];
+            c.read(off, &mut b);
+            u16::from_le_bytes(b)
+        };
+        c.write(0x10, &1u16.to_le_bytes());
+        c.write(0x1a, &0u16.to_le_bytes());
+        assert_eq!((read16(&c, 0x10), read16(&c, 0x1a)), (1, 0));
+        assert_eq!(c.queues[0].vector, 0);
+        // Beyond the table (2 entries): NO_VECTOR, the driver's sign the mapping failed.
+        c.write(0x10, &2u16.to_le_bytes());
+        c.write(0x1a, &0x7fffu16.to_le_bytes());
+        assert_eq!((read16(&c, 0x10), read16(&c, 0x1a)), (NO_VECTOR, NO_VECTOR));
+        // A queue that does not exist has no vector.
+        c.write(0x16, &5u16.to_le_bytes());
+        c.write(0x1a, &1u16.to_le_bytes());
+        assert_eq!(read16(&c, 0x1a), NO_VECTOR);
+        // Reset forgets the mapping; a device without MSI-X refuses every vector.
+        c.write(0x16, &0u16.to_le_bytes());
+        c.write(0x1a, &1u16.to_le_bytes());
+        c.reset();
+        assert_eq!(
+            (c.config_vector, c.queues[0].vector),
+            (NO_VECTOR, NO_VECTOR)
+        );
+        let mut none = CommonConfig::new(0, &[8], 0);
+        none.write(0x10, &0u16.to_le_bytes());
+        assert_eq!(none.config_vector, NO_VECTOR);
     }
 
     #[test]

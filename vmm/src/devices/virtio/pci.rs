@@ -1,20 +1,26 @@
 //! The modern virtio-pci transport (virtio 1.2, 4.1): one 64-bit memory BAR holding the
 //! common configuration, ISR, device configuration and notification regions, each
 //! described by a vendor capability, plus the PCI configuration access capability
-//! (VIRTIO_PCI_CAP_PCI_CFG) that firmware uses when the BAR is out of its reach.
+//! (VIRTIO_PCI_CAP_PCI_CFG) that firmware uses when the BAR is out of its reach, and MSI-X.
 //!
 //! ```text
-//! BAR 0 (16 KiB, 64-bit, prefetchable)
+//! BAR 0 (32 KiB, 64-bit, prefetchable)
 //! 0x0000  common configuration (0x38 bytes)
 //! 0x1000  ISR status (1 byte, read to clear)
 //! 0x2000  device configuration
 //! 0x3000  notifications: queue i at 0x3000 + 4 * i
+//! 0x4000  MSI-X table: vector 0 for configuration changes, 1 + i for queue i (suggested;
+//!         the driver maps vectors as it likes through config/queue_msix_vector)
+//! 0x5000  MSI-X pending bits
 //! ```
+//!
+//! Interrupts: INTx (the ISR and a level-triggered line) until the driver enables MSI-X,
+//! then one message per vector the driver mapped (virtio 1.2, 4.1.4.5 and 4.1.5.1.2).
 
 use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestMemoryMmap;
 
-use super::common::{CommonConfig, CommonEvent, COMMON_CONFIG_LEN};
+use super::common::{CommonConfig, CommonEvent, COMMON_CONFIG_LEN, NO_VECTOR};
 use super::notify::{QueueEvents, QueueNotify};
 use super::{
     IrqLine, VirtioDevice, ISR_CONFIG, ISR_QUEUE, STATUS_DEVICE_NEEDS_RESET, STATUS_DRIVER_OK,
@@ -23,17 +29,20 @@ use super::{
 use crate::devices::pci::config::{
     BarKind, BarRegion, ConfigSpace, ConfigSpaceError, PciIds, COMMAND_INTX_DISABLE,
 };
+use crate::devices::pci::msix::{MsiSink, Msix, MsixLayout, MsixStats};
 use crate::devices::pci::PciDevice;
 
 /// The BAR holding every virtio region.
 pub const VIRTIO_BAR: u8 = 0;
 /// Its size.
-pub const VIRTIO_BAR_SIZE: u64 = 0x4000;
+pub const VIRTIO_BAR_SIZE: u64 = 0x8000;
 const COMMON_OFFSET: u64 = 0x0000;
 const ISR_OFFSET: u64 = 0x1000;
 const DEVICE_OFFSET: u64 = 0x2000;
 /// Offset of the notification region in the BAR.
 pub const NOTIFY_OFFSET: u64 = 0x3000;
+const MSIX_TABLE_OFFSET: u64 = 0x4000;
+const MSIX_PBA_OFFSET: u64 = 0x5000;
 const REGION_LEN: u64 = 0x1000;
 /// queue_notify_off is the queue index; notifications are this many bytes apart.
 pub const NOTIFY_MULTIPLIER: u32 = 4;
@@ -64,6 +73,11 @@ pub struct VirtioPciDevice<D: VirtioDevice> {
     device: D,
     mem: GuestMemoryMmap,
     irq: Box<dyn IrqLine>,
+    msix: Msix,
+    /// MSI-X was enabled after the last configuration write.
+    msix_on: bool,
+    /// Times the INTx line was raised.
+    intx_raised: u64,
     common: CommonConfig,
     queues: Vec<Option<Queue>>,
     isr: u8,
@@ -71,6 +85,15 @@ pub struct VirtioPciDevice<D: VirtioDevice> {
     ignored_notifies: u64,
     queue_events: Option<QueueEvents>,
     notifies: NotifyCounts,
+}
+
+/// Interrupts the device sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InterruptCounts {
+    /// Times the INTx line was raised.
+    pub intx: u64,
+    /// MSI-X messages.
+    pub msix: MsixStats,
 }
 
 /// How the driver's notifications arrived.
@@ -84,11 +107,13 @@ pub struct NotifyCounts {
 }
 
 impl<D: VirtioDevice> VirtioPciDevice<D> {
-    /// Wraps `device`, whose INTx (pin A) is `irq`, reported to the guest as `line`.
+    /// Wraps `device`, whose INTx (pin A) is `irq`, reported to the guest as `line`, and whose
+    /// MSI-X messages (one vector for configuration changes plus one per queue) go to `msi`.
     pub fn new(
         device: D,
         mem: GuestMemoryMmap,
         irq: Box<dyn IrqLine>,
+        msi: Box<dyn MsiSink>,
         line: u8,
     ) -> Result<Self, ConfigSpaceError> {
         let mut config = ConfigSpace::new(PciIds {
@@ -124,15 +149,27 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
         let pci_cfg_cap = config.add_capability(&virtio_cap(CAP_PCI_CFG, 0, 0, &[0; 4]))?;
         config.set_writable(pci_cfg_cap + PCI_CFG_BAR, 1);
         config.set_writable(pci_cfg_cap + PCI_CFG_OFFSET, 12);
+        let vectors = u16::try_from(queues + 1).unwrap_or(u16::MAX);
+        let layout = MsixLayout {
+            vectors,
+            bar: VIRTIO_BAR,
+            table: u32::try_from(MSIX_TABLE_OFFSET).unwrap_or(0),
+            pba: u32::try_from(MSIX_PBA_OFFSET).unwrap_or(0),
+        };
+        let msix = Msix::add(&mut config, layout, msi)?;
         let common = CommonConfig::new(
             device.features() | VIRTIO_F_VERSION_1,
             device.queue_max_sizes(),
+            vectors,
         );
         Ok(VirtioPciDevice {
             config,
             device,
             mem,
             irq,
+            msix,
+            msix_on: false,
+            intx_raised: 0,
             common,
             queues: (0..queues).map(|_| None).collect(),
             isr: 0,
@@ -147,6 +184,14 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
     pub fn with_queue_events(mut self, events: QueueEvents) -> Self {
         self.queue_events = Some(events);
         self
+    }
+
+    /// The interrupts sent so far.
+    pub fn interrupt_counts(&self) -> InterruptCounts {
+        InterruptCounts {
+            intx: self.intx_raised,
+            msix: self.msix.stats(),
+        }
     }
 
     /// How many notifications arrived, and how.
@@ -203,11 +248,41 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
         self.ignored_notifies
     }
 
-    fn raise(&mut self, bit: u8) {
+    /// Notifies the driver of used buffers in queue `index` (`Some`) or of a configuration
+    /// change (`None`): by the vector it mapped if MSI-X is enabled (none if it mapped
+    /// NO_VECTOR), else through the ISR and the INTx line. The configuration bit of the ISR is
+    /// set either way (virtio 1.2, 4.1.4.5.1).
+    fn interrupt(&mut self, queue: Option<usize>) {
+        let (bit, vector) = match queue {
+            Some(i) => (
+                ISR_QUEUE,
+                self.common.queues.get(i).map_or(NO_VECTOR, |q| q.vector),
+            ),
+            None => (ISR_CONFIG, self.common.config_vector),
+        };
+        if self.msix.enabled(&self.config) {
+            self.isr |= bit & ISR_CONFIG;
+            if vector != NO_VECTOR {
+                self.msix.trigger(&self.config, vector);
+            }
+            return;
+        }
         self.isr |= bit;
         if self.config.command() & COMMAND_INTX_DISABLE == 0 {
             self.irq.set_level(true);
+            self.intx_raised += 1;
         }
+    }
+
+    /// After a configuration write: enabling MSI-X turns INTx off (the line drops), and an
+    /// unmasked function sends what was pending.
+    fn config_written(&mut self) {
+        let on = self.msix.enabled(&self.config);
+        if on && !self.msix_on {
+            self.irq.set_level(false);
+        }
+        self.msix_on = on;
+        self.msix.config_written(&self.config);
     }
 
     fn needs_reset(&mut self, why: &dyn std::fmt::Display) {
@@ -218,7 +293,7 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
             );
         }
         self.common.status |= STATUS_DEVICE_NEEDS_RESET;
-        self.raise(ISR_CONFIG);
+        self.interrupt(None);
     }
 
     fn reset(&mut self) {
@@ -274,7 +349,7 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
             Ok(false) => {}
             Ok(true) => {
                 if queue.needs_notification(&self.mem).unwrap_or(true) {
-                    self.raise(ISR_QUEUE);
+                    self.interrupt(Some(index));
                 }
             }
             Err(e) => self.needs_reset(&format_args!("queue {index}: {e}")),
@@ -323,6 +398,7 @@ impl<D: VirtioDevice> PciDevice for VirtioPciDevice<D> {
             return;
         }
         self.config.write(offset, data);
+        self.config_written();
     }
 
     fn read_bar(&mut self, bar: u8, offset: u64, data: &mut [u8]) {
@@ -338,6 +414,8 @@ impl<D: VirtioDevice> PciDevice for VirtioPciDevice<D> {
                 self.irq.set_level(false);
             }
             2 => self.device.read_config(offset - DEVICE_OFFSET, data),
+            4 => self.msix.read_table(offset - MSIX_TABLE_OFFSET, data),
+            5 => self.msix.read_pba(offset - MSIX_PBA_OFFSET, data),
             _ => {}
         }
     }
@@ -361,6 +439,9 @@ impl<D: VirtioDevice> PciDevice for VirtioPciDevice<D> {
                 self.notifies.by_exit += 1;
                 self.notify(usize::try_from(index).unwrap_or(usize::MAX));
             }
+            4 => self
+                .msix
+                .write_table(&self.config, offset - MSIX_TABLE_OFFSET, data),
             _ => {}
         }
     }

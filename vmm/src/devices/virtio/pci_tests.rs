@@ -4,6 +4,8 @@
 use std::sync::{Arc, Mutex};
 
 use super::*;
+use crate::devices::pci::msix::testing::Recorder as MsiRecorder;
+use crate::devices::pci::msix::{MsiMessage, CONTROL_ENABLE, CONTROL_FUNCTION_MASK};
 use crate::devices::virtio::block::disk::{DiskImage, MemDisk};
 use crate::devices::virtio::block::request::{VIRTIO_BLK_S_OK, VIRTIO_BLK_T_IN};
 use crate::devices::virtio::block::{BlockDevice, VIRTIO_BLK_F_FLUSH};
@@ -29,17 +31,24 @@ impl Line {
 type Dev = VirtioPciDevice<BlockDevice>;
 
 fn device() -> (Dev, GuestMemoryMmap, Line) {
+    let (dev, mem, line, _) = device_with_msi();
+    (dev, mem, line)
+}
+
+fn device_with_msi() -> (Dev, GuestMemoryMmap, Line, MsiRecorder) {
     let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10_0000)]).unwrap();
     let disk = DiskImage::new(Box::new(MemDisk(vec![0xab; 4096])), 4096, false, "id");
     let line = Line::default();
+    let msi = MsiRecorder::default();
     let dev = VirtioPciDevice::new(
         BlockDevice::new(disk),
         mem.clone(),
         Box::new(line.clone()),
+        Box::new(msi.clone()),
         10,
     )
     .unwrap();
-    (dev, mem, line)
+    (dev, mem, line, msi)
 }
 
 fn w8(d: &mut Dev, off: u64, v: u8) {
@@ -239,12 +248,19 @@ fn capabilities_describe_the_bar_layout() {
     let mut p = [0u8; 1];
     d.read_config(0x34, &mut p);
     let mut at = usize::from(p[0]);
+    let mut msix = None;
     while at != 0 {
         let mut cap = [0u8; 16];
         d.read_config(at, &mut cap);
-        assert_eq!(cap[0], 0x09);
-        let offset = u32::from_le_bytes(cap[8..12].try_into().unwrap());
-        found.push((cap[3], cap[4], offset));
+        if cap[0] == 0x11 {
+            // MSI-X: table size - 1, then table and PBA offsets with BIR 0.
+            let dword = |i: usize| u32::from_le_bytes(cap[i..i + 4].try_into().unwrap());
+            msix = Some((u16::from_le_bytes([cap[2], cap[3]]), dword(4), dword(8)));
+        } else {
+            assert_eq!(cap[0], 0x09);
+            let offset = u32::from_le_bytes(cap[8..12].try_into().unwrap());
+            found.push((cap[3], cap[4], offset));
+        }
         at = usize::from(cap[1]);
     }
     assert_eq!(
@@ -256,6 +272,11 @@ fn capabilities_describe_the_bar_layout() {
             (4, 0, 0x2000),
             (5, 0, 0)
         ]
+    );
+    assert_eq!(
+        msix,
+        Some((1, 0x4000, 0x5000)),
+        "two vectors: config and queue 0"
     );
     let mut ids = [0u8; 4];
     d.read_config(0, &mut ids);
@@ -295,6 +316,124 @@ fn intx_disable_keeps_the_line_low() {
     w16(&mut d, 0x3000, 0);
     assert!(!line.high());
     assert_eq!(r8(&mut d, 0x1000), ISR_QUEUE);
+}
+
+/// Enables MSI-X with vector `v` at address 0xFEE0_0000, data 0x40 + `v` (`masked`: entry
+/// masked) and maps the configuration to vector 1 and queue 0 to vector 0.
+fn msix_setup(d: &mut Dev, msix_cap: usize, masked: bool) {
+    for v in 0..2u16 {
+        let e = 0x4000 + 16 * u64::from(v);
+        w32(d, e, 0xfee0_0000);
+        w32(d, e + 4, 0);
+        w32(d, e + 8, 0x40 + u32::from(v));
+        w32(d, e + 12, u32::from(masked));
+    }
+    d.write_config(msix_cap + 2, &CONTROL_ENABLE.to_le_bytes());
+    w16(d, 0x10, 1);
+    w16(d, 0x16, 0);
+    w16(d, 0x1a, 0);
+}
+
+fn msi(data: u32) -> MsiMessage {
+    MsiMessage {
+        address: 0xfee0_0000,
+        data,
+    }
+}
+
+fn pba(d: &mut Dev) -> u32 {
+    r32(d, 0x5000)
+}
+
+#[test]
+fn with_msix_enabled_a_used_buffer_sends_the_queue_vector_not_intx() {
+    let (mut d, mem, line, msi_rec) = device_with_msi();
+    let cap = d.msix.capability();
+    init(&mut d, 16, false);
+    // INTx high before MSI-X is enabled drops when it is.
+    d.interrupt(None);
+    assert!(line.high());
+    assert_eq!(r8(&mut d, 0x1000), ISR_CONFIG);
+    d.interrupt(None);
+    msix_setup(&mut d, cap, false);
+    assert!(!line.high(), "enabling MSI-X turns INTx off");
+    w8(&mut d, 0x14, 0x0f);
+    queue_read(&mem, 1);
+    w16(&mut d, 0x3000, 0);
+    assert_eq!(msi_rec.sent(), vec![msi(0x40)]);
+    assert!(!line.high());
+    assert_eq!(
+        r8(&mut d, 0x1000) & ISR_QUEUE,
+        0,
+        "no ISR queue bit with MSI-X"
+    );
+    // A configuration change (here: a bad chain) sends the configuration vector and sets
+    // the ISR's configuration bit.
+    mem.write_obj(40u16, GuestAddress(AVAIL + 2)).unwrap();
+    w16(&mut d, 0x3000, 0);
+    assert_eq!(msi_rec.sent(), vec![msi(0x40), msi(0x41)]);
+    assert_eq!(r8(&mut d, 0x1000), ISR_CONFIG);
+    assert!(!line.high());
+    let counts = d.interrupt_counts();
+    assert_eq!((counts.intx, counts.msix.sent), (2, 2));
+}
+
+#[test]
+fn a_masked_vector_is_pending_until_the_driver_unmasks_it() {
+    let (mut d, mem, _, msi_rec) = device_with_msi();
+    let cap = d.msix.capability();
+    init(&mut d, 16, false);
+    msix_setup(&mut d, cap, true);
+    w8(&mut d, 0x14, 0x0f);
+    queue_read(&mem, 1);
+    w16(&mut d, 0x3000, 0);
+    assert!(msi_rec.sent().is_empty());
+    assert_eq!(pba(&mut d), 0b01);
+    w32(&mut d, 0x400c, 0);
+    assert_eq!(msi_rec.sent(), vec![msi(0x40)]);
+    assert_eq!(pba(&mut d), 0);
+    // Function mask: held again, sent when the mask is lifted through config space.
+    d.write_config(
+        cap + 2,
+        &(CONTROL_ENABLE | CONTROL_FUNCTION_MASK).to_le_bytes(),
+    );
+    queue_read(&mem, 2);
+    w16(&mut d, 0x3000, 0);
+    assert_eq!(pba(&mut d), 0b01);
+    d.write_config(cap + 2, &CONTROL_ENABLE.to_le_bytes());
+    assert_eq!(msi_rec.sent(), vec![msi(0x40), msi(0x40)]);
+    assert_eq!(d.interrupt_counts().msix.held, 2);
+}
+
+#[test]
+fn no_vector_means_no_interrupt_and_an_unmapped_queue_stays_silent() {
+    let (mut d, mem, line, msi_rec) = device_with_msi();
+    let cap = d.msix.capability();
+    init(&mut d, 16, false);
+    msix_setup(&mut d, cap, false);
+    // The driver asks for a vector the table lacks: NO_VECTOR, and nothing is sent.
+    w16(&mut d, 0x1a, 7);
+    let mut v = [0u8; 2];
+    d.read_bar(0, 0x1a, &mut v);
+    assert_eq!(u16::from_le_bytes(v), NO_VECTOR);
+    w8(&mut d, 0x14, 0x0f);
+    queue_read(&mem, 1);
+    w16(&mut d, 0x3000, 0);
+    assert_eq!(d.device().stats().ok, 1);
+    assert!(msi_rec.sent().is_empty());
+    assert!(!line.high());
+    assert_eq!(pba(&mut d), 0);
+}
+
+#[test]
+fn the_msix_table_is_reachable_through_the_pci_cfg_window() {
+    let (mut d, _, _, _) = device_with_msi();
+    let cap = d.pci_cfg_cap;
+    d.write_config(cap + PCI_CFG_BAR, &[0]);
+    d.write_config(cap + PCI_CFG_OFFSET, &0x4008u32.to_le_bytes());
+    d.write_config(cap + PCI_CFG_LENGTH, &4u32.to_le_bytes());
+    d.write_config(cap + PCI_CFG_DATA, &0x51u32.to_le_bytes());
+    assert_eq!(r32(&mut d, 0x4008), 0x51);
 }
 
 fn with_events(d: Dev) -> (Dev, Arc<Recorder>) {

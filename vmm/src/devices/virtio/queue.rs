@@ -36,6 +36,9 @@ pub struct QueueRegs {
     pub used: u64,
     /// queue_enable.
     pub enabled: bool,
+    /// queue_msix_vector: the MSI-X vector of its used-buffer notifications, or
+    /// [`NO_VECTOR`](super::common::NO_VECTOR).
+    pub vector: u16,
 }
 
 impl QueueRegs {
@@ -48,6 +51,7 @@ impl QueueRegs {
             avail: 0,
             used: 0,
             enabled: false,
+            vector: super::common::NO_VECTOR,
         }
     }
 

@@ -15,6 +15,7 @@ use super::pci::{VirtioPciDevice, NOTIFY_MULTIPLIER, NOTIFY_OFFSET};
 use super::queue::collect_chain;
 use super::{IrqLine, KvmIrqLine, ProcessError, VirtioDevice};
 use crate::config::DiskConfig;
+use crate::devices::pci::msix::{KvmMsi, MsiSink};
 use crate::devices::pci::{devfn, intx_gsi, ConfigSpaceError, PciError, PciRoot};
 use disk::DiskError;
 use disk::{DiskImage, SECTOR_SIZE};
@@ -62,8 +63,8 @@ pub struct AttachedDisk {
 }
 
 /// Opens `disk` and puts a virtio-blk device for it in the next free slot of `root` (see
-/// [`attach_image`]): its INTA# through `KVM_IRQ_LINE`, its notifications through
-/// `KVM_IOEVENTFD`.
+/// [`attach_image`]): its INTA# through `KVM_IRQ_LINE`, its MSI-X messages through
+/// `KVM_SIGNAL_MSI`, its notifications through `KVM_IOEVENTFD`.
 pub fn attach_block(
     root: &PciRoot,
     vm_fd: &Arc<VmFd>,
@@ -72,9 +73,11 @@ pub fn attach_block(
 ) -> Result<BlockAttachment, AttachError> {
     let image = disk::DiskImage::open(disk)?;
     let irq_fd = vm_fd.clone();
-    let attached = attach_image(root, mem, image, vm_fd.clone(), move |gsi| {
-        Box::new(KvmIrqLine::new(irq_fd, u32::from(gsi)))
-    })?;
+    let interrupts = Interrupts {
+        intx: Box::new(move |gsi| Box::new(KvmIrqLine::new(irq_fd, u32::from(gsi)))),
+        msi: Box::new(KvmMsi(vm_fd.clone())),
+    };
+    let attached = attach_image(root, mem, image, vm_fd.clone(), interrupts)?;
     log::info!(
         "virtio-blk {} at 00:{:02x}.0, INTA# on GSI {}{}",
         disk.path.display(),
@@ -85,20 +88,31 @@ pub fn attach_block(
     Ok(attached)
 }
 
+/// Where a device's interrupts go.
+pub struct Interrupts {
+    /// The INTx line of a GSI.
+    pub intx: Box<dyn FnOnce(u8) -> Box<dyn IrqLine>>,
+    /// MSI-X messages.
+    pub msi: Box<dyn MsiSink>,
+}
+
 /// Puts a virtio-blk device for `image` in the next free slot of `root`, its INTA# raising
-/// `irq(gsi)` for the GSI `intx_gsi` gives for that slot. Its BAR appears on the MMIO bus once
-/// the guest (or firmware) enables it; its queue notifications then go to eventfds through
-/// `route`, or exit to the device if `route` or the eventfds fail.
+/// `interrupts.intx(gsi)` for the GSI `intx_gsi` gives for that slot and its MSI-X messages
+/// going to `interrupts.msi`. Its BAR appears on the MMIO bus once the guest (or firmware)
+/// enables it; its queue notifications then go to eventfds through `route`, or exit to the
+/// device if `route` or the eventfds fail.
 pub fn attach_image(
     root: &PciRoot,
     mem: &GuestMemoryMmap,
     image: DiskImage,
     route: Arc<dyn NotifyRoute>,
-    irq: impl FnOnce(u8) -> Box<dyn IrqLine>,
+    interrupts: Interrupts,
 ) -> Result<BlockAttachment, AttachError> {
     let slot = root.free_slot()?;
     let gsi = intx_gsi(slot, 1);
-    let mut device = VirtioPciDevice::new(BlockDevice::new(image), mem.clone(), irq(gsi), gsi)?;
+    let irq = (interrupts.intx)(gsi);
+    let device = BlockDevice::new(image);
+    let mut device = VirtioPciDevice::new(device, mem.clone(), irq, interrupts.msi, gsi)?;
     let stride = u64::from(NOTIFY_MULTIPLIER);
     let events = QueueEvents::new(route, 1, NOTIFY_OFFSET, stride)
         .and_then(|q| q.watch_fds().map(|w| (q, w)));
@@ -148,17 +162,22 @@ impl BlockAttachment {
     /// One line on what the device served, for the end of a run.
     pub fn summary(&self) -> String {
         let d = self.device.lock().unwrap_or_else(|e| e.into_inner());
-        let (s, n) = (d.device().stats(), d.notify_counts());
+        let (s, n, i) = (d.device().stats(), d.notify_counts(), d.interrupt_counts());
         format!(
             "virtio-blk 00:{:02x}.0: {} requests OK, {} IOERR, {} UNSUPP; notifications: {} by \
-             ioeventfd, {} by exit, {} ignored",
+             ioeventfd, {} by exit, {} ignored; interrupts: {} INTx, {} MSI-X ({} held while \
+             masked, {} refused)",
             self.at.slot,
             s.ok,
             s.errors,
             s.unsupported,
             n.by_event,
             n.by_exit,
-            d.ignored_notifies()
+            d.ignored_notifies(),
+            i.intx,
+            i.msix.sent,
+            i.msix.held,
+            i.msix.failed
         )
     }
 }
