@@ -1,6 +1,7 @@
 //! virtio-blk end to end: a fixture kernel (tests/fixtures/virtio_blk.S) finds the device
 //! through PCI configuration space, places its BAR, sets up a queue and reads and writes
-//! sectors; the test checks what it printed and what the image file holds afterwards.
+//! sectors, then takes completions as MSI-X interrupts; the test checks what it printed and
+//! what the image file holds afterwards.
 
 #[path = "harness/mod.rs"]
 mod harness;
@@ -44,7 +45,7 @@ fn guest_write_reaches_the_image_file() {
         .assert_stdout_contains("virtio-blk: slot 0x00000002\n")
         // INTA# (pin 1) routed to GSI 10 for slot 2.
         .assert_stdout_contains("virtio-blk: irq 0x0000010a\n")
-        .assert_stdout_contains("virtio-blk: bar0 size 0x00004000\n")
+        .assert_stdout_contains("virtio-blk: bar0 size 0x00008000\n")
         .assert_stdout_contains("virtio-blk: queue max 0x00000100\n")
         .assert_stdout_contains("virtio-blk: capacity 0x00000008\n")
         .assert_stdout_contains("virtio-blk: sector0: HVPROF-SECTOR-0!\n")
@@ -54,11 +55,14 @@ fn guest_write_reaches_the_image_file() {
         .assert_stdout_contains("virtio-blk: beyond-end status 0x00000001\n")
         .assert_stdout_contains("virtio-blk: sector1: written by guest\n")
         .assert_stdout_contains("virtio-blk: isr 0x00000001\n")
+        .assert_stdout_contains("virtio-blk: requests 0x00000008\n")
         // Every notification reached the device through its ioeventfd (KVM_IOEVENTFD),
-        // served by the event loop while the vCPU polled the used ring.
+        // served by the event loop while the vCPU polled the used ring; six completions
+        // raised INTx, then two went as MSI-X messages, one of them held while masked.
         .assert_stderr_contains(
-            "virtio-blk 00:02.0: 5 requests OK, 1 IOERR, 0 UNSUPP; notifications: 6 by \
-             ioeventfd, 0 by exit, 0 ignored",
+            "virtio-blk 00:02.0: 7 requests OK, 1 IOERR, 0 UNSUPP; notifications: 8 by \
+             ioeventfd, 0 by exit, 0 ignored; interrupts: 6 INTx, 2 MSI-X (1 held while \
+             masked, 0 refused)",
         );
     let features = out.stdout_field("virtio-blk: features ").unwrap_or("");
     assert!(
@@ -71,6 +75,29 @@ fn guest_write_reaches_the_image_file() {
     let before = image();
     assert_eq!(&after[..512], &before[..512], "sector 0 changed");
     assert_eq!(&after[1024..], &before[1024..], "sectors 2.. changed");
+}
+
+#[test]
+fn completions_arrive_as_msix_interrupts_held_while_masked() {
+    let dir = TempDir::new("virtio-blk");
+    let img = dir.write("disk.img", &image());
+    let out = run(img.to_str().unwrap());
+    out.assert_debug_exit(FIXTURE_OK)
+        // Two table entries: configuration changes and queue 0.
+        .assert_stdout_contains("virtio-blk: msix vectors 0x00000002\n")
+        // Entry 0 taken; entry 9 does not exist, so the register reads NO_VECTOR.
+        .assert_stdout_contains("virtio-blk: vectors: queue 0x00000000 config 0x0000ffff\n")
+        // Masked: the completion left the pending bit set and no interrupt came (the
+        // fixture exits 0x36 if one does); unmasking delivered it and cleared the bit.
+        .assert_stdout_contains("virtio-blk: pba masked 0x00000001\n")
+        .assert_stdout_contains("virtio-blk: pba unmasked 0x00000000\n")
+        // Once after the unmask and once for the unmasked read, through vector 0x41's gate.
+        .assert_stdout_contains(
+            "virtio-blk: vector 0x41 taken 0x00000001\nvirtio-blk: pba unmasked 0x00000000\n\
+             virtio-blk: vector 0x41 taken 0x00000002\n",
+        )
+        // With MSI-X the ISR's queue bit stays clear.
+        .assert_stdout_contains("virtio-blk: isr msi-x 0x00000000\n");
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! The guest's view of the whole device model: the port and MMIO buses of a firmware boot
 //! (legacy devices, fw_cfg with the real firmware items, pflash VARS, the PCI root with a
-//! virtio-blk disk, the hypercall doorbell) driven by a stream of accesses the fuzz input
+//! virtio-blk disk and its MSI-X table, the hypercall doorbell) driven by a stream of accesses the fuzz input
 //! chooses, as vCPU exits would make them, with guest RAM stores in between (descriptor
 //! tables, DMA control blocks) and turns of the event loop that serves the queue eventfds.
 //!
@@ -20,9 +20,10 @@ use hvprof_fuzz::CheckedDisk;
 use libfuzzer_sys::fuzz_target;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use vmm::devices::fw_cfg::FwCfg;
+use vmm::devices::pci::msix::{MsiError, MsiMessage, MsiSink};
 use vmm::devices::pci::{devfn, PciRoot};
-use vmm::devices::virtio::block::attach_image;
 use vmm::devices::virtio::block::disk::DiskImage;
+use vmm::devices::virtio::block::{attach_image, Interrupts};
 use vmm::devices::virtio::notify::NotifyRoute;
 use vmm::devices::virtio::pci::NOTIFY_OFFSET;
 use vmm::devices::virtio::IrqLine;
@@ -72,6 +73,14 @@ impl NotifyRoute for Route {
 struct NoIrq;
 impl IrqLine for NoIrq {
     fn set_level(&self, _high: bool) {}
+}
+
+/// MSI-X messages go nowhere (their address and data are the guest's own choice).
+struct NoMsi;
+impl MsiSink for NoMsi {
+    fn send(&self, _msg: MsiMessage) -> Result<(), MsiError> {
+        Ok(())
+    }
 }
 
 /// The `device`-th device of `bus` and an address inside it (or just past it).
@@ -130,7 +139,11 @@ fuzz_target!(|data: &[u8]| {
         flags & 2 != 0,
         "fuzz",
     );
-    let disk = attach_image(&root, &mem, image, route.clone(), |_| Box::new(NoIrq)).unwrap();
+    let interrupts = Interrupts {
+        intx: Box::new(|_| Box::new(NoIrq)),
+        msi: Box::new(NoMsi),
+    };
+    let disk = attach_image(&root, &mem, image, route.clone(), interrupts).unwrap();
     let mut em = EventManager::<Box<dyn MutEventSubscriber>>::new().unwrap();
     if let Some(w) = disk.watch {
         if flags & 4 == 0 {

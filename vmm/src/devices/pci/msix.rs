@@ -39,14 +39,17 @@ pub struct MsiMessage {
     pub data: u32,
 }
 
+/// Why a message was not delivered (an errno from `KVM_SIGNAL_MSI`).
+pub type MsiError = kvm_ioctls::Error;
+
 /// Where messages go.
 pub trait MsiSink: Send {
     /// Delivers `msg`.
-    fn send(&self, msg: MsiMessage) -> Result<(), kvm_ioctls::Error>;
+    fn send(&self, msg: MsiMessage) -> Result<(), MsiError>;
 }
 
 /// Sends `msg` through `KVM_SIGNAL_MSI` (the in-kernel irqchip routes it).
-pub fn signal_msi(vm_fd: &VmFd, msg: MsiMessage) -> Result<(), kvm_ioctls::Error> {
+pub fn signal_msi(vm_fd: &VmFd, msg: MsiMessage) -> Result<(), MsiError> {
     let msi = kvm_msi {
         address_lo: u32::try_from(msg.address & 0xffff_ffff).unwrap_or(0),
         address_hi: u32::try_from(msg.address >> 32).unwrap_or(0),
@@ -60,7 +63,7 @@ pub fn signal_msi(vm_fd: &VmFd, msg: MsiMessage) -> Result<(), kvm_ioctls::Error
 pub struct KvmMsi(pub Arc<VmFd>);
 
 impl MsiSink for KvmMsi {
-    fn send(&self, msg: MsiMessage) -> Result<(), kvm_ioctls::Error> {
+    fn send(&self, msg: MsiMessage) -> Result<(), MsiError> {
         signal_msi(&self.0, msg)
     }
 }
@@ -267,17 +270,17 @@ impl Msix {
 pub(crate) mod testing {
     use std::sync::{Arc, Mutex};
 
-    use super::{MsiMessage, MsiSink};
+    use super::{MsiError, MsiMessage, MsiSink};
 
     /// Records the messages it is given; refuses them after [`Recorder::refuse`].
     #[derive(Clone, Default)]
     pub(crate) struct Recorder(Arc<Mutex<(Vec<MsiMessage>, bool)>>);
 
     impl MsiSink for Recorder {
-        fn send(&self, msg: MsiMessage) -> Result<(), kvm_ioctls::Error> {
+        fn send(&self, msg: MsiMessage) -> Result<(), MsiError> {
             let mut g = self.0.lock().unwrap();
             if g.1 {
-                return Err(kvm_ioctls::Error::new(libc::EINVAL));
+                return Err(MsiError::new(libc::EINVAL));
             }
             g.0.push(msg);
             Ok(())
