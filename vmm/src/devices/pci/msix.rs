@@ -7,8 +7,9 @@
 //! the entry or the function, as the specification requires. Entries start masked.
 //!
 //! The guest owns the table: whatever it writes there is what the VMM sends, and KVM routes
-//! the message like any other MSI write (an address outside the local APIC range is dropped by
-//! KVM). A vector the device asks for beyond the table is dropped here.
+//! the message like any MSI write of this VM (destination APIC ID and vector from the address
+//! and data), so a misprogrammed entry can only interrupt the VM's own vCPUs. A vector the
+//! device asks for beyond the table is dropped here.
 
 use std::sync::Arc;
 
