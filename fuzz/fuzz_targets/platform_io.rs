@@ -1,7 +1,7 @@
 //! The guest's view of the whole device model: the port and MMIO buses of a firmware boot
 //! (legacy devices, fw_cfg with the real firmware items, pflash VARS, the PCI root with a
-//! virtio-blk disk and its MSI-X table, the hypercall doorbell) driven by a stream of accesses the fuzz input
-//! chooses, as vCPU exits would make them, with guest RAM stores in between (descriptor
+//! virtio-blk disk and its MSI-X table, the hypercall doorbell) driven by a stream of
+//! accesses the fuzz input chooses, as vCPU exits would make them, with guest RAM stores in between (descriptor
 //! tables, DMA control blocks) and turns of the event loop that serves the queue eventfds.
 //!
 //! Must hold: nothing panics; the disk is never touched outside its capacity
@@ -78,8 +78,8 @@ impl IrqLine for NoIrq {
 /// MSI-X messages go nowhere (their address and data are the guest's own choice).
 struct NoMsi;
 impl MsiSink for NoMsi {
-    fn send(&self, _msg: MsiMessage) -> Result<(), MsiError> {
-        Ok(())
+    fn send(&self, _msg: MsiMessage) -> Result<bool, MsiError> {
+        Ok(true)
     }
 }
 

@@ -219,7 +219,9 @@ impl Profiler {
             data: vector & 0xff,
         };
         match signal_msi(&self.vm_fd, msg) {
-            Ok(()) => bump(&self.vcpus[v].stats.injected, 1),
+            Ok(true) => bump(&self.vcpus[v].stats.injected, 1),
+            // The guest's APIC would not take it (software-disabled): not injected.
+            Ok(false) => log::debug!("profile interrupt {vector:#x} on vCPU {v} blocked"),
             Err(e) => log::warn!("cannot inject profile interrupt {vector:#x} on vCPU {v}: {e}"),
         }
     }

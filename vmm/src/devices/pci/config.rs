@@ -158,7 +158,8 @@ impl ConfigSpace {
         self.write_mask[offset.min(end)..end].fill(0xff);
     }
 
-    /// Makes the bits of `mask` at `offset` writable (the others keep their value).
+    /// Sets the write mask of the byte at `offset`: the bits of `mask` become writable, the
+    /// others read-only.
     pub fn set_write_mask(&mut self, offset: usize, mask: u8) {
         if let Some(m) = self.write_mask.get_mut(offset) {
             *m = mask;

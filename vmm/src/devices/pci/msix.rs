@@ -45,31 +45,33 @@ pub type MsiError = kvm_ioctls::Error;
 
 /// Where messages go.
 pub trait MsiSink: Send {
-    /// Delivers `msg`.
-    fn send(&self, msg: MsiMessage) -> Result<(), MsiError>;
+    /// Delivers `msg`: `true` if it was taken, `false` if the guest blocked it.
+    fn send(&self, msg: MsiMessage) -> Result<bool, MsiError>;
 }
 
-/// Sends `msg` through `KVM_SIGNAL_MSI` (the in-kernel irqchip routes it).
-pub fn signal_msi(vm_fd: &VmFd, msg: MsiMessage) -> Result<(), MsiError> {
+/// Sends `msg` through `KVM_SIGNAL_MSI` (the in-kernel irqchip routes it): `true` if a local
+/// APIC took it, `false` if the guest blocked it (its APIC software-disabled, say).
+pub fn signal_msi(vm_fd: &VmFd, msg: MsiMessage) -> Result<bool, MsiError> {
     let msi = kvm_msi {
         address_lo: u32::try_from(msg.address & 0xffff_ffff).unwrap_or(0),
         address_hi: u32::try_from(msg.address >> 32).unwrap_or(0),
         data: msg.data,
         ..Default::default()
     };
-    vm_fd.signal_msi(msi).map(|_| ())
+    vm_fd.signal_msi(msi).map(|n| n > 0)
 }
 
 /// Messages to the VM's in-kernel irqchip.
 pub struct KvmMsi(pub Arc<VmFd>);
 
 impl MsiSink for KvmMsi {
-    fn send(&self, msg: MsiMessage) -> Result<(), MsiError> {
+    fn send(&self, msg: MsiMessage) -> Result<bool, MsiError> {
         signal_msi(&self.0, msg)
     }
 }
 
-/// Where a function's MSI-X structures are.
+/// Where a function's MSI-X structures are. Offsets must be multiples of 8 (their low three
+/// bits hold the BAR number in the capability).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MsixLayout {
     /// Table entries (1..=[`MAX_VECTORS`]).
@@ -85,21 +87,23 @@ pub struct MsixLayout {
 /// What became of a request for a vector.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Delivery {
-    /// The message was sent.
+    /// The message was sent (taken, or blocked by the guest).
     Sent,
     /// Masked (or MSI-X disabled): the pending bit is set.
     Pending,
     /// No such vector.
     NoVector,
-    /// KVM refused the message (logged).
+    /// KVM refused the message (the first refusal is logged).
     Failed,
 }
 
 /// Counts, for the end-of-run summary.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MsixStats {
-    /// Messages sent.
+    /// Messages sent and taken by a local APIC.
     pub sent: u64,
+    /// Messages sent but blocked by the guest (no APIC would take them).
+    pub blocked: u64,
     /// Requests that found their vector masked and left it pending.
     pub held: u64,
     /// Messages KVM refused.
@@ -124,6 +128,10 @@ impl Msix {
         layout: MsixLayout,
         sink: Box<dyn MsiSink>,
     ) -> Result<Msix, ConfigSpaceError> {
+        debug_assert!(
+            layout.table.is_multiple_of(8) && layout.pba.is_multiple_of(8),
+            "{layout:?}"
+        );
         let vectors = layout.vectors.clamp(1, MAX_VECTORS);
         let mut body = vec![CAP_ID_MSIX, 0];
         body.extend_from_slice(&(vectors - 1).to_le_bytes());
@@ -147,6 +155,16 @@ impl Msix {
     /// Offset of the capability in configuration space.
     pub fn capability(&self) -> usize {
         self.cap
+    }
+
+    /// Table entries: the device may ask for vectors below this.
+    pub fn vectors(&self) -> u16 {
+        u16::try_from(self.pending.len()).unwrap_or(MAX_VECTORS)
+    }
+
+    /// Forgets every pending message (the device was reset: what it had to say is void).
+    pub fn clear_pending(&mut self) {
+        self.pending.fill(false);
     }
 
     fn control(&self, config: &ConfigSpace) -> u16 {
@@ -182,8 +200,12 @@ impl Msix {
     fn send(&mut self, vector: usize) -> Delivery {
         let msg = self.message(vector);
         match self.sink.send(msg) {
-            Ok(()) => {
-                self.stats.sent += 1;
+            Ok(taken) => {
+                if taken {
+                    self.stats.sent += 1;
+                } else {
+                    self.stats.blocked += 1;
+                }
                 Delivery::Sent
             }
             Err(e) => {
@@ -273,30 +295,36 @@ pub(crate) mod testing {
 
     use super::{MsiError, MsiMessage, MsiSink};
 
+    #[derive(Default)]
+    struct State {
+        sent: Vec<MsiMessage>,
+        refuse: bool,
+    }
+
     /// Records the messages it is given; refuses them after [`Recorder::refuse`].
     #[derive(Clone, Default)]
-    pub(crate) struct Recorder(Arc<Mutex<(Vec<MsiMessage>, bool)>>);
+    pub(crate) struct Recorder(Arc<Mutex<State>>);
 
     impl MsiSink for Recorder {
-        fn send(&self, msg: MsiMessage) -> Result<(), MsiError> {
+        fn send(&self, msg: MsiMessage) -> Result<bool, MsiError> {
             let mut g = self.0.lock().unwrap();
-            if g.1 {
+            if g.refuse {
                 return Err(MsiError::new(libc::EINVAL));
             }
-            g.0.push(msg);
-            Ok(())
+            g.sent.push(msg);
+            Ok(true)
         }
     }
 
     impl Recorder {
         /// What was sent, in order.
         pub(crate) fn sent(&self) -> Vec<MsiMessage> {
-            self.0.lock().unwrap().0.clone()
+            self.0.lock().unwrap().sent.clone()
         }
 
         /// Refuses every later message.
         pub(crate) fn refuse(&self) {
-            self.0.lock().unwrap().1 = true;
+            self.0.lock().unwrap().refuse = true;
         }
     }
 }

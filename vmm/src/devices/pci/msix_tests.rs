@@ -93,6 +93,7 @@ fn entries_start_masked_and_a_masked_vector_stays_pending_until_unmasked() {
         msix.stats(),
         MsixStats {
             sent: 2,
+            blocked: 0,
             held: 1,
             failed: 0
         }
@@ -165,17 +166,41 @@ fn a_vector_beyond_the_table_is_dropped_and_a_refused_message_is_counted() {
     assert_eq!(pba(&msix), 0, "a refused message is not left pending");
 }
 
-/// A real VM's irqchip takes a message for vector 0x41 on APIC 0 (`KVM_SIGNAL_MSI`).
+#[test]
+fn pba_writes_are_ignored_and_clear_pending_forgets_held_messages() {
+    let (mut config, mut msix, rec) = setup();
+    control(&mut config, &mut msix, CONTROL_ENABLE);
+    program(&config, &mut msix, 0);
+    msix.trigger(&config, 0);
+    assert_eq!(pba(&msix), 1);
+    // The PBA has no write path: a device reset is what clears it.
+    msix.clear_pending();
+    assert_eq!(pba(&msix), 0);
+    unmask(&config, &mut msix, 0);
+    assert!(
+        rec.sent().is_empty(),
+        "a cleared message is not sent on unmask"
+    );
+}
+
+/// A real VM's irqchip: a message for vector 0x41 on APIC 0 (`KVM_SIGNAL_MSI`) is taken once
+/// the vCPU's local APIC is software-enabled, and blocked before.
 #[test]
 fn kvm_msi_reaches_the_in_kernel_irqchip() {
     let kvm = kvm_ioctls::Kvm::new().expect("/dev/kvm");
     let vm = Arc::new(kvm.create_vm().unwrap());
     vm.create_irq_chip().unwrap();
-    let _vcpu = vm.create_vcpu(0).unwrap();
+    let vcpu = vm.create_vcpu(0).unwrap();
     let sink = KvmMsi(vm.clone());
-    sink.send(MsiMessage {
+    let msg = MsiMessage {
         address: 0xfee0_0000,
         data: 0x41,
-    })
-    .expect("KVM_SIGNAL_MSI");
+    };
+    assert!(!sink.send(msg).expect("KVM_SIGNAL_MSI"), "APIC disabled");
+    let mut lapic = vcpu.get_lapic().unwrap();
+    // Spurious-interrupt vector register (0xF0): APIC software enable (bit 8).
+    let svr = &mut lapic.regs[0xf0..0xf4];
+    svr[1] |= 1;
+    vcpu.set_lapic(&lapic).unwrap();
+    assert!(sink.send(msg).expect("KVM_SIGNAL_MSI"), "APIC enabled");
 }

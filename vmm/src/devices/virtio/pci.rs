@@ -74,8 +74,8 @@ pub struct VirtioPciDevice<D: VirtioDevice> {
     mem: GuestMemoryMmap,
     irq: Box<dyn IrqLine>,
     msix: Msix,
-    /// MSI-X was enabled after the last configuration write.
-    msix_on: bool,
+    /// The INTx line is high.
+    intx_high: bool,
     /// Times the INTx line was raised.
     intx_raised: u64,
     common: CommonConfig,
@@ -160,7 +160,7 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
         let common = CommonConfig::new(
             device.features() | VIRTIO_F_VERSION_1,
             device.queue_max_sizes(),
-            vectors,
+            msix.vectors(),
         );
         Ok(VirtioPciDevice {
             config,
@@ -168,7 +168,7 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
             mem,
             irq,
             msix,
-            msix_on: false,
+            intx_high: false,
             intx_raised: 0,
             common,
             queues: (0..queues).map(|_| None).collect(),
@@ -268,20 +268,28 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
             return;
         }
         self.isr |= bit;
-        if self.config.command() & COMMAND_INTX_DISABLE == 0 {
-            self.irq.set_level(true);
+        self.sync_intx();
+    }
+
+    /// Drives INTx to what the state asks: high while the ISR holds a bit, unless MSI-X is
+    /// enabled or the command register disables INTx. Counts each raise.
+    fn sync_intx(&mut self) {
+        let high = self.isr != 0
+            && !self.msix.enabled(&self.config)
+            && self.config.command() & COMMAND_INTX_DISABLE == 0;
+        if high && !self.intx_high {
             self.intx_raised += 1;
+        }
+        if high != self.intx_high {
+            self.irq.set_level(high);
+            self.intx_high = high;
         }
     }
 
-    /// After a configuration write: enabling MSI-X turns INTx off (the line drops), and an
-    /// unmasked function sends what was pending.
+    /// After a configuration write: INTx follows MSI-X's enable bit and the command
+    /// register's INTx Disable, and an unmasked function sends what was pending.
     fn config_written(&mut self) {
-        let on = self.msix.enabled(&self.config);
-        if on && !self.msix_on {
-            self.irq.set_level(false);
-        }
-        self.msix_on = on;
+        self.sync_intx();
         self.msix.config_written(&self.config);
     }
 
@@ -301,7 +309,8 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
         self.common.reset();
         self.queues.iter_mut().for_each(|q| *q = None);
         self.isr = 0;
-        self.irq.set_level(false);
+        self.sync_intx();
+        self.msix.clear_pending();
     }
 
     fn set_status(&mut self, mut v: u8) {
@@ -411,7 +420,7 @@ impl<D: VirtioDevice> PciDevice for VirtioPciDevice<D> {
             1 if offset == ISR_OFFSET => {
                 data[0] = self.isr;
                 self.isr = 0;
-                self.irq.set_level(false);
+                self.sync_intx();
             }
             2 => self.device.read_config(offset - DEVICE_OFFSET, data),
             4 => self.msix.read_table(offset - MSIX_TABLE_OFFSET, data),

@@ -406,6 +406,66 @@ fn a_masked_vector_is_pending_until_the_driver_unmasks_it() {
 }
 
 #[test]
+fn a_reset_forgets_pending_messages_and_vector_mappings() {
+    let (mut d, mem, _, msi_rec) = device_with_msi();
+    let cap = d.msix.capability();
+    init(&mut d, 16, false);
+    msix_setup(&mut d, cap, true);
+    w8(&mut d, 0x14, 0x0f);
+    queue_read(&mem, 1);
+    w16(&mut d, 0x3000, 0);
+    assert_eq!(pba(&mut d), 0b01);
+    w8(&mut d, 0x14, 0);
+    assert_eq!(
+        pba(&mut d),
+        0,
+        "what the device had to say before the reset is void"
+    );
+    let mut v = [0u8; 4];
+    d.read_bar(0, 0x10, &mut v[..2]);
+    d.read_bar(0, 0x1a, &mut v[2..]);
+    assert_eq!(v, [0xff; 4], "config and queue vectors back to NO_VECTOR");
+    w32(&mut d, 0x400c, 0);
+    assert!(msi_rec.sent().is_empty());
+    // The table itself is PCI state, not the device's: it survives the reset.
+    assert_eq!(r32(&mut d, 0x4008), 0x40);
+}
+
+#[test]
+fn intx_follows_msix_enable_and_intx_disable_both_ways() {
+    let (mut d, mem, line, msi_rec) = device_with_msi();
+    let cap = d.msix.capability();
+    init(&mut d, 16, false);
+    msix_setup(&mut d, cap, true);
+    w8(&mut d, 0x14, 0x0f);
+    // A configuration change while MSI-X is on and its entry masked: the ISR's config bit,
+    // no INTx, the message held.
+    d.interrupt(None);
+    assert!(!line.high());
+    assert_eq!(pba(&mut d), 0b10);
+    // MSI-X off again: the ISR still holds the bit, so INTx rises.
+    d.write_config(cap + 2, &0u16.to_le_bytes());
+    assert!(line.high());
+    // INTx Disable drops it while set, and it rises again when cleared.
+    d.write_config(4, &0x0406u16.to_le_bytes());
+    assert!(!line.high());
+    d.write_config(4, &0x0006u16.to_le_bytes());
+    assert!(line.high());
+    assert_eq!(r8(&mut d, 0x1000), ISR_CONFIG);
+    assert!(!line.high());
+    // Back on INTx, a used buffer sets the queue bit and raises the line.
+    queue_read(&mem, 1);
+    w16(&mut d, 0x3000, 0);
+    assert!(line.high());
+    assert_eq!(r8(&mut d, 0x1000), ISR_QUEUE);
+    assert!(
+        msi_rec.sent().is_empty(),
+        "the held config message never went out"
+    );
+    assert_eq!(d.interrupt_counts().intx, 3);
+}
+
+#[test]
 fn no_vector_means_no_interrupt_and_an_unmapped_queue_stays_silent() {
     let (mut d, mem, line, msi_rec) = device_with_msi();
     let cap = d.msix.capability();

@@ -166,7 +166,7 @@ impl BlockAttachment {
         format!(
             "virtio-blk 00:{:02x}.0: {} requests OK, {} IOERR, {} UNSUPP; notifications: {} by \
              ioeventfd, {} by exit, {} ignored; interrupts: {} INTx, {} MSI-X ({} held while \
-             masked, {} refused)",
+             masked, {} blocked, {} refused)",
             self.at.slot,
             s.ok,
             s.errors,
@@ -177,6 +177,7 @@ impl BlockAttachment {
             i.intx,
             i.msix.sent,
             i.msix.held,
+            i.msix.blocked,
             i.msix.failed
         )
     }
