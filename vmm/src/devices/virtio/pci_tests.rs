@@ -334,6 +334,23 @@ fn msix_setup(d: &mut Dev, msix_cap: usize, masked: bool) {
     w16(d, 0x1a, 0);
 }
 
+/// A device a driver has set up with MSI-X (see [`msix_setup`]) and DRIVER_OK; also its
+/// memory, INTx line, MSI sink and MSI-X capability offset.
+fn msix_device(masked: bool) -> (Dev, GuestMemoryMmap, Line, MsiRecorder, usize) {
+    let (mut d, mem, line, msi_rec) = device_with_msi();
+    let cap = d.msix.capability();
+    init(&mut d, 16, false);
+    msix_setup(&mut d, cap, masked);
+    w8(&mut d, 0x14, 0x0f);
+    (d, mem, line, msi_rec, cap)
+}
+
+/// Queues a read as the `avail_idx`-th request and notifies queue 0.
+fn read_notified(d: &mut Dev, mem: &GuestMemoryMmap, avail_idx: u16) {
+    queue_read(mem, avail_idx);
+    w16(d, 0x3000, 0);
+}
+
 fn msi(data: u32) -> MsiMessage {
     MsiMessage {
         address: 0xfee0_0000,
@@ -358,8 +375,7 @@ fn with_msix_enabled_a_used_buffer_sends_the_queue_vector_not_intx() {
     msix_setup(&mut d, cap, false);
     assert!(!line.high(), "enabling MSI-X turns INTx off");
     w8(&mut d, 0x14, 0x0f);
-    queue_read(&mem, 1);
-    w16(&mut d, 0x3000, 0);
+    read_notified(&mut d, &mem, 1);
     assert_eq!(msi_rec.sent(), vec![msi(0x40)]);
     assert!(!line.high());
     assert_eq!(
@@ -380,13 +396,8 @@ fn with_msix_enabled_a_used_buffer_sends_the_queue_vector_not_intx() {
 
 #[test]
 fn a_masked_vector_is_pending_until_the_driver_unmasks_it() {
-    let (mut d, mem, _, msi_rec) = device_with_msi();
-    let cap = d.msix.capability();
-    init(&mut d, 16, false);
-    msix_setup(&mut d, cap, true);
-    w8(&mut d, 0x14, 0x0f);
-    queue_read(&mem, 1);
-    w16(&mut d, 0x3000, 0);
+    let (mut d, mem, _, msi_rec, cap) = msix_device(true);
+    read_notified(&mut d, &mem, 1);
     assert!(msi_rec.sent().is_empty());
     assert_eq!(pba(&mut d), 0b01);
     w32(&mut d, 0x400c, 0);
@@ -397,8 +408,7 @@ fn a_masked_vector_is_pending_until_the_driver_unmasks_it() {
         cap + 2,
         &(CONTROL_ENABLE | CONTROL_FUNCTION_MASK).to_le_bytes(),
     );
-    queue_read(&mem, 2);
-    w16(&mut d, 0x3000, 0);
+    read_notified(&mut d, &mem, 2);
     assert_eq!(pba(&mut d), 0b01);
     d.write_config(cap + 2, &CONTROL_ENABLE.to_le_bytes());
     assert_eq!(msi_rec.sent(), vec![msi(0x40), msi(0x40)]);
@@ -407,13 +417,8 @@ fn a_masked_vector_is_pending_until_the_driver_unmasks_it() {
 
 #[test]
 fn a_reset_forgets_pending_messages_and_vector_mappings() {
-    let (mut d, mem, _, msi_rec) = device_with_msi();
-    let cap = d.msix.capability();
-    init(&mut d, 16, false);
-    msix_setup(&mut d, cap, true);
-    w8(&mut d, 0x14, 0x0f);
-    queue_read(&mem, 1);
-    w16(&mut d, 0x3000, 0);
+    let (mut d, mem, _, msi_rec, cap) = msix_device(true);
+    read_notified(&mut d, &mem, 1);
     assert_eq!(pba(&mut d), 0b01);
     w8(&mut d, 0x14, 0);
     assert_eq!(
@@ -433,11 +438,7 @@ fn a_reset_forgets_pending_messages_and_vector_mappings() {
 
 #[test]
 fn intx_follows_msix_enable_and_intx_disable_both_ways() {
-    let (mut d, mem, line, msi_rec) = device_with_msi();
-    let cap = d.msix.capability();
-    init(&mut d, 16, false);
-    msix_setup(&mut d, cap, true);
-    w8(&mut d, 0x14, 0x0f);
+    let (mut d, mem, line, msi_rec, cap) = msix_device(true);
     // A configuration change while MSI-X is on and its entry masked: the ISR's config bit,
     // no INTx, the message held.
     d.interrupt(None);
@@ -467,18 +468,13 @@ fn intx_follows_msix_enable_and_intx_disable_both_ways() {
 
 #[test]
 fn no_vector_means_no_interrupt_and_an_unmapped_queue_stays_silent() {
-    let (mut d, mem, line, msi_rec) = device_with_msi();
-    let cap = d.msix.capability();
-    init(&mut d, 16, false);
-    msix_setup(&mut d, cap, false);
+    let (mut d, mem, line, msi_rec, _) = msix_device(false);
     // The driver asks for a vector the table lacks: NO_VECTOR, and nothing is sent.
     w16(&mut d, 0x1a, 7);
     let mut v = [0u8; 2];
     d.read_bar(0, 0x1a, &mut v);
     assert_eq!(u16::from_le_bytes(v), NO_VECTOR);
-    w8(&mut d, 0x14, 0x0f);
-    queue_read(&mem, 1);
-    w16(&mut d, 0x3000, 0);
+    read_notified(&mut d, &mem, 1);
     assert_eq!(d.device().stats().ok, 1);
     assert!(msi_rec.sent().is_empty());
     assert!(!line.high());
