@@ -417,7 +417,7 @@ fn a_masked_vector_is_pending_until_the_driver_unmasks_it() {
 
 #[test]
 fn a_reset_forgets_pending_messages_and_vector_mappings() {
-    let (mut d, mem, _, msi_rec, cap) = msix_device(true);
+    let (mut d, mem, _, msi_rec, _) = msix_device(true);
     read_notified(&mut d, &mem, 1);
     assert_eq!(pba(&mut d), 0b01);
     w8(&mut d, 0x14, 0);
