@@ -17,6 +17,7 @@ use kvm_bindings::kvm_msi;
 use kvm_ioctls::VmFd;
 
 use super::config::{ConfigSpace, ConfigSpaceError};
+use crate::boot::bytes::le_u32;
 
 /// The MSI-X capability ID.
 pub const CAP_ID_MSIX: u8 = 0x11;
@@ -176,11 +177,9 @@ impl Msix {
         self.control(config) & CONTROL_ENABLE != 0
     }
 
+    /// The dword at `at` of entry `vector` (0 for an entry the table lacks; callers check).
     fn word(&self, vector: usize, at: usize) -> u32 {
-        let o = vector * ENTRY_SIZE + at;
-        let mut b = [0u8; 4];
-        b.copy_from_slice(&self.table[o..o + 4]);
-        u32::from_le_bytes(b)
+        le_u32(&self.table, vector * ENTRY_SIZE + at).unwrap_or(0)
     }
 
     fn message(&self, vector: usize) -> MsiMessage {
