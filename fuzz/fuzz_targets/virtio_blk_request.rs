@@ -1,5 +1,5 @@
 //! The virtio-blk request path on a queue the fuzz input programs: queue size and ring
-//! addresses from the first bytes, guest RAM (descriptor table, rings, headers, buffers)
+//! addresses from the first bytes, guest RAM (descriptor table, indirect tables, rings, headers, buffers)
 //! from the rest. Activation, chain collection, request parsing and execution must never
 //! panic, and the disk must never be touched outside its capacity ([`CheckedDisk`] panics
 //! if it is).
@@ -34,7 +34,7 @@ fuzz_target!(|data: &[u8]| {
     let ram = &data[8..];
     mem.write_slice(&ram[..ram.len().min(RAM)], GuestAddress(0))
         .unwrap();
-    let Ok(mut queue) = regs.activate(&mem) else {
+    let Ok(mut queue) = regs.activate(&mem, data[0] & 0x40 != 0) else {
         return;
     };
     let disk = CheckedDisk::new(usize::try_from(IMAGE).unwrap());

@@ -11,7 +11,10 @@
 //! Notifications go to one eventfd per queue (`KVM_IOEVENTFD`) while the BAR is mapped, and
 //! the VMM thread's event loop serves the queue; where KVM refuses that, and for writes
 //! through the PCI configuration access window, they are served on the vCPU thread that
-//! writes the notify register. A guest that misprograms a queue gets `DEVICE_NEEDS_RESET` (and a configuration
+//! writes the notify register. Each notification serves the queue until it is empty, with the
+//! driver's notifications suppressed meanwhile (the used ring's flag, or `avail_event` with
+//! VIRTIO_F_RING_EVENT_IDX), and interrupts only as the driver's `used_event` (or its
+//! NO_INTERRUPT flag) allows. A guest that misprograms a queue gets `DEVICE_NEEDS_RESET` (and a configuration
 //! interrupt); a malformed request gets `VIRTIO_BLK_S_IOERR`. Neither stops the VMM.
 
 pub mod block;
@@ -39,8 +42,16 @@ pub const STATUS_DEVICE_NEEDS_RESET: u8 = 0x40;
 /// Device status: the driver gave up.
 pub const STATUS_FAILED: u8 = 0x80;
 
+/// Feature bit: a descriptor may name a table of indirect descriptors (virtio 1.2, 2.7.5.3).
+pub const VIRTIO_F_INDIRECT_DESC: u64 = 1 << 28;
+/// Feature bit: the rings' `used_event` and `avail_event` fields suppress interrupts and
+/// notifications (virtio 1.2, 2.7.7 and 2.7.10).
+pub const VIRTIO_F_RING_EVENT_IDX: u64 = 1 << 29;
 /// Feature bit: virtio 1.x (modern) device.
 pub const VIRTIO_F_VERSION_1: u64 = 1 << 32;
+/// The features the transport and its queues implement for every device.
+pub const TRANSPORT_FEATURES: u64 =
+    VIRTIO_F_VERSION_1 | VIRTIO_F_INDIRECT_DESC | VIRTIO_F_RING_EVENT_IDX;
 
 /// ISR bit: a queue has used buffers.
 pub const ISR_QUEUE: u8 = 1;

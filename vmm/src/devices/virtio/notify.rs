@@ -82,6 +82,12 @@ impl QueueEvents {
         self.attached
     }
 
+    /// Signals queue `queue`'s eventfd, so that the event loop serves the queue again after
+    /// what it is already waiting on; false if it cannot.
+    pub fn requeue(&self, queue: usize) -> bool {
+        self.events.get(queue).is_some_and(|e| e.write(1).is_ok())
+    }
+
     fn addr(&self, base: u64, queue: usize) -> u64 {
         base + self.offset + self.stride * queue as u64
     }

@@ -17,14 +17,18 @@
 //! Interrupts: INTx (the ISR and a level-triggered line) until the driver enables MSI-X,
 //! then one message per vector the driver mapped (virtio 1.2, 4.1.4.5 and 4.1.5.1.2).
 
+use std::sync::atomic::Ordering;
+
+use virtio_bindings::bindings::virtio_ring::VRING_AVAIL_F_NO_INTERRUPT;
 use virtio_queue::{Queue, QueueT};
-use vm_memory::GuestMemoryMmap;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::common::{CommonConfig, CommonEvent, COMMON_CONFIG_LEN, NO_VECTOR};
 use super::notify::{QueueEvents, QueueNotify};
 use super::{
-    IrqLine, VirtioDevice, ISR_CONFIG, ISR_QUEUE, STATUS_DEVICE_NEEDS_RESET, STATUS_DRIVER_OK,
-    STATUS_FEATURES_OK, VIRTIO_F_VERSION_1, VIRTIO_PCI_DEVICE_ID_BASE, VIRTIO_PCI_VENDOR_ID,
+    IrqLine, ProcessError, VirtioDevice, ISR_CONFIG, ISR_QUEUE, STATUS_DEVICE_NEEDS_RESET,
+    STATUS_DRIVER_OK, STATUS_FEATURES_OK, TRANSPORT_FEATURES, VIRTIO_F_RING_EVENT_IDX,
+    VIRTIO_F_VERSION_1, VIRTIO_PCI_DEVICE_ID_BASE, VIRTIO_PCI_VENDOR_ID,
 };
 use crate::devices::pci::config::{
     BarKind, BarRegion, ConfigSpace, ConfigSpaceError, PciIds, COMMAND_INTX_DISABLE,
@@ -57,6 +61,11 @@ const PCI_CFG_BAR: usize = 4;
 const PCI_CFG_OFFSET: usize = 8;
 const PCI_CFG_LENGTH: usize = 12;
 const PCI_CFG_DATA: usize = 16;
+
+/// Passes over a queue that one notification may make while the driver keeps adding
+/// buffers; then, if the event loop serves the queue, the rest waits for its next turn so
+/// that one busy queue cannot hold the loop.
+const MAX_PASSES: usize = 8;
 
 fn virtio_cap(cfg_type: u8, offset: u64, length: u64, extra: &[u8]) -> Vec<u8> {
     let len = u8::try_from(16 + extra.len()).unwrap_or(16);
@@ -158,7 +167,7 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
         };
         let msix = Msix::add(&mut config, layout, msi)?;
         let common = CommonConfig::new(
-            device.features() | VIRTIO_F_VERSION_1,
+            device.features() | TRANSPORT_FEATURES,
             device.queue_max_sizes(),
             msix.vectors(),
         );
@@ -335,7 +344,8 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
         let Some(regs) = self.common.queues.get(index).copied() else {
             return;
         };
-        match regs.activate(&self.mem) {
+        let event_idx = self.common.driver_features & VIRTIO_F_RING_EVENT_IDX != 0;
+        match regs.activate(&self.mem, event_idx) {
             Ok(q) => {
                 self.queues[index] = Some(q);
                 self.common.queues[index].enabled = true;
@@ -344,24 +354,38 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
         }
     }
 
-    /// The driver notified queue `index`: serve it now, on the caller's thread.
+    /// The driver notified queue `index`: serve it now, on the caller's thread, until it is
+    /// empty (at most [`MAX_PASSES`] passes when the event loop can take over the rest).
     pub fn notify(&mut self, index: usize) {
         let ready = self.driver_ok();
-        let Some(Some(queue)) = self.queues.get_mut(index).filter(|_| ready) else {
+        if !matches!(self.queues.get(index), Some(Some(_))) || !ready {
             if self.ignored_notifies == 0 {
                 log::info!("virtio: notification of queue {index} that is not ready, ignored");
             }
             self.ignored_notifies += 1;
             return;
-        };
-        match self.device.process_queue(index, queue, &self.mem) {
-            Ok(false) => {}
-            Ok(true) => {
-                if queue.needs_notification(&self.mem).unwrap_or(true) {
-                    self.interrupt(Some(index));
+        }
+        for pass in 1.. {
+            let Some(Some(queue)) = self.queues.get_mut(index) else {
+                return;
+            };
+            match serve_pass(&mut self.device, index, queue, &self.mem) {
+                Ok(pass_result) => {
+                    if pass_result.interrupt {
+                        self.interrupt(Some(index));
+                    }
+                    if !pass_result.more {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    self.needs_reset(&format_args!("queue {index}: {e}"));
+                    return;
                 }
             }
-            Err(e) => self.needs_reset(&format_args!("queue {index}: {e}")),
+            if pass >= MAX_PASSES && self.queue_events.as_ref().is_some_and(|q| q.requeue(index)) {
+                return;
+            }
         }
     }
 
@@ -374,6 +398,44 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
         (bar[0] == VIRTIO_BAR && matches!(len, 1 | 2 | 4))
             .then(|| (u64::from(c.u32_at(cap + PCI_CFG_OFFSET)), len))
     }
+}
+
+/// What one pass over a queue found.
+struct Pass {
+    /// Buffers were used and the driver wants to hear of it.
+    interrupt: bool,
+    /// The driver added buffers during the pass.
+    more: bool,
+}
+
+/// Serves what `queue` holds with the driver's notifications suppressed, then enables them
+/// again and looks for buffers added meanwhile (which the driver did not notify).
+fn serve_pass<D: VirtioDevice>(
+    device: &mut D,
+    index: usize,
+    queue: &mut Queue,
+    mem: &GuestMemoryMmap,
+) -> Result<Pass, ProcessError> {
+    queue.disable_notification(mem)?;
+    let used = device.process_queue(index, queue, mem)?;
+    let interrupt = used && wants_interrupt(queue, mem)?;
+    let more = queue.enable_notification(mem)?;
+    Ok(Pass { interrupt, more })
+}
+
+/// Whether the driver wants an interrupt for the buffers used since the last call: as its
+/// `used_event` says with VIRTIO_F_RING_EVENT_IDX, else unless it set NO_INTERRUPT in the
+/// available ring's flags (virtio 1.2, 2.7.7.2: the device should not interrupt then).
+fn wants_interrupt(queue: &mut Queue, mem: &GuestMemoryMmap) -> Result<bool, ProcessError> {
+    let needed = queue.needs_notification(mem)?;
+    if queue.event_idx_enabled() || !needed {
+        return Ok(needed);
+    }
+    // The flags are the available ring's first field, in RAM (checked at activation).
+    let flags: u16 = mem
+        .load(GuestAddress(queue.avail_ring()), Ordering::Acquire)
+        .map_err(virtio_queue::Error::GuestMemory)?;
+    Ok(u32::from(u16::from_le(flags)) & VRING_AVAIL_F_NO_INTERRUPT == 0)
 }
 
 impl<D: VirtioDevice> PciDevice for VirtioPciDevice<D> {
@@ -481,3 +543,7 @@ impl<D: VirtioDevice> QueueNotify for VirtioPciDevice<D> {
 #[cfg(test)]
 #[path = "pci_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "ring_tests.rs"]
+mod ring_tests;

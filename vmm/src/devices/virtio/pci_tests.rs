@@ -14,7 +14,7 @@ use crate::devices::virtio::{STATUS_ACKNOWLEDGE, STATUS_DRIVER};
 use vm_memory::{Address, Bytes, GuestAddress};
 
 #[derive(Clone, Default)]
-struct Line(Arc<Mutex<Vec<bool>>>);
+pub(super) struct Line(Arc<Mutex<Vec<bool>>>);
 
 impl IrqLine for Line {
     fn set_level(&self, high: bool) {
@@ -23,14 +23,14 @@ impl IrqLine for Line {
 }
 
 impl Line {
-    fn high(&self) -> bool {
+    pub(super) fn high(&self) -> bool {
         self.0.lock().unwrap().last().copied().unwrap_or(false)
     }
 }
 
-type Dev = VirtioPciDevice<BlockDevice>;
+pub(super) type Dev = VirtioPciDevice<BlockDevice>;
 
-fn device() -> (Dev, GuestMemoryMmap, Line) {
+pub(super) fn device() -> (Dev, GuestMemoryMmap, Line) {
     let (dev, mem, line, _) = device_with_msi();
     (dev, mem, line)
 }
@@ -51,40 +51,50 @@ fn device_with_msi() -> (Dev, GuestMemoryMmap, Line, MsiRecorder) {
     (dev, mem, line, msi)
 }
 
-fn w8(d: &mut Dev, off: u64, v: u8) {
+pub(super) fn w8(d: &mut VirtioPciDevice<impl VirtioDevice>, off: u64, v: u8) {
     d.write_bar(0, off, &[v]);
 }
-fn w16(d: &mut Dev, off: u64, v: u16) {
+pub(super) fn w16(d: &mut VirtioPciDevice<impl VirtioDevice>, off: u64, v: u16) {
     d.write_bar(0, off, &v.to_le_bytes());
 }
-fn w32(d: &mut Dev, off: u64, v: u32) {
+pub(super) fn w32(d: &mut VirtioPciDevice<impl VirtioDevice>, off: u64, v: u32) {
     d.write_bar(0, off, &v.to_le_bytes());
 }
-fn r8(d: &mut Dev, off: u64) -> u8 {
+pub(super) fn r8(d: &mut VirtioPciDevice<impl VirtioDevice>, off: u64) -> u8 {
     let mut b = [0];
     d.read_bar(0, off, &mut b);
     b[0]
 }
-fn r32(d: &mut Dev, off: u64) -> u32 {
+pub(super) fn r32(d: &mut VirtioPciDevice<impl VirtioDevice>, off: u64) -> u32 {
     let mut b = [0; 4];
     d.read_bar(0, off, &mut b);
     u32::from_le_bytes(b)
 }
 
-const DESC: u64 = 0x1000;
-const AVAIL: u64 = 0x2000;
-const USED: u64 = 0x3000;
+pub(super) const DESC: u64 = 0x1000;
+pub(super) const AVAIL: u64 = 0x2000;
+pub(super) const USED: u64 = 0x3000;
 
 /// Negotiates VERSION_1 | FLUSH and sets queue 0 up with `size` entries at DESC/AVAIL/USED.
 fn init(d: &mut Dev, size: u16, driver_ok: bool) {
+    init_with(d, size, driver_ok, VIRTIO_BLK_F_FLUSH);
+}
+
+/// [`init`] negotiating VERSION_1 and `features`.
+pub(super) fn init_with(
+    d: &mut VirtioPciDevice<impl VirtioDevice>,
+    size: u16,
+    driver_ok: bool,
+    features: u64,
+) {
     w8(d, 0x14, 0);
     w8(d, 0x14, STATUS_ACKNOWLEDGE | STATUS_DRIVER);
     w32(d, 0x00, 1);
     assert_eq!(r32(d, 0x04) & 1, 1, "VERSION_1 offered");
     w32(d, 0x08, 0);
-    w32(d, 0x0c, u32::try_from(VIRTIO_BLK_F_FLUSH).unwrap());
+    w32(d, 0x0c, u32::try_from(features & 0xffff_ffff).unwrap());
     w32(d, 0x08, 1);
-    w32(d, 0x0c, 1);
+    w32(d, 0x0c, 1 | u32::try_from(features >> 32).unwrap());
     w8(
         d,
         0x14,
@@ -108,7 +118,7 @@ fn init(d: &mut Dev, size: u16, driver_ok: bool) {
 }
 
 /// Puts a read of sector 0 (header 0x8000, data 0x9000, status 0xa000) in the queue.
-fn queue_read(mem: &GuestMemoryMmap, avail_idx: u16) {
+pub(super) fn queue_read(mem: &GuestMemoryMmap, avail_idx: u16) {
     mem.write_obj(VIRTIO_BLK_T_IN, GuestAddress(0x8000))
         .unwrap();
     mem.write_obj(0u64, GuestAddress(0x8008)).unwrap();
@@ -346,7 +356,7 @@ fn msix_device(masked: bool) -> (Dev, GuestMemoryMmap, Line, MsiRecorder, usize)
 }
 
 /// Queues a read as the `avail_idx`-th request and notifies queue 0.
-fn read_notified(d: &mut Dev, mem: &GuestMemoryMmap, avail_idx: u16) {
+pub(super) fn read_notified(d: &mut Dev, mem: &GuestMemoryMmap, avail_idx: u16) {
     queue_read(mem, avail_idx);
     w16(d, 0x3000, 0);
 }

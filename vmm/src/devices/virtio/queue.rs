@@ -56,8 +56,13 @@ impl QueueRegs {
     }
 
     /// Builds the queue the registers describe, checking size, alignment and that every
-    /// ring lies in `mem`.
-    pub fn activate(&self, mem: &GuestMemoryMmap) -> Result<Queue, QueueSetupError> {
+    /// ring (with its event field) lies in `mem`; `event_idx`: VIRTIO_F_RING_EVENT_IDX was
+    /// negotiated.
+    pub fn activate(
+        &self,
+        mem: &GuestMemoryMmap,
+        event_idx: bool,
+    ) -> Result<Queue, QueueSetupError> {
         let mut q = Queue::new(self.max_size).map_err(|_| QueueSetupError::Size(self.max_size))?;
         q.try_set_size(self.size)
             .map_err(|_| QueueSetupError::Size(self.size))?;
@@ -67,6 +72,7 @@ impl QueueRegs {
             .map_err(|_| QueueSetupError::Alignment("available ring", self.avail))?;
         q.try_set_used_ring_address(GuestAddress(self.used))
             .map_err(|_| QueueSetupError::Alignment("used ring", self.used))?;
+        q.set_event_idx(event_idx);
         q.set_ready(true);
         if !q.is_valid(mem) {
             return Err(QueueSetupError::OutsideRam);
@@ -91,20 +97,35 @@ pub enum ChainError {
     /// A buffer outside guest RAM.
     #[error("buffer {0:#x}+{1:#x} is outside guest RAM")]
     OutsideRam(u64, u32),
+    /// More descriptors than the queue size, through an indirect table (virtio 1.2,
+    /// 2.7.5.3.1: a chain is never longer than the queue).
+    #[error("descriptor chain longer than the queue size {0}")]
+    TooLong(u16),
 }
 
-/// Collects the descriptors of `chain`, checking that it ends, that readable buffers come
-/// before writable ones, and that every buffer lies in `mem`. The chain iterator bounds
-/// the walk by the queue size, so a looping chain ends as `Unterminated`.
+/// Collects the descriptors of `chain`, checking that it ends, that it holds at most `max`
+/// descriptors (the queue size), that readable buffers come before writable ones, and that
+/// every buffer lies in `mem`.
+///
+/// The chain iterator follows an indirect table (VIRTIO_F_INDIRECT_DESC) in place of the
+/// descriptor naming it, and ends the walk early on a nested indirect table, a table whose
+/// length is not a multiple of 16 or that is unreadable, and after as many descriptors as
+/// the queue (or the indirect table) holds: each of those leaves a last descriptor that
+/// still says NEXT, or none, so it is refused as `Unterminated` or `Empty`. A looping chain
+/// ends the same way.
 pub fn collect_chain<M>(
     chain: DescriptorChain<M>,
     mem: &GuestMemoryMmap,
+    max: u16,
 ) -> Result<Vec<Descriptor>, ChainError>
 where
     M: Deref,
     M::Target: vm_memory::GuestMemory,
 {
-    let descs: Vec<Descriptor> = chain.collect();
+    let descs: Vec<Descriptor> = chain.take(usize::from(max) + 1).collect();
+    if descs.len() > usize::from(max) {
+        return Err(ChainError::TooLong(max));
+    }
     let last = descs.last().ok_or(ChainError::Empty)?;
     if last.has_next() {
         return Err(ChainError::Unterminated);
@@ -127,10 +148,13 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use virtio_bindings::bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
+    use virtio_bindings::bindings::virtio_ring::{
+        VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE,
+    };
     use virtio_queue::desc::RawDescriptor;
     use virtio_queue::mock::MockSplitQueue;
     use virtio_queue::QueueOwnedT;
+    use vm_memory::Bytes;
 
     fn mem() -> GuestMemoryMmap {
         GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10_0000)]).unwrap()
@@ -148,14 +172,17 @@ mod tests {
 
     #[test]
     fn good_registers_activate() {
-        assert!(regs().activate(&mem()).is_ok());
+        assert!(regs().activate(&mem(), false).is_ok());
     }
 
     #[test]
     fn bad_sizes_are_refused() {
         for size in [0, 3, 100, 512] {
             let r = QueueRegs { size, ..regs() };
-            assert_eq!(r.activate(&mem()).unwrap_err(), QueueSetupError::Size(size));
+            assert_eq!(
+                r.activate(&mem(), false).unwrap_err(),
+                QueueSetupError::Size(size)
+            );
         }
     }
 
@@ -166,7 +193,7 @@ mod tests {
             ..regs()
         };
         assert!(matches!(
-            r.activate(&mem()),
+            r.activate(&mem(), false),
             Err(QueueSetupError::Alignment(..))
         ));
         let r = QueueRegs {
@@ -174,7 +201,7 @@ mod tests {
             ..regs()
         };
         assert!(matches!(
-            r.activate(&mem()),
+            r.activate(&mem(), false),
             Err(QueueSetupError::Alignment(..))
         ));
         let r = QueueRegs {
@@ -182,7 +209,7 @@ mod tests {
             ..regs()
         };
         assert!(matches!(
-            r.activate(&mem()),
+            r.activate(&mem(), false),
             Err(QueueSetupError::Alignment(..))
         ));
     }
@@ -207,7 +234,10 @@ mod tests {
                 ..regs()
             },
         ] {
-            assert_eq!(r.activate(&mem()).unwrap_err(), QueueSetupError::OutsideRam);
+            assert_eq!(
+                r.activate(&mem(), false).unwrap_err(),
+                QueueSetupError::OutsideRam
+            );
         }
     }
 
@@ -217,7 +247,7 @@ mod tests {
         let mut q: Queue = vq.create_queue().unwrap();
         vq.add_desc_chains(descs, 0).unwrap();
         let chain = q.iter(&m).unwrap().next().unwrap();
-        collect_chain(chain, &m).map(|d| d.len())
+        collect_chain(chain, &m, 16).map(|d| d.len())
     }
 
     fn raw(addr: u64, len: u32, flags: u32, next: u16) -> RawDescriptor {
@@ -256,7 +286,7 @@ mod tests {
         vq.avail().idx().store(1);
         let chain = q.iter(&m).unwrap().next().unwrap();
         assert_eq!(
-            collect_chain(chain, &m).err(),
+            collect_chain(chain, &m, 16).err(),
             Some(ChainError::Unterminated)
         );
     }
@@ -277,6 +307,136 @@ mod tests {
             raw(0x9000, 16, 0, 0),
         ]);
         assert_eq!(r, Err(ChainError::Order));
+    }
+
+    const TABLE: u64 = 0x6000;
+
+    /// Writes `descs` as an indirect table at TABLE (their `next` fields as given).
+    fn indirect_table(m: &GuestMemoryMmap, descs: &[RawDescriptor]) {
+        for (i, d) in descs.iter().enumerate() {
+            m.write_obj(*d, GuestAddress(TABLE + 16 * i as u64))
+                .unwrap();
+        }
+    }
+
+    /// Collects the one chain made of `head` (and whatever indirect table it names).
+    fn chain_at(
+        m: &GuestMemoryMmap,
+        head: &[RawDescriptor],
+    ) -> Result<Vec<Descriptor>, ChainError> {
+        let vq = MockSplitQueue::new(m, 16);
+        let mut q: Queue = vq.create_queue().unwrap();
+        vq.add_desc_chains(head, 0).unwrap();
+        let chain = q.iter(m).unwrap().next().unwrap();
+        collect_chain(chain, m, 16)
+    }
+
+    #[test]
+    fn an_indirect_table_is_followed_in_place_of_its_descriptor() {
+        let m = mem();
+        indirect_table(
+            &m,
+            &[
+                raw(0x8000, 16, VRING_DESC_F_NEXT, 1),
+                raw(0x9000, 512, VRING_DESC_F_NEXT | VRING_DESC_F_WRITE, 2),
+                raw(0xa000, 1, VRING_DESC_F_WRITE, 0),
+            ],
+        );
+        let d = chain_at(&m, &[raw(TABLE, 48, VRING_DESC_F_INDIRECT, 0)]).unwrap();
+        let addrs: Vec<u64> = d.iter().map(|d| d.addr().0).collect();
+        assert_eq!(addrs, [0x8000, 0x9000, 0xa000]);
+        assert!(d[1].is_write_only() && !d[0].is_write_only());
+        // Direct descriptors first, then a table for the rest (virtio 1.2, 2.7.5.3.2).
+        indirect_table(
+            &m,
+            &[
+                raw(0x9000, 512, VRING_DESC_F_NEXT | VRING_DESC_F_WRITE, 1),
+                raw(0xa000, 1, VRING_DESC_F_WRITE, 0),
+            ],
+        );
+        let d = chain_at(
+            &m,
+            &[
+                raw(0x8000, 16, VRING_DESC_F_NEXT, 1),
+                raw(TABLE, 32, VRING_DESC_F_INDIRECT, 0),
+            ],
+        )
+        .unwrap();
+        let addrs: Vec<u64> = d.iter().map(|d| d.addr().0).collect();
+        assert_eq!(addrs, [0x8000, 0x9000, 0xa000]);
+    }
+
+    #[test]
+    fn a_nested_misshapen_or_unreadable_indirect_table_is_refused() {
+        let m = mem();
+        // A table naming another table.
+        indirect_table(
+            &m,
+            &[
+                raw(0x8000, 16, VRING_DESC_F_NEXT, 1),
+                raw(TABLE, 32, VRING_DESC_F_INDIRECT, 0),
+            ],
+        );
+        assert_eq!(
+            chain_at(&m, &[raw(TABLE, 32, VRING_DESC_F_INDIRECT, 0)]).err(),
+            Some(ChainError::Unterminated)
+        );
+        // A length that is not a whole number of descriptors, an empty table, a table
+        // outside RAM.
+        for (addr, len) in [(TABLE, 24), (TABLE, 0), (0x10_0000, 32)] {
+            assert_eq!(
+                chain_at(&m, &[raw(addr, len, VRING_DESC_F_INDIRECT, 0)]).err(),
+                Some(ChainError::Empty),
+                "table {addr:#x}+{len}"
+            );
+        }
+        // A `next` beyond the table's end.
+        indirect_table(
+            &m,
+            &[raw(0x8000, 16, VRING_DESC_F_NEXT, 2), raw(0, 0, 0, 0)],
+        );
+        assert_eq!(
+            chain_at(&m, &[raw(TABLE, 32, VRING_DESC_F_INDIRECT, 0)]).err(),
+            Some(ChainError::Unterminated)
+        );
+    }
+
+    #[test]
+    fn an_indirect_table_longer_than_the_queue_is_refused() {
+        let m = mem();
+        let table = |n: u16| -> Vec<RawDescriptor> {
+            (0..n)
+                .map(|i| {
+                    let last = i + 1 == n;
+                    let flags = if last { 0 } else { VRING_DESC_F_NEXT };
+                    raw(0x8000, 16, flags, if last { 0 } else { i + 1 })
+                })
+                .collect()
+        };
+        indirect_table(&m, &table(16));
+        assert_eq!(
+            chain_at(&m, &[raw(TABLE, 16 * 16, VRING_DESC_F_INDIRECT, 0)]).map(|d| d.len()),
+            Ok(16),
+            "as long as the queue"
+        );
+        indirect_table(&m, &table(17));
+        assert_eq!(
+            chain_at(&m, &[raw(TABLE, 17 * 16, VRING_DESC_F_INDIRECT, 0)]).err(),
+            Some(ChainError::TooLong(16))
+        );
+        // Counted with the direct descriptors before the table.
+        indirect_table(&m, &table(16));
+        assert_eq!(
+            chain_at(
+                &m,
+                &[
+                    raw(0x8000, 16, VRING_DESC_F_NEXT, 1),
+                    raw(TABLE, 16 * 16, VRING_DESC_F_INDIRECT, 0),
+                ],
+            )
+            .err(),
+            Some(ChainError::TooLong(16))
+        );
     }
 
     #[test]

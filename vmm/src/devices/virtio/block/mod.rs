@@ -223,17 +223,19 @@ impl BlockDevice {
         c
     }
 
-    /// Serves one chain; returns the used length (bytes written to guest buffers).
+    /// Serves one chain of at most `max` descriptors; returns the used length (bytes
+    /// written to guest buffers).
     fn serve<M>(
         &mut self,
         chain: virtio_queue::DescriptorChain<M>,
         mem: &GuestMemoryMmap,
+        max: u16,
     ) -> Result<u32, ProcessError>
     where
         M: std::ops::Deref,
         M::Target: vm_memory::GuestMemory,
     {
-        let descs = collect_chain(chain, mem)?;
+        let descs = collect_chain(chain, mem, max)?;
         let status_addr = status_address(&descs).ok_or(ProcessError::NoStatus)?;
         let result = parse(&descs, mem, status_addr).and_then(|req| {
             let kind = req.kind;
@@ -299,13 +301,14 @@ impl VirtioDevice for BlockDevice {
         queue: &mut Queue,
         mem: &GuestMemoryMmap,
     ) -> Result<bool, ProcessError> {
-        // One pass over what is available now (at most the queue size); the driver
-        // notifies again for anything it adds later.
+        // One pass over what is available now (at most the queue size); the transport
+        // calls again for anything the driver adds meanwhile.
+        let max = queue.size();
         let chains: Vec<_> = queue.iter(mem)?.collect();
         let any = !chains.is_empty();
         for chain in chains {
             let head = chain.head_index();
-            let used = self.serve(chain, mem)?;
+            let used = self.serve(chain, mem, max)?;
             queue.add_used(mem, head, used)?;
         }
         Ok(any)

@@ -5,7 +5,9 @@ use super::disk::MemDisk;
 use super::request::*;
 use super::*;
 use crate::devices::virtio::queue::ChainError;
-use virtio_bindings::bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
+use virtio_bindings::bindings::virtio_ring::{
+    VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE,
+};
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::desc::RawDescriptor;
 use virtio_queue::mock::MockSplitQueue;
@@ -105,6 +107,26 @@ fn read_sector_fills_the_buffer() {
     m.read_slice(&mut buf, GuestAddress(DATA)).unwrap();
     assert!(buf[..512].iter().all(|b| *b == 3));
     assert!(buf[512..].iter().all(|b| *b == 4));
+}
+
+#[test]
+fn a_read_through_an_indirect_table_fills_the_buffer() {
+    const TABLE: u64 = 0xb000;
+    let m = mem();
+    header(&m, VIRTIO_BLK_T_IN, 5);
+    let table = chain(&[raw(HDR, 16, R), raw(DATA, 512, W), raw(STATUS, 1, W_END)]);
+    for (i, d) in table.iter().enumerate() {
+        m.write_obj(*d, GuestAddress(TABLE + 16 * i as u64))
+            .unwrap();
+    }
+    let indirect = raw(TABLE, 48, VRING_DESC_F_INDIRECT);
+    let o = run(&m, image(512 * 8, false), &[indirect]);
+    assert!(o.result.unwrap());
+    assert_eq!(o.status, VIRTIO_BLK_S_OK);
+    assert_eq!(o.used_len, 513);
+    let mut buf = [0u8; 512];
+    m.read_slice(&mut buf, GuestAddress(DATA)).unwrap();
+    assert!(buf.iter().all(|b| *b == 6), "sector 5 holds 6s");
 }
 
 #[test]
