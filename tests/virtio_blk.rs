@@ -20,9 +20,16 @@ fn image() -> Vec<u8> {
 }
 
 fn run(disk_arg: &str) -> Output {
+    run_fixture(disk_arg, false)
+}
+
+/// Runs the fixture on `disk_arg`; `ring`: it negotiates indirect descriptors and event
+/// indexes.
+fn run_fixture(disk_arg: &str, ring: bool) -> Output {
     hvprof_run(
         &fixture(Fixture::VirtioBlk {
             readonly: disk_arg.ends_with(",readonly"),
+            ring,
         }),
         // -v: the device's summary at the end of the run.
         &["--disk", disk_arg, "-v"],
@@ -102,6 +109,32 @@ fn completions_arrive_as_msix_interrupts_held_while_masked() {
 }
 
 #[test]
+fn indirect_tables_and_event_indexes_work_when_negotiated() {
+    let dir = TempDir::new("virtio-blk");
+    let img = dir.write("disk.img", &image());
+    let out = run_fixture(img.to_str().unwrap(), true);
+    // The fixture exits 0x3a if the features are not offered and 0x39 if the completion
+    // before used_event interrupts; every request's chain is in an indirect table.
+    out.assert_debug_exit(FIXTURE_OK)
+        .assert_stdout_contains("virtio-blk: sector0: HVPROF-SECTOR-0!\n")
+        .assert_stdout_contains("virtio-blk: beyond-end status 0x00000001\n")
+        .assert_stdout_contains("virtio-blk: sector1: written by guest\n")
+        .assert_stdout_contains("virtio-blk: pba masked 0x00000001\n")
+        // 8.: the completion before used_event stayed silent, the one after interrupted.
+        .assert_stdout_contains("virtio-blk: vector 0x41 taken 0x00000003\n")
+        // The device asks to be notified at the next buffer after the last it used.
+        .assert_stdout_contains("virtio-blk: avail_event 0x0000000a\n")
+        .assert_stdout_contains("virtio-blk: requests 0x0000000a\n")
+        .assert_stderr_contains(
+            "virtio-blk 00:02.0: 9 requests OK, 1 IOERR, 0 UNSUPP; notifications: 10 by \
+             ioeventfd, 0 by exit, 0 ignored; interrupts: 1 INTx, 3 MSI-X (1 held while \
+             masked, 0 blocked, 0 refused)",
+        );
+    let after = std::fs::read(&img).unwrap();
+    assert_eq!(&after[512..1024], &expected_sector1()[..], "sector 1");
+}
+
+#[test]
 fn read_only_disk_refuses_the_write() {
     let dir = TempDir::new("virtio-blk");
     let img = dir.write("disk.img", &image());
@@ -177,7 +210,10 @@ fn an_image_in_use_elsewhere_is_refused_and_left_unchanged() {
     // The same image twice in one VM, once read-write: refused before either is opened.
     let twice = format!("{arg},readonly");
     let out = hvprof_run(
-        &fixture(Fixture::VirtioBlk { readonly: false }),
+        &fixture(Fixture::VirtioBlk {
+            readonly: false,
+            ring: false,
+        }),
         &["--disk", arg, "--disk", &twice],
     )
     .run();

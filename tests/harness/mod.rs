@@ -129,8 +129,9 @@ pub enum Fixture {
     /// access (debug_exit.S).
     DebugExit { value: u8, width: u8 },
     /// PVH kernel that drives a virtio-blk PCI device (virtio_blk.S); `readonly`
-    /// expects the device to refuse writes.
-    VirtioBlk { readonly: bool },
+    /// expects the device to refuse writes, `ring` negotiates indirect descriptors and
+    /// event indexes.
+    VirtioBlk { readonly: bool, ring: bool },
 }
 
 enum Format {
@@ -152,14 +153,14 @@ impl Fixture {
             Fixture::Spin => ("spin", Format::Elf32Pvh, vec![]),
             Fixture::Idle => ("idle", Format::Elf32Pvh, vec![]),
             Fixture::Reset => ("reset", Format::Elf32Pvh, vec![]),
-            Fixture::VirtioBlk { readonly } => (
+            Fixture::VirtioBlk { readonly, ring } => (
                 "virtio_blk",
                 Format::Elf32Pvh,
-                if readonly {
-                    vec!["READONLY=1".into()]
-                } else {
-                    vec![]
-                },
+                [(readonly, "READONLY=1"), (ring, "RING=1")]
+                    .into_iter()
+                    .filter(|&(on, _)| on)
+                    .map(|(_, d)| d.to_string())
+                    .collect(),
             ),
             Fixture::DebugExit { value, width } => (
                 "debug_exit",
