@@ -12,7 +12,8 @@ use vmm::devices::virtio::block::request::{VIRTIO_BLK_T_FLUSH, VIRTIO_BLK_T_IN, 
 use vmm::devices::virtio::block::VIRTIO_BLK_F_FLUSH;
 use vmm::devices::virtio::pci::NOTIFY_OFFSET;
 use vmm::devices::virtio::{
-    STATUS_ACKNOWLEDGE, STATUS_DRIVER, STATUS_DRIVER_OK, STATUS_FEATURES_OK, VIRTIO_F_VERSION_1,
+    STATUS_ACKNOWLEDGE, STATUS_DRIVER, STATUS_DRIVER_OK, STATUS_FEATURES_OK,
+    VIRTIO_F_INDIRECT_DESC, VIRTIO_F_RING_EVENT_IDX, VIRTIO_F_VERSION_1,
 };
 use vmm::layout::FW_CFG_PORT;
 
@@ -45,8 +46,14 @@ fn place_bar(s: &mut Script) {
         .outp(0xcfc, 2, 0x6);
 }
 
-/// A driver's initialisation (virtio 1.2, 3.1.1) with one queue of 8 entries.
-fn driver_init(s: &mut Script) {
+/// A driver's initialisation (virtio 1.2, 3.1.1) with one queue of 8 entries; `ring`: it
+/// also negotiates indirect descriptors and event indexes.
+fn driver_init(s: &mut Script, ring: bool) {
+    let ring_features = if ring {
+        VIRTIO_F_INDIRECT_DESC | VIRTIO_F_RING_EVENT_IDX
+    } else {
+        0
+    };
     let driver = u64::from(STATUS_ACKNOWLEDGE | STATUS_DRIVER);
     let features_ok = driver | u64::from(STATUS_FEATURES_OK);
     s.write(COMMON + 0x14, 1, 0)
@@ -56,7 +63,7 @@ fn driver_init(s: &mut Script) {
         .write(COMMON + 8, 4, 1)
         .write(COMMON + 0xc, 4, VIRTIO_F_VERSION_1 >> 32)
         .write(COMMON + 8, 4, 0)
-        .write(COMMON + 0xc, 4, VIRTIO_BLK_F_FLUSH)
+        .write(COMMON + 0xc, 4, VIRTIO_BLK_F_FLUSH | ring_features)
         .write(COMMON + 0x14, 1, features_ok)
         .read(COMMON + 0x14, 1)
         .write(COMMON + 0x16, 2, 0)
@@ -77,16 +84,18 @@ fn descriptor(addr: u64, len: u32, flags: u16, next: u16) -> Vec<u8> {
 }
 
 /// Request `n` (0-based) of `kind` on `sector`: header, data (for IN and OUT), status; made
-/// available as entry `n` of the avail ring, then notified.
-fn request(s: &mut Script, n: u16, kind: u32, sector: u64) {
+/// available as entry `n` of the avail ring, then notified. `ring`: the chain is an
+/// indirect table that descriptor `n` names, and `used_event` asks for its interrupt.
+fn request(s: &mut Script, n: u16, kind: u32, sector: u64, ring: bool) {
     const NEXT: u16 = 1;
     const WRITE: u16 = 2;
+    const INDIRECT: u16 = 4;
     let base = 0x10000 + u32::from(n) * 0x1000;
     let mut header = kind.to_le_bytes().to_vec();
     header.extend_from_slice(&[0; 4]);
     header.extend_from_slice(&sector.to_le_bytes());
     s.store(base, &header);
-    let first = n * 3;
+    let first = if ring { 0 } else { n * 3 };
     let mut table = descriptor(u64::from(base), 16, NEXT, first + 1);
     let data_flags = if kind == VIRTIO_BLK_T_IN {
         NEXT | WRITE
@@ -104,26 +113,38 @@ fn request(s: &mut Script, n: u16, kind: u32, sector: u64) {
         ));
         table.extend(descriptor(u64::from(base) + 0x100, 1, WRITE, 0));
     }
-    s.store(DESC + u32::from(first) * 16, &table);
+    let stride = if ring {
+        let len = u32::try_from(table.len()).unwrap_or(0);
+        s.store(base + 0x400, &table);
+        let head = descriptor(u64::from(base) + 0x400, len, INDIRECT, 0);
+        s.store(DESC + u32::from(n) * 16, &head);
+        1
+    } else {
+        s.store(DESC + u32::from(first) * 16, &table);
+        3
+    };
     // The avail ring: flags, idx = n + 1, then entries 0..=n (request k's chain starts at
-    // descriptor 3k).
+    // descriptor 3k, or k with indirect tables), then used_event = n.
     let mut avail = vec![0, 0];
     avail.extend_from_slice(&(n + 1).to_le_bytes());
-    for k in 0..=n {
-        avail.extend_from_slice(&(k * 3).to_le_bytes());
+    for k in 0..8 {
+        avail.extend_from_slice(&(if k <= n { k * stride } else { 0 }).to_le_bytes());
     }
+    avail.extend_from_slice(&n.to_le_bytes());
     s.store(AVAIL, &avail);
     s.write(NOTIFY, 2, 0).turn();
 }
 
-fn virtio(ioeventfd: bool) -> Vec<u8> {
+/// A driver's three requests, by ioeventfd or by exits; `ring`: in indirect tables, with
+/// event indexes.
+fn virtio(ioeventfd: bool, ring: bool) -> Vec<u8> {
     // Flags: bit 0 makes the route refuse eventfds (notifications exit instead).
     let mut s = Script(vec![u8::from(!ioeventfd)]);
     place_bar(&mut s);
-    driver_init(&mut s);
-    request(&mut s, 0, VIRTIO_BLK_T_IN, 1);
-    request(&mut s, 1, VIRTIO_BLK_T_OUT, 2);
-    request(&mut s, 2, VIRTIO_BLK_T_FLUSH, 0);
+    driver_init(&mut s, ring);
+    request(&mut s, 0, VIRTIO_BLK_T_IN, 1, ring);
+    request(&mut s, 1, VIRTIO_BLK_T_OUT, 2, ring);
+    request(&mut s, 2, VIRTIO_BLK_T_FLUSH, 0, ring);
     s.read(BAR + 0x1000, 1).serve();
     // Firmware moving the BAR, then turning decoding off.
     s.outp(0xcf8, 4, config_address(0x10))
@@ -235,9 +256,10 @@ fn pvh_elf() -> Vec<u8> {
 
 fn main() -> std::io::Result<()> {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
-    let seeds: [(&str, &str, Vec<u8>); 7] = [
-        ("platform_io", "virtio-ioeventfd", virtio(true)),
-        ("platform_io", "virtio-exits", virtio(false)),
+    let seeds: [(&str, &str, Vec<u8>); 8] = [
+        ("platform_io", "virtio-ioeventfd", virtio(true, false)),
+        ("platform_io", "virtio-exits", virtio(false, false)),
+        ("platform_io", "virtio-ring", virtio(true, true)),
         ("platform_io", "fw_cfg", fw_cfg()),
         ("platform_io", "pflash", pflash()),
         ("kernel_load", "bzimage", bzimage()),
