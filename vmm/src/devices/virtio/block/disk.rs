@@ -67,6 +67,59 @@ pub trait DiskBackend: Send {
     fn write_at(&mut self, offset: u64, buf: &[u8]) -> std::io::Result<()>;
     /// Makes the writes so far durable.
     fn flush(&mut self) -> std::io::Result<()>;
+    /// The guest no longer needs `len` bytes at `offset`: the backend may free them (reads
+    /// of them then return anything). By default nothing is freed.
+    fn discard(&mut self, _offset: u64, _len: u64) -> std::io::Result<()> {
+        Ok(())
+    }
+    /// Makes `len` bytes at `offset` read as zeroes, freeing them if `unmap` and the backend
+    /// can. By default by writing zeroes.
+    fn write_zeroes(&mut self, offset: u64, len: u64, _unmap: bool) -> std::io::Result<()> {
+        write_zero_bytes(self, offset, len)
+    }
+}
+
+/// Writes `len` zero bytes at `offset` through `write_at`, 64 KiB at a time.
+fn write_zero_bytes<B: DiskBackend + ?Sized>(
+    backend: &mut B,
+    offset: u64,
+    len: u64,
+) -> std::io::Result<()> {
+    const CHUNK: usize = 64 * 1024;
+    let zeroes = vec![0u8; CHUNK];
+    let mut done = 0u64;
+    while done < len {
+        let n = usize::try_from(len - done).map_or(CHUNK, |left| left.min(CHUNK));
+        backend.write_at(offset + done, &zeroes[..n])?;
+        done += n as u64;
+    }
+    Ok(())
+}
+
+/// `fallocate(2)` on `file` with `mode | FALLOC_FL_KEEP_SIZE`; `Ok(false)` if the file
+/// system or device does not support that mode.
+fn fallocate(file: &File, mode: libc::c_int, offset: u64, len: u64) -> std::io::Result<bool> {
+    let (Ok(off), Ok(n)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Err(std::io::ErrorKind::InvalidInput.into());
+    };
+    // SAFETY: fallocate only reads its integer arguments; `file` owns the descriptor for
+    // the duration of the call.
+    let rc = unsafe {
+        libc::fallocate(
+            std::os::fd::AsRawFd::as_raw_fd(file),
+            mode | libc::FALLOC_FL_KEEP_SIZE,
+            off,
+            n,
+        )
+    };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL) => Ok(false),
+        _ => Err(e),
+    }
 }
 
 impl DiskBackend for File {
@@ -78,6 +131,21 @@ impl DiskBackend for File {
     }
     fn flush(&mut self) -> std::io::Result<()> {
         self.sync_data()
+    }
+    /// Punches a hole (the file keeps its size); a no-op where holes are not supported.
+    fn discard(&mut self, offset: u64, len: u64) -> std::io::Result<()> {
+        fallocate(self, libc::FALLOC_FL_PUNCH_HOLE, offset, len).map(|_| ())
+    }
+    /// Punches a hole if `unmap`, else zeroes the range in place (`FALLOC_FL_ZERO_RANGE`);
+    /// where neither is supported, writes zeroes.
+    fn write_zeroes(&mut self, offset: u64, len: u64, unmap: bool) -> std::io::Result<()> {
+        if unmap && fallocate(self, libc::FALLOC_FL_PUNCH_HOLE, offset, len)? {
+            return Ok(());
+        }
+        if fallocate(self, libc::FALLOC_FL_ZERO_RANGE, offset, len)? {
+            return Ok(());
+        }
+        write_zero_bytes(self, offset, len)
     }
 }
 
@@ -233,6 +301,42 @@ mod tests {
             path: path.to_owned(),
             readonly,
         }
+    }
+
+    #[test]
+    fn a_file_zeroes_and_discards_in_place_keeping_its_size() {
+        const LEN: usize = 64 * 1024;
+        let p = temp("holes.img", &[0xab; LEN]);
+        let mut d = DiskImage::open(&cfg(&p, false)).unwrap();
+        let read = |d: &mut DiskImage| {
+            let mut b = vec![0u8; LEN];
+            d.backend.read_at(0, &mut b).unwrap();
+            b
+        };
+        let zeroed = |b: &[u8], at: usize, n: usize| {
+            b[at..at + n].iter().all(|x| *x == 0)
+                && b[..at].iter().chain(&b[at + n..]).all(|x| *x == 0xab)
+        };
+        d.backend.write_zeroes(4096, 8192, false).unwrap();
+        assert!(zeroed(&read(&mut d), 4096, 8192), "zero range");
+        std::fs::write(&p, [0xab; LEN]).unwrap();
+        d.backend.write_zeroes(512, 1024, true).unwrap();
+        assert!(
+            zeroed(&read(&mut d), 512, 1024),
+            "unmap, unaligned to the page"
+        );
+        std::fs::write(&p, [0xab; LEN]).unwrap();
+        d.backend.discard(16384, 16384).unwrap();
+        let b = read(&mut d);
+        assert!(
+            zeroed(&b, 16384, 16384) || b.iter().all(|x| *x == 0xab),
+            "a discard frees the range (reads as zeroes in a hole) or leaves it"
+        );
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().len(),
+            LEN as u64,
+            "size kept"
+        );
     }
 
     #[test]

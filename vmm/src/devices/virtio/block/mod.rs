@@ -1,6 +1,7 @@
 //! The virtio block device (virtio 1.2, 5.2) on a raw image: read, write, flush, get-id,
-//! read-only mode; one request queue.
+//! discard, write-zeroes, read-only mode; one request queue.
 
+pub mod discard;
 pub mod disk;
 pub mod request;
 
@@ -34,10 +35,16 @@ pub const VIRTIO_BLK_F_RO: u64 = 1 << 5;
 pub const VIRTIO_BLK_F_BLK_SIZE: u64 = 1 << 6;
 /// Feature: FLUSH is supported.
 pub const VIRTIO_BLK_F_FLUSH: u64 = 1 << 9;
+/// Feature: DISCARD is supported (max_discard_* and discard_sector_alignment are valid).
+pub const VIRTIO_BLK_F_DISCARD: u64 = 1 << 13;
+/// Feature: WRITE_ZEROES is supported (max_write_zeroes_* and write_zeroes_may_unmap are
+/// valid).
+pub const VIRTIO_BLK_F_WRITE_ZEROES: u64 = 1 << 14;
 /// Size of the request queue.
 pub const QUEUE_SIZE: u16 = 256;
-/// Size of the configuration the device exposes (capacity .. blk_size).
-pub const CONFIG_LEN: usize = 24;
+/// Size of the configuration the device exposes (capacity .. write_zeroes_may_unmap and
+/// its padding).
+pub const CONFIG_LEN: usize = 60;
 
 /// Errors attaching a disk.
 #[derive(Debug, thiserror::Error)]
@@ -220,6 +227,18 @@ impl BlockDevice {
         // size_max (8) is not offered; seg_max leaves room for the header and status.
         c[12..16].copy_from_slice(&u32::from(QUEUE_SIZE - 2).to_le_bytes());
         c[20..24].copy_from_slice(&u32::try_from(SECTOR_SIZE).unwrap_or(512).to_le_bytes());
+        // Geometry, topology, writeback and num_queues (16..20, 24..36) are not offered.
+        let u32s = [
+            (36, discard::MAX_RANGE_SECTORS),
+            (40, discard::MAX_RANGES),
+            (44, discard::DISCARD_ALIGNMENT_SECTORS),
+            (48, discard::MAX_RANGE_SECTORS),
+            (52, discard::MAX_RANGES),
+        ];
+        for (at, v) in u32s {
+            c[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        c[56] = 1; // write_zeroes_may_unmap
         c
     }
 
@@ -251,6 +270,11 @@ impl BlockDevice {
                 self.stats.ok += 1;
                 (VIRTIO_BLK_S_OK, n)
             }
+            Err(request::RequestError::Flags(f)) => {
+                log::debug!("virtio-blk: range flags {f:#x} not supported");
+                self.stats.unsupported += 1;
+                (VIRTIO_BLK_S_UNSUPP, 0)
+            }
             Err(e) => {
                 log::debug!("virtio-blk: request failed: {e}");
                 self.stats.errors += 1;
@@ -275,12 +299,12 @@ impl VirtioDevice for BlockDevice {
     }
 
     fn features(&self) -> u64 {
-        let ro = if self.disk.readonly {
+        let writes = if self.disk.readonly {
             VIRTIO_BLK_F_RO
         } else {
-            0
+            VIRTIO_BLK_F_DISCARD | VIRTIO_BLK_F_WRITE_ZEROES
         };
-        VIRTIO_BLK_F_SEG_MAX | VIRTIO_BLK_F_BLK_SIZE | VIRTIO_BLK_F_FLUSH | ro
+        VIRTIO_BLK_F_SEG_MAX | VIRTIO_BLK_F_BLK_SIZE | VIRTIO_BLK_F_FLUSH | writes
     }
 
     fn queue_max_sizes(&self) -> &[u16] {
@@ -318,3 +342,7 @@ impl VirtioDevice for BlockDevice {
 #[cfg(test)]
 #[path = "tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "discard_tests.rs"]
+mod discard_tests;

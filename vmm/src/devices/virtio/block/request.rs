@@ -21,6 +21,10 @@ pub const VIRTIO_BLK_T_OUT: u32 = 1;
 pub const VIRTIO_BLK_T_FLUSH: u32 = 4;
 /// Device ID string.
 pub const VIRTIO_BLK_T_GET_ID: u32 = 8;
+/// Discard sector ranges.
+pub const VIRTIO_BLK_T_DISCARD: u32 = 11;
+/// Zero sector ranges.
+pub const VIRTIO_BLK_T_WRITE_ZEROES: u32 = 13;
 /// Success.
 pub const VIRTIO_BLK_S_OK: u8 = 0;
 /// Failure.
@@ -42,6 +46,10 @@ pub enum RequestKind {
     Flush,
     /// The ID string.
     GetId,
+    /// Discard the ranges in the data.
+    Discard,
+    /// Zero the ranges in the data.
+    WriteZeroes,
     /// Anything else.
     Unsupported(u32),
 }
@@ -98,6 +106,10 @@ pub enum RequestError {
     /// A write to a read-only image.
     #[error("write to a read-only image")]
     ReadOnly,
+    /// A DISCARD or WRITE_ZEROES range with flags the device does not support (the guest
+    /// sees VIRTIO_BLK_S_UNSUPP).
+    #[error("range flags {0:#x} not supported")]
+    Flags(u32),
     /// The image or guest memory failed.
     #[error("I/O error: {0}")]
     Io(String),
@@ -167,12 +179,16 @@ pub fn parse(
         VIRTIO_BLK_T_OUT => RequestKind::Out,
         VIRTIO_BLK_T_FLUSH => RequestKind::Flush,
         VIRTIO_BLK_T_GET_ID => RequestKind::GetId,
+        VIRTIO_BLK_T_DISCARD => RequestKind::Discard,
+        VIRTIO_BLK_T_WRITE_ZEROES => RequestKind::WriteZeroes,
         other => RequestKind::Unsupported(other),
     };
     let mut sector = [0u8; 8];
     sector.copy_from_slice(&header[8..]);
     let data = match kind {
-        RequestKind::Out => segments(readable(), HEADER_LEN, readable_len - HEADER_LEN),
+        RequestKind::Out | RequestKind::Discard | RequestKind::WriteZeroes => {
+            segments(readable(), HEADER_LEN, readable_len - HEADER_LEN)
+        }
         // The status byte is the last writable byte, so writable_len >= 1.
         RequestKind::In | RequestKind::GetId => {
             segments(writable(), 0, writable_len.saturating_sub(1))
@@ -265,6 +281,7 @@ pub fn execute(
             }
             Ok(written)
         }
+        RequestKind::Discard | RequestKind::WriteZeroes => super::discard::execute(req, disk, mem),
         RequestKind::Unsupported(_) => Ok(0),
     }
 }

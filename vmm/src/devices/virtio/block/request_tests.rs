@@ -70,10 +70,10 @@ fn in_data_excludes_the_status_byte() {
 #[test]
 fn unknown_types_parse_as_unsupported() {
     let m = mem();
-    m.write_obj(11u32, GuestAddress(0x1000)).unwrap();
+    m.write_obj(12u32, GuestAddress(0x1000)).unwrap();
     let descs = [d(0x1000, 16, false), d(0x2000, 1, true)];
     let r = parse(&descs, &m, GuestAddress(0x2000)).unwrap();
-    assert_eq!(r.kind, RequestKind::Unsupported(11));
+    assert_eq!(r.kind, RequestKind::Unsupported(12));
     assert!(r.data.is_empty());
 }
 

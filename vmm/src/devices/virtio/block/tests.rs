@@ -14,18 +14,18 @@ use virtio_queue::mock::MockSplitQueue;
 use vm_memory::GuestAddress;
 
 const SECTORS: u64 = 8;
-const HDR: u64 = 0x8000;
-const DATA: u64 = 0x9000;
-const STATUS: u64 = 0xa000;
-const R: u32 = VRING_DESC_F_NEXT;
-const W: u32 = VRING_DESC_F_NEXT | VRING_DESC_F_WRITE;
-const W_END: u32 = VRING_DESC_F_WRITE;
+pub(super) const HDR: u64 = 0x8000;
+pub(super) const DATA: u64 = 0x9000;
+pub(super) const STATUS: u64 = 0xa000;
+pub(super) const R: u32 = VRING_DESC_F_NEXT;
+pub(super) const W: u32 = VRING_DESC_F_NEXT | VRING_DESC_F_WRITE;
+pub(super) const W_END: u32 = VRING_DESC_F_WRITE;
 
-fn mem() -> GuestMemoryMmap {
+pub(super) fn mem() -> GuestMemoryMmap {
     GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10_0000)]).unwrap()
 }
 
-fn image(len: usize, readonly: bool) -> DiskImage {
+pub(super) fn image(len: usize, readonly: bool) -> DiskImage {
     let bytes: Vec<u8> = (0..len)
         .map(|i| u8::try_from(i / 512 + 1).unwrap())
         .collect();
@@ -37,12 +37,12 @@ fn image(len: usize, readonly: bool) -> DiskImage {
     )
 }
 
-fn raw(addr: u64, len: u32, flags: u32) -> RawDescriptor {
+pub(super) fn raw(addr: u64, len: u32, flags: u32) -> RawDescriptor {
     RawDescriptor::from(Descriptor::new(addr, len, u16::try_from(flags).unwrap(), 0))
 }
 
 /// Links `descs` in order (0 -> 1 -> ...), as a driver does.
-fn chain(descs: &[RawDescriptor]) -> Vec<RawDescriptor> {
+pub(super) fn chain(descs: &[RawDescriptor]) -> Vec<RawDescriptor> {
     descs
         .iter()
         .enumerate()
@@ -58,20 +58,20 @@ fn chain(descs: &[RawDescriptor]) -> Vec<RawDescriptor> {
         .collect()
 }
 
-fn header(m: &GuestMemoryMmap, kind: u32, sector: u64) {
+pub(super) fn header(m: &GuestMemoryMmap, kind: u32, sector: u64) {
     m.write_obj(kind, GuestAddress(HDR)).unwrap();
     m.write_obj(0u32, GuestAddress(HDR + 4)).unwrap();
     m.write_obj(sector, GuestAddress(HDR + 8)).unwrap();
 }
 
-struct Outcome {
-    result: Result<bool, ProcessError>,
-    status: u8,
-    used_len: u32,
-    dev: BlockDevice,
+pub(super) struct Outcome {
+    pub(super) result: Result<bool, ProcessError>,
+    pub(super) status: u8,
+    pub(super) used_len: u32,
+    pub(super) dev: BlockDevice,
 }
 
-fn run(m: &GuestMemoryMmap, disk: DiskImage, descs: &[RawDescriptor]) -> Outcome {
+pub(super) fn run(m: &GuestMemoryMmap, disk: DiskImage, descs: &[RawDescriptor]) -> Outcome {
     m.write_obj(0xeeu8, GuestAddress(STATUS)).unwrap();
     let vq = MockSplitQueue::new(m, 16);
     let mut q: Queue = vq.create_queue().unwrap();
@@ -402,6 +402,28 @@ fn head_index_beyond_the_queue_needs_reset() {
 }
 
 #[test]
+fn config_space_reports_discard_and_write_zeroes_limits() {
+    let dev = BlockDevice::new(image(512 * 8, false));
+    assert_ne!(dev.features() & VIRTIO_BLK_F_DISCARD, 0);
+    assert_ne!(dev.features() & VIRTIO_BLK_F_WRITE_ZEROES, 0);
+    let mut c = [0xeeu8; CONFIG_LEN];
+    dev.read_config(0, &mut c);
+    let u32_at = |at: usize| u32::from_le_bytes(c[at..at + 4].try_into().unwrap());
+    assert_eq!(u32_at(36), 1 << 22, "max_discard_sectors");
+    assert_eq!(u32_at(40), 32, "max_discard_seg");
+    assert_eq!(u32_at(44), 8, "discard_sector_alignment");
+    assert_eq!(u32_at(48), 1 << 22, "max_write_zeroes_sectors");
+    assert_eq!(u32_at(52), 32, "max_write_zeroes_seg");
+    assert_eq!(&c[56..], &[1, 0, 0, 0], "write_zeroes_may_unmap");
+    // A read-only disk offers neither.
+    let ro = BlockDevice::new(image(512 * 8, true));
+    assert_eq!(
+        ro.features() & (VIRTIO_BLK_F_DISCARD | VIRTIO_BLK_F_WRITE_ZEROES),
+        0
+    );
+}
+
+#[test]
 fn config_space_reports_capacity_seg_max_and_block_size() {
     let dev = BlockDevice::new(image(512 * 8, false));
     let mut c = [0u8; 32];
@@ -409,7 +431,7 @@ fn config_space_reports_capacity_seg_max_and_block_size() {
     assert_eq!(u64::from_le_bytes(c[..8].try_into().unwrap()), 8);
     assert_eq!(u32::from_le_bytes(c[12..16].try_into().unwrap()), 254);
     assert_eq!(u32::from_le_bytes(c[20..24].try_into().unwrap()), 512);
-    assert_eq!(&c[24..], &[0; 8]);
+    assert_eq!(&c[24..], &[0; 8], "no topology, writeback or num_queues");
     let mut b = [0xffu8; 2];
     dev.read_config(u64::MAX, &mut b);
     assert_eq!(b, [0, 0]);
