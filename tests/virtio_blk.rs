@@ -61,14 +61,15 @@ fn guest_write_reaches_the_image_file() {
         .assert_stdout_contains("virtio-blk: id: hvprof")
         .assert_stdout_contains("virtio-blk: beyond-end status 0x00000001\n")
         .assert_stdout_contains("virtio-blk: sector1: written by guest\n")
+        .assert_stdout_contains("virtio-blk: write-zeroes status 0x00000000\n")
         .assert_stdout_contains("virtio-blk: isr 0x00000001\n")
-        .assert_stdout_contains("virtio-blk: requests 0x00000008\n")
+        .assert_stdout_contains("virtio-blk: requests 0x00000009\n")
         // Every notification reached the device through its ioeventfd (KVM_IOEVENTFD),
         // served by the event loop while the vCPU polled the used ring; the first completion
-        // raised INTx (the fixture reads the ISR only after the sixth), then two went as
+        // raised INTx (the fixture reads the ISR only after the seventh), then two went as
         // MSI-X messages, one of them held while masked.
         .assert_stderr_contains(
-            "virtio-blk 00:02.0: 7 requests OK, 1 IOERR, 0 UNSUPP; notifications: 8 by \
+            "virtio-blk 00:02.0: 8 requests OK, 1 IOERR, 0 UNSUPP; notifications: 9 by \
              ioeventfd, 0 by exit, 0 ignored; interrupts: 1 INTx, 2 MSI-X (1 held while \
              masked, 0 blocked, 0 refused)",
         );
@@ -82,7 +83,8 @@ fn guest_write_reaches_the_image_file() {
     assert_eq!(&after[512..1024], &expected_sector1()[..], "sector 1");
     let before = image();
     assert_eq!(&after[..512], &before[..512], "sector 0 changed");
-    assert_eq!(&after[1024..], &before[1024..], "sectors 2.. changed");
+    assert_eq!(&after[1024..1536], &[0; 512][..], "sector 2 not zeroed");
+    assert_eq!(&after[1536..], &before[1536..], "sectors 3.. changed");
 }
 
 #[test]
@@ -123,10 +125,10 @@ fn indirect_tables_and_event_indexes_work_when_negotiated() {
         // 8.: the completion before used_event stayed silent, the one after interrupted.
         .assert_stdout_contains("virtio-blk: vector 0x41 taken 0x00000003\n")
         // The device asks to be notified at the next buffer after the last it used.
-        .assert_stdout_contains("virtio-blk: avail_event 0x0000000a\n")
-        .assert_stdout_contains("virtio-blk: requests 0x0000000a\n")
+        .assert_stdout_contains("virtio-blk: avail_event 0x0000000b\n")
+        .assert_stdout_contains("virtio-blk: requests 0x0000000b\n")
         .assert_stderr_contains(
-            "virtio-blk 00:02.0: 9 requests OK, 1 IOERR, 0 UNSUPP; notifications: 10 by \
+            "virtio-blk 00:02.0: 10 requests OK, 1 IOERR, 0 UNSUPP; notifications: 11 by \
              ioeventfd, 0 by exit, 0 ignored; interrupts: 1 INTx, 3 MSI-X (1 held while \
              masked, 0 blocked, 0 refused)",
         );
