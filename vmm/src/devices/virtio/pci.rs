@@ -63,8 +63,8 @@ const PCI_CFG_LENGTH: usize = 12;
 const PCI_CFG_DATA: usize = 16;
 
 /// Passes over a queue that one notification may make while the driver keeps adding
-/// buffers; then, if the event loop serves the queue, the rest waits for its next turn so
-/// that one busy queue cannot hold the loop.
+/// buffers; then, where the queue has an eventfd the event loop watches, the rest waits for
+/// the loop's next turn, so that one busy queue cannot hold the loop (or a vCPU thread).
 const MAX_PASSES: usize = 8;
 
 fn virtio_cap(cfg_type: u8, offset: u64, length: u64, extra: &[u8]) -> Vec<u8> {
@@ -93,6 +93,8 @@ pub struct VirtioPciDevice<D: VirtioDevice> {
     pci_cfg_cap: usize,
     ignored_notifies: u64,
     queue_events: Option<QueueEvents>,
+    /// Queue `i`'s eventfd holds a signal of the device's own (see `requeue`).
+    requeued: Vec<bool>,
     notifies: NotifyCounts,
 }
 
@@ -185,6 +187,7 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
             pci_cfg_cap,
             ignored_notifies: 0,
             queue_events: None,
+            requeued: vec![false; queues],
             notifies: NotifyCounts::default(),
         })
     }
@@ -208,8 +211,9 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
         self.notifies
     }
 
-    /// Serves every enabled queue of a ready device once, as if notified: for notifications
-    /// an eventfd took that nobody will read (the event loop has ended or cannot watch it).
+    /// Serves every enabled queue of a ready device as if notified (until empty): for
+    /// notifications an eventfd took that nobody will read (the event loop has ended or
+    /// cannot watch it).
     pub fn serve_pending(&mut self) {
         if self.queue_events.is_some() || self.notifies.by_event != 0 {
             self.serve_all();
@@ -226,6 +230,11 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
                 self.notify(i);
             }
         }
+    }
+
+    /// Queue `index` is enabled and may be served.
+    fn queue_ready(&self, index: usize) -> bool {
+        self.driver_ok() && matches!(self.queues.get(index), Some(Some(_)))
     }
 
     /// The driver is ready and the device does not need a reset: queues may be served.
@@ -335,17 +344,26 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
                 v &= !STATUS_FEATURES_OK;
             } else {
                 self.device.ack_features(wanted);
+                // Queues a driver enabled before FEATURES_OK (out of order) follow too.
+                for q in self.queues.iter_mut().flatten() {
+                    q.set_event_idx(wanted & VIRTIO_F_RING_EVENT_IDX != 0);
+                }
             }
         }
         self.common.status = v | (old & STATUS_DEVICE_NEEDS_RESET);
+    }
+
+    /// VIRTIO_F_RING_EVENT_IDX was negotiated (the driver's features were accepted).
+    fn event_idx(&self) -> bool {
+        self.common.status & STATUS_FEATURES_OK != 0
+            && self.common.driver_features & VIRTIO_F_RING_EVENT_IDX != 0
     }
 
     fn enable_queue(&mut self, index: usize) {
         let Some(regs) = self.common.queues.get(index).copied() else {
             return;
         };
-        let event_idx = self.common.driver_features & VIRTIO_F_RING_EVENT_IDX != 0;
-        match regs.activate(&self.mem, event_idx) {
+        match regs.activate(&self.mem, self.event_idx()) {
             Ok(q) => {
                 self.queues[index] = Some(q);
                 self.common.queues[index].enabled = true;
@@ -357,8 +375,7 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
     /// The driver notified queue `index`: serve it now, on the caller's thread, until it is
     /// empty (at most [`MAX_PASSES`] passes when the event loop can take over the rest).
     pub fn notify(&mut self, index: usize) {
-        let ready = self.driver_ok();
-        if !matches!(self.queues.get(index), Some(Some(_))) || !ready {
+        if !self.queue_ready(index) {
             if self.ignored_notifies == 0 {
                 log::info!("virtio: notification of queue {index} that is not ready, ignored");
             }
@@ -369,24 +386,34 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
             let Some(Some(queue)) = self.queues.get_mut(index) else {
                 return;
             };
-            match serve_pass(&mut self.device, index, queue, &self.mem) {
-                Ok(pass_result) => {
-                    if pass_result.interrupt {
-                        self.interrupt(Some(index));
-                    }
-                    if !pass_result.more {
-                        return;
-                    }
-                }
-                Err(e) => {
-                    self.needs_reset(&format_args!("queue {index}: {e}"));
-                    return;
-                }
+            let done = serve_pass(&mut self.device, index, queue, &self.mem);
+            // Buffers used before an error still get their interrupt.
+            if done.interrupt {
+                self.interrupt(Some(index));
             }
-            if pass >= MAX_PASSES && self.queue_events.as_ref().is_some_and(|q| q.requeue(index)) {
+            if let Some(e) = done.error {
+                self.needs_reset(&format_args!("queue {index}: {e}"));
+                return;
+            }
+            if !done.more {
+                return;
+            }
+            if pass >= MAX_PASSES && self.requeue(index) {
                 return;
             }
         }
+    }
+
+    /// Leaves the rest of queue `index` to the event loop's next turn: signals its eventfd
+    /// (noted, so that the signal is not counted as the driver's). False if it cannot.
+    fn requeue(&mut self, index: usize) -> bool {
+        let sent = self.queue_events.as_ref().is_some_and(|q| q.requeue(index));
+        if sent {
+            if let Some(r) = self.requeued.get_mut(index) {
+                *r = true;
+            }
+        }
+        sent
     }
 
     fn pci_cfg_window(&self) -> Option<(u64, usize)> {
@@ -400,27 +427,51 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
     }
 }
 
-/// What one pass over a queue found.
-struct Pass {
+/// What one pass over a queue did.
+pub struct Pass {
     /// Buffers were used and the driver wants to hear of it.
-    interrupt: bool,
+    pub interrupt: bool,
     /// The driver added buffers during the pass.
-    more: bool,
+    pub more: bool,
+    /// The queue is unusable (the device then needs a reset); buffers used before the error
+    /// are in the used ring, and notifications are enabled again.
+    pub error: Option<ProcessError>,
 }
 
 /// Serves what `queue` holds with the driver's notifications suppressed, then enables them
-/// again and looks for buffers added meanwhile (which the driver did not notify).
-fn serve_pass<D: VirtioDevice>(
+/// again and looks for buffers added meanwhile (which the driver did not notify). Public for
+/// the fuzz targets.
+pub fn serve_pass<D: VirtioDevice>(
     device: &mut D,
     index: usize,
     queue: &mut Queue,
     mem: &GuestMemoryMmap,
-) -> Result<Pass, ProcessError> {
-    queue.disable_notification(mem)?;
-    let used = device.process_queue(index, queue, mem)?;
-    let interrupt = used && wants_interrupt(queue, mem)?;
-    let more = queue.enable_notification(mem)?;
-    Ok(Pass { interrupt, more })
+) -> Pass {
+    let before = queue.next_used();
+    let served = queue
+        .disable_notification(mem)
+        .map_err(ProcessError::from)
+        .and_then(|()| device.process_queue(index, queue, mem));
+    let used = queue.next_used() != before;
+    let wants = if used {
+        wants_interrupt(queue, mem)
+    } else {
+        Ok(false)
+    };
+    let more = queue.enable_notification(mem).map_err(ProcessError::from);
+    let interrupt = used && *wants.as_ref().unwrap_or(&true);
+    match (served, wants, more) {
+        (Ok(_), Ok(_), Ok(more)) => Pass {
+            interrupt,
+            more,
+            error: None,
+        },
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => Pass {
+            interrupt,
+            more: false,
+            error: Some(e),
+        },
+    }
 }
 
 /// Whether the driver wants an interrupt for the buffers used since the last call: as its
@@ -528,7 +579,13 @@ impl<D: VirtioDevice> PciDevice for VirtioPciDevice<D> {
 
 impl<D: VirtioDevice> QueueNotify for VirtioPciDevice<D> {
     fn notify_event(&mut self, index: usize, count: u64) {
-        self.notifies.by_event += count;
+        // A signal the device left itself is not the driver's.
+        let own = self.requeued.get_mut(index).is_some_and(std::mem::take);
+        let drivers = count.saturating_sub(u64::from(own));
+        self.notifies.by_event += drivers;
+        if drivers == 0 && own && !self.queue_ready(index) {
+            return; // left for a queue a reset has since disabled
+        }
         self.notify(index);
     }
 

@@ -97,15 +97,16 @@ pub enum ChainError {
     /// A buffer outside guest RAM.
     #[error("buffer {0:#x}+{1:#x} is outside guest RAM")]
     OutsideRam(u64, u32),
-    /// More descriptors than the queue size, through an indirect table (virtio 1.2,
-    /// 2.7.5.3.1: a chain is never longer than the queue).
-    #[error("descriptor chain longer than the queue size {0}")]
+    /// More descriptors than the device's queue size, through an indirect table (virtio
+    /// 1.2, 2.7.5.3.1: a chain is never longer than the queue).
+    #[error("descriptor chain longer than {0} descriptors")]
     TooLong(u16),
 }
 
 /// Collects the descriptors of `chain`, checking that it ends, that it holds at most `max`
-/// descriptors (the queue size), that readable buffers come before writable ones, and that
-/// every buffer lies in `mem`.
+/// descriptors (the device's largest queue size: a direct chain is bounded by the size the
+/// driver chose anyway), that readable buffers come before writable ones, and that every
+/// buffer lies in `mem`.
 ///
 /// The chain iterator follows an indirect table (VIRTIO_F_INDIRECT_DESC) in place of the
 /// descriptor naming it, and ends the walk early on a nested indirect table, a table whose
@@ -346,6 +347,13 @@ mod tests {
         let addrs: Vec<u64> = d.iter().map(|d| d.addr().0).collect();
         assert_eq!(addrs, [0x8000, 0x9000, 0xa000]);
         assert!(d[1].is_write_only() && !d[0].is_write_only());
+        // The WRITE flag of the descriptor naming the table is ignored (2.7.5.3.2).
+        let flags = VRING_DESC_F_INDIRECT | VRING_DESC_F_WRITE;
+        let again = chain_at(&m, &[raw(TABLE, 48, flags, 0)]).unwrap();
+        let key = |d: &[Descriptor]| -> Vec<(u64, u32, u16)> {
+            d.iter().map(|d| (d.addr().0, d.len(), d.flags())).collect()
+        };
+        assert_eq!(key(&again), key(&d));
         // Direct descriptors first, then a table for the rest (virtio 1.2, 2.7.5.3.2).
         indirect_table(
             &m,

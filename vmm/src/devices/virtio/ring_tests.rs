@@ -9,9 +9,12 @@ use virtio_bindings::bindings::virtio_ring::VRING_USED_F_NO_NOTIFY;
 use virtio_queue::QueueOwnedT;
 use vm_memory::{Bytes, GuestAddress};
 
-use super::tests::{device, init_with, r32, r8, read_notified, w32, Line, AVAIL, DESC, USED};
+use super::tests::{
+    device, init_with, queue_read, r32, r8, read_notified, w32, Line, AVAIL, DESC, USED,
+};
 use super::*;
 use crate::devices::pci::msix::testing::Recorder as MsiRecorder;
+use crate::devices::virtio::block::request::{VIRTIO_BLK_S_OK, VIRTIO_BLK_T_IN};
 use crate::devices::virtio::block::VIRTIO_BLK_F_FLUSH;
 use crate::devices::virtio::notify::{QueueEvents, Recorder};
 use crate::devices::virtio::{VIRTIO_F_INDIRECT_DESC, VIRTIO_F_RING_EVENT_IDX};
@@ -79,6 +82,74 @@ fn without_event_idx_the_no_interrupt_flag_silences_completions() {
     // Neither event field is used without the feature.
     assert_eq!(u16_at(&mem, AVAIL_EVENT), 0xffff);
     assert_eq!(u16_at(&mem, USED), 0, "notifications enabled after serving");
+}
+
+#[test]
+fn with_event_idx_the_no_interrupt_flag_is_ignored() {
+    let (mut d, mem, line) = device();
+    init_with(
+        &mut d,
+        SIZE,
+        true,
+        VIRTIO_BLK_F_FLUSH | VIRTIO_F_RING_EVENT_IDX,
+    );
+    mem.write_obj(1u16, GuestAddress(AVAIL)).unwrap();
+    read_notified(&mut d, &mem, 1);
+    assert!(line.high(), "used_event 0 asks for this interrupt");
+}
+
+#[test]
+fn a_pass_that_fails_still_interrupts_for_what_it_used() {
+    let (mut d, mem, line) = device();
+    init_with(&mut d, SIZE, true, VIRTIO_BLK_F_FLUSH);
+    // A good read, then a head index beyond the queue.
+    queue_read(&mem, 1);
+    mem.write_obj(200u16, GuestAddress(AVAIL + 4 + 2)).unwrap();
+    mem.write_obj(2u16, GuestAddress(AVAIL + 2)).unwrap();
+    d.write_bar(0, NOTIFY_OFFSET, &[0, 0]);
+    assert_ne!(d.status() & STATUS_DEVICE_NEEDS_RESET, 0);
+    assert_eq!(u16_at(&mem, USED + 2), 1, "the good read was used");
+    assert!(line.high());
+    assert_eq!(r8(&mut d, 0x1000), ISR_QUEUE | ISR_CONFIG);
+    assert_eq!(u16_at(&mem, USED), 0, "notifications enabled again");
+}
+
+#[test]
+fn a_chain_may_be_as_long_as_the_largest_queue_whatever_size_the_driver_chose() {
+    const TABLE: u64 = 0x6000;
+    let (mut d, mem, _) = device();
+    init_with(
+        &mut d,
+        SIZE,
+        true,
+        VIRTIO_BLK_F_FLUSH | VIRTIO_F_INDIRECT_DESC,
+    );
+    // Header, 16 x 256 bytes of data, status: 18 descriptors in a 16-entry queue.
+    mem.write_obj(VIRTIO_BLK_T_IN, GuestAddress(0x8000))
+        .unwrap();
+    mem.write_obj(0u64, GuestAddress(0x8008)).unwrap();
+    let mut table = vec![(0x8000u64, 16u32, 1u16)];
+    table.extend((0..16).map(|i| (0x9000 + 256 * i, 256, 3)));
+    table.push((0xa000, 1, 2));
+    for (i, &(addr, len, flags)) in table.iter().enumerate() {
+        let at = TABLE + 16 * i as u64;
+        let next = u16::try_from(i + 1).unwrap();
+        mem.write_obj(addr, GuestAddress(at)).unwrap();
+        mem.write_obj(len, GuestAddress(at + 8)).unwrap();
+        mem.write_obj(flags, GuestAddress(at + 12)).unwrap();
+        mem.write_obj(next, GuestAddress(at + 14)).unwrap();
+    }
+    mem.write_obj(TABLE, GuestAddress(DESC)).unwrap();
+    mem.write_obj(18u32 * 16, GuestAddress(DESC + 8)).unwrap();
+    mem.write_obj(4u16, GuestAddress(DESC + 12)).unwrap();
+    mem.write_obj(1u16, GuestAddress(AVAIL + 2)).unwrap();
+    d.write_bar(0, NOTIFY_OFFSET, &[0, 0]);
+    assert_eq!(d.status() & STATUS_DEVICE_NEEDS_RESET, 0);
+    assert_eq!(
+        mem.read_obj::<u8>(GuestAddress(0xa000)).unwrap(),
+        VIRTIO_BLK_S_OK
+    );
+    assert_eq!(d.device().stats().ok, 1);
 }
 
 /// A device that, like a driver on another vCPU, makes one more buffer available during
@@ -206,4 +277,23 @@ fn a_queue_busy_past_the_pass_limit_goes_back_to_the_event_loop() {
         d.notify_event(0, fds[0].read().unwrap_or(0));
     }
     assert_eq!(u16_at(&mem, USED + 2), 21, "nothing lost");
+    assert_eq!(
+        d.notify_counts().by_event,
+        1,
+        "the device's own signals not counted"
+    );
+    // An eventfd that cannot take the signal (its counter full): served to the end at once.
+    let (d, mem) = feeder(20, 0);
+    let events = QueueEvents::new(
+        Arc::new(Recorder::default()),
+        1,
+        NOTIFY_OFFSET,
+        u64::from(NOTIFY_MULTIPLIER),
+    )
+    .unwrap();
+    events.watch_fds().unwrap()[0].write(u64::MAX - 1).unwrap();
+    let mut d = d.with_queue_events(events);
+    d.notify_event(0, 1);
+    assert_eq!(d.device.passes, 21);
+    assert_eq!(u16_at(&mem, USED + 2), 21);
 }

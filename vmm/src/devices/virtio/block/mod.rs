@@ -326,8 +326,9 @@ impl VirtioDevice for BlockDevice {
         mem: &GuestMemoryMmap,
     ) -> Result<bool, ProcessError> {
         // One pass over what is available now (at most the queue size); the transport
-        // calls again for anything the driver adds meanwhile.
-        let max = queue.size();
+        // calls again for anything the driver adds meanwhile. A chain (indirect tables
+        // included) may hold seg_max + 2 descriptors whatever size the driver chose.
+        let max = queue.max_size();
         let chains: Vec<_> = queue.iter(mem)?.collect();
         let any = !chains.is_empty();
         for chain in chains {
