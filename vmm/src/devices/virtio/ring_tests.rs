@@ -250,6 +250,17 @@ fn buffers_added_while_serving_are_served_without_a_notification() {
     }
 }
 
+/// Eventfds for one queue, on a route that takes every registration.
+fn queue_events() -> QueueEvents {
+    QueueEvents::new(
+        Arc::new(Recorder::default()),
+        1,
+        NOTIFY_OFFSET,
+        u64::from(NOTIFY_MULTIPLIER),
+    )
+    .unwrap()
+}
+
 #[test]
 fn a_queue_busy_past_the_pass_limit_goes_back_to_the_event_loop() {
     // Served on the vCPU thread (no eventfds): until the driver stops adding.
@@ -260,13 +271,7 @@ fn a_queue_busy_past_the_pass_limit_goes_back_to_the_event_loop() {
     // Served by the event loop: MAX_PASSES passes, then the queue's eventfd is signalled so
     // that the loop comes back to it after its other events.
     let (d, mem) = feeder(20, 0);
-    let events = QueueEvents::new(
-        Arc::new(Recorder::default()),
-        1,
-        NOTIFY_OFFSET,
-        u64::from(NOTIFY_MULTIPLIER),
-    )
-    .unwrap();
+    let events = queue_events();
     let fds = events.watch_fds().unwrap();
     let mut d = d.with_queue_events(events);
     d.notify_event(0, 1);
@@ -284,13 +289,7 @@ fn a_queue_busy_past_the_pass_limit_goes_back_to_the_event_loop() {
     );
     // An eventfd that cannot take the signal (its counter full): served to the end at once.
     let (d, mem) = feeder(20, 0);
-    let events = QueueEvents::new(
-        Arc::new(Recorder::default()),
-        1,
-        NOTIFY_OFFSET,
-        u64::from(NOTIFY_MULTIPLIER),
-    )
-    .unwrap();
+    let events = queue_events();
     events.watch_fds().unwrap()[0].write(u64::MAX - 1).unwrap();
     let mut d = d.with_queue_events(events);
     d.notify_event(0, 1);
