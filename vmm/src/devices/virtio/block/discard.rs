@@ -6,10 +6,11 @@
 //! requires); more ranges or sectors than the configuration allows, a range past the end,
 //! or data that is not whole ranges make it VIRTIO_BLK_S_IOERR, as does a read-only disk.
 
-use vm_memory::{Bytes, GuestMemoryMmap};
+use vm_memory::GuestMemoryMmap;
 
 use super::disk::{DiskImage, SECTOR_SIZE};
-use super::request::{Request, RequestError, RequestKind};
+use super::request::{gather, io, Request, RequestError, RequestKind};
+use crate::boot::bytes::{le_u32, le_u64};
 
 /// Largest number of ranges in one request (the configuration's max_discard_seg and
 /// max_write_zeroes_seg).
@@ -40,25 +41,14 @@ fn ranges(req: &Request, mem: &GuestMemoryMmap, sectors: u64) -> Result<Vec<Rang
     if len == 0 || !len.is_multiple_of(RANGE_LEN) || len / RANGE_LEN > u64::from(MAX_RANGES) {
         return Err(RequestError::Length(len));
     }
-    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-    for seg in &req.data {
-        let at = bytes.len();
-        bytes.resize(
-            at + usize::try_from(seg.len).map_err(|_| RequestError::Length(len))?,
-            0,
-        );
-        mem.read_slice(&mut bytes[at..], seg.addr)
-            .map_err(|e| RequestError::Io(e.to_string()))?;
-    }
+    let mut bytes = vec![0u8; usize::try_from(len).map_err(io)?];
+    gather(&req.data, mem, &mut bytes)?;
     let mut out = Vec::new();
     for raw in bytes.chunks_exact(16) {
-        let field = |at: usize, n: usize| -> u64 {
-            let mut b = [0u8; 8];
-            b[..n].copy_from_slice(&raw[at..at + n]);
-            u64::from_le_bytes(b)
-        };
-        let (sector, count, flags) = (field(0, 8), field(8, 4), field(12, 4));
-        let flags = u32::try_from(flags).unwrap_or(u32::MAX);
+        // chunks_exact: each of the three fields is there.
+        let sector = le_u64(raw, 0).unwrap_or(u64::MAX);
+        let count = u64::from(le_u32(raw, 8).unwrap_or(u32::MAX));
+        let flags = le_u32(raw, 12).unwrap_or(u32::MAX);
         let allowed = if req.kind == RequestKind::WriteZeroes {
             FLAG_UNMAP
         } else {
@@ -97,7 +87,7 @@ pub(super) fn execute(
         } else {
             disk.backend.write_zeroes(r.offset, r.len, r.unmap)
         };
-        done.map_err(|e| RequestError::Io(e.to_string()))?;
+        done.map_err(io)?;
     }
     Ok(0)
 }

@@ -21,8 +21,7 @@ use crate::devices::pci::{devfn, intx_gsi, ConfigSpaceError, PciError, PciRoot};
 use disk::DiskError;
 use disk::{DiskImage, SECTOR_SIZE};
 use request::{
-    execute, parse, status_address, RequestKind, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK,
-    VIRTIO_BLK_S_UNSUPP,
+    execute, parse, status_address, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP,
 };
 
 /// Virtio device type of a block device.
@@ -256,22 +255,15 @@ impl BlockDevice {
     {
         let descs = collect_chain(chain, mem, max)?;
         let status_addr = status_address(&descs).ok_or(ProcessError::NoStatus)?;
-        let result = parse(&descs, mem, status_addr).and_then(|req| {
-            let kind = req.kind;
-            execute(&req, &mut self.disk, mem).map(|n| (kind, n))
-        });
+        let result =
+            parse(&descs, mem, status_addr).and_then(|req| execute(&req, &mut self.disk, mem));
         let (status, written) = match result {
-            Ok((RequestKind::Unsupported(t), _)) => {
-                log::debug!("virtio-blk: unsupported request type {t}");
-                self.stats.unsupported += 1;
-                (VIRTIO_BLK_S_UNSUPP, 0)
-            }
-            Ok((_, n)) => {
+            Ok(n) => {
                 self.stats.ok += 1;
                 (VIRTIO_BLK_S_OK, n)
             }
-            Err(request::RequestError::Flags(f)) => {
-                log::debug!("virtio-blk: range flags {f:#x} not supported");
+            Err(e) if e.unsupported() => {
+                log::debug!("virtio-blk: {e}");
                 self.stats.unsupported += 1;
                 (VIRTIO_BLK_S_UNSUPP, 0)
             }

@@ -106,6 +106,9 @@ pub enum RequestError {
     /// A write to a read-only image.
     #[error("write to a read-only image")]
     ReadOnly,
+    /// A request type the device does not know (the guest sees VIRTIO_BLK_S_UNSUPP).
+    #[error("request type {0} not supported")]
+    Type(u32),
     /// A DISCARD or WRITE_ZEROES range with flags the device does not support (the guest
     /// sees VIRTIO_BLK_S_UNSUPP).
     #[error("range flags {0:#x} not supported")]
@@ -144,6 +147,29 @@ fn segments<'a>(
     out
 }
 
+/// Reads `segs` one after another into `out`, which they must fill exactly.
+pub(super) fn gather(
+    segs: &[Segment],
+    mem: &GuestMemoryMmap,
+    out: &mut [u8],
+) -> Result<(), RequestError> {
+    let mut at = 0usize;
+    for seg in segs {
+        let n = usize::try_from(seg.len).map_err(io)?;
+        let dst = at
+            .checked_add(n)
+            .and_then(|end| out.get_mut(at..end))
+            .ok_or(RequestError::Length(seg.len))?;
+        mem.read_slice(dst, seg.addr).map_err(io)?;
+        at += n;
+    }
+    if at == out.len() {
+        Ok(())
+    } else {
+        Err(RequestError::Length(at as u64))
+    }
+}
+
 /// Where the status byte of a checked chain goes: the last byte of the last writable
 /// descriptor, or None when no writable byte exists.
 pub fn status_address(descs: &[Descriptor]) -> Option<GuestAddress> {
@@ -165,13 +191,8 @@ pub fn parse(
         return Err(RequestError::ShortHeader);
     }
     let mut header = [0u8; 16];
-    let mut at = 0usize;
-    for seg in segments(readable(), 0, HEADER_LEN) {
-        let n = usize::try_from(seg.len).map_err(|_| RequestError::Header)?;
-        mem.read_slice(&mut header[at..at + n], seg.addr)
-            .map_err(|_| RequestError::Header)?;
-        at += n;
-    }
+    gather(&segments(readable(), 0, HEADER_LEN), mem, &mut header)
+        .map_err(|_| RequestError::Header)?;
     let mut word = [0u8; 4];
     word.copy_from_slice(&header[..4]);
     let kind = match u32::from_le_bytes(word) {
@@ -220,8 +241,15 @@ fn disk_range(req: &Request, sectors: u64) -> Result<u64, RequestError> {
     }
 }
 
-fn io(e: impl std::fmt::Display) -> RequestError {
+pub(super) fn io(e: impl std::fmt::Display) -> RequestError {
     RequestError::Io(e.to_string())
+}
+
+impl RequestError {
+    /// The guest gets VIRTIO_BLK_S_UNSUPP for this error, VIRTIO_BLK_S_IOERR otherwise.
+    pub fn unsupported(&self) -> bool {
+        matches!(self, RequestError::Type(_) | RequestError::Flags(_))
+    }
 }
 
 /// Executes `req`. Returns the number of bytes written to guest buffers, without the
@@ -282,7 +310,7 @@ pub fn execute(
             Ok(written)
         }
         RequestKind::Discard | RequestKind::WriteZeroes => super::discard::execute(req, disk, mem),
-        RequestKind::Unsupported(_) => Ok(0),
+        RequestKind::Unsupported(t) => Err(RequestError::Type(t)),
     }
 }
 
