@@ -243,12 +243,7 @@ mod tests {
     }
 
     fn chain_of(descs: &[RawDescriptor]) -> Result<usize, ChainError> {
-        let m = mem();
-        let vq = MockSplitQueue::new(&m, 16);
-        let mut q: Queue = vq.create_queue().unwrap();
-        vq.add_desc_chains(descs, 0).unwrap();
-        let chain = q.iter(&m).unwrap().next().unwrap();
-        collect_chain(chain, &m, 16).map(|d| d.len())
+        chain_at(&mem(), descs).map(|d| d.len())
     }
 
     fn raw(addr: u64, len: u32, flags: u32, next: u16) -> RawDescriptor {
@@ -320,7 +315,8 @@ mod tests {
         }
     }
 
-    /// Collects the one chain made of `head` (and whatever indirect table it names).
+    /// Collects the one chain made of `head` (and whatever indirect table it names) in a
+    /// 16-entry queue.
     fn chain_at(
         m: &GuestMemoryMmap,
         head: &[RawDescriptor],
