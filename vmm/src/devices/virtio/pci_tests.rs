@@ -117,21 +117,34 @@ pub(super) fn init_with(
     }
 }
 
-/// Puts a read of sector 0 (header 0x8000, data 0x9000, status 0xa000) in the queue.
-pub(super) fn queue_read(mem: &GuestMemoryMmap, avail_idx: u16) {
+/// Writes descriptor `i` of the descriptor table at `table`.
+pub(super) fn write_desc(
+    mem: &GuestMemoryMmap,
+    table: u64,
+    i: u64,
+    (addr, len, flags, next): (u64, u32, u16, u16),
+) {
+    let at = GuestAddress(table + 16 * i);
+    mem.write_obj(addr, at).unwrap();
+    mem.write_obj(len, at.unchecked_add(8)).unwrap();
+    mem.write_obj(flags, at.unchecked_add(12)).unwrap();
+    mem.write_obj(next, at.unchecked_add(14)).unwrap();
+}
+
+/// The header of a read of sector 0, at 0x8000.
+pub(super) fn read_header(mem: &GuestMemoryMmap) {
     mem.write_obj(VIRTIO_BLK_T_IN, GuestAddress(0x8000))
         .unwrap();
     mem.write_obj(0u64, GuestAddress(0x8008)).unwrap();
-    let desc = |i: u64, addr: u64, len: u32, flags: u16, next: u16| {
-        let at = GuestAddress(DESC + 16 * i);
-        mem.write_obj(addr, at).unwrap();
-        mem.write_obj(len, at.unchecked_add(8)).unwrap();
-        mem.write_obj(flags, at.unchecked_add(12)).unwrap();
-        mem.write_obj(next, at.unchecked_add(14)).unwrap();
-    };
-    desc(0, 0x8000, 16, 1, 1);
-    desc(1, 0x9000, 512, 3, 2);
-    desc(2, 0xa000, 1, 2, 0);
+}
+
+/// Puts a read of sector 0 (header 0x8000, data 0x9000, status 0xa000) in the queue.
+pub(super) fn queue_read(mem: &GuestMemoryMmap, avail_idx: u16) {
+    read_header(mem);
+    let desc = |i, d| write_desc(mem, DESC, i, d);
+    desc(0, (0x8000, 16, 1, 1));
+    desc(1, (0x9000, 512, 3, 2));
+    desc(2, (0xa000, 1, 2, 0));
     mem.write_obj(
         0u16,
         GuestAddress(AVAIL + 4 + 2 * u64::from(avail_idx - 1) % 16),

@@ -10,11 +10,12 @@ use virtio_queue::QueueOwnedT;
 use vm_memory::{Bytes, GuestAddress};
 
 use super::tests::{
-    device, init_with, queue_read, r32, r8, read_notified, w32, Line, AVAIL, DESC, USED,
+    device, init_with, queue_read, r32, r8, read_header, read_notified, w32, write_desc, Line,
+    AVAIL, DESC, USED,
 };
 use super::*;
 use crate::devices::pci::msix::testing::Recorder as MsiRecorder;
-use crate::devices::virtio::block::request::{VIRTIO_BLK_S_OK, VIRTIO_BLK_T_IN};
+use crate::devices::virtio::block::request::VIRTIO_BLK_S_OK;
 use crate::devices::virtio::block::VIRTIO_BLK_F_FLUSH;
 use crate::devices::virtio::notify::{QueueEvents, Recorder};
 use crate::devices::virtio::{VIRTIO_F_INDIRECT_DESC, VIRTIO_F_RING_EVENT_IDX};
@@ -125,23 +126,14 @@ fn a_chain_may_be_as_long_as_the_largest_queue_whatever_size_the_driver_chose() 
         VIRTIO_BLK_F_FLUSH | VIRTIO_F_INDIRECT_DESC,
     );
     // Header, 16 x 256 bytes of data, status: 18 descriptors in a 16-entry queue.
-    mem.write_obj(VIRTIO_BLK_T_IN, GuestAddress(0x8000))
-        .unwrap();
-    mem.write_obj(0u64, GuestAddress(0x8008)).unwrap();
+    read_header(&mem);
     let mut table = vec![(0x8000u64, 16u32, 1u16)];
     table.extend((0..16).map(|i| (0x9000 + 256 * i, 256, 3)));
     table.push((0xa000, 1, 2));
-    for (i, &(addr, len, flags)) in table.iter().enumerate() {
-        let at = TABLE + 16 * i as u64;
-        let next = u16::try_from(i + 1).unwrap();
-        mem.write_obj(addr, GuestAddress(at)).unwrap();
-        mem.write_obj(len, GuestAddress(at + 8)).unwrap();
-        mem.write_obj(flags, GuestAddress(at + 12)).unwrap();
-        mem.write_obj(next, GuestAddress(at + 14)).unwrap();
+    for (i, &(addr, len, flags)) in (0u16..).zip(&table) {
+        write_desc(&mem, TABLE, u64::from(i), (addr, len, flags, i + 1));
     }
-    mem.write_obj(TABLE, GuestAddress(DESC)).unwrap();
-    mem.write_obj(18u32 * 16, GuestAddress(DESC + 8)).unwrap();
-    mem.write_obj(4u16, GuestAddress(DESC + 12)).unwrap();
+    write_desc(&mem, DESC, 0, (TABLE, 18 * 16, 4, 0));
     mem.write_obj(1u16, GuestAddress(AVAIL + 2)).unwrap();
     d.write_bar(0, NOTIFY_OFFSET, &[0, 0]);
     assert_eq!(d.status() & STATUS_DEVICE_NEEDS_RESET, 0);
@@ -222,8 +214,7 @@ fn feeder(feed: u16, features: u64) -> (VirtioPciDevice<Feeder>, GuestMemoryMmap
         10,
     )
     .unwrap();
-    mem.write_obj(0x1000u64, GuestAddress(DESC)).unwrap();
-    mem.write_obj(1u32, GuestAddress(DESC + 8)).unwrap();
+    write_desc(&mem, DESC, 0, (0x1000, 1, 0, 0));
     init_with(&mut d, SIZE, true, features);
     make_available(&mem);
     (d, mem)
