@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::boot::KernelSpec;
-use crate::firmware::FirmwareSpec;
 use crate::memory::MIN_MEMORY_MIB;
+use crate::outcome::{Blame, Fault};
 
 /// Most vCPUs a VM may have: xAPIC ids are 8 bits and 0xff is the broadcast id.
 pub const MAX_VCPUS: usize = 254;
@@ -90,6 +90,15 @@ impl DiskConfig {
             readonly,
         })
     }
+}
+
+/// What firmware to boot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FirmwareSpec {
+    /// The ROM (SeaBIOS `bios.bin`) or, with `vars`, the pflash CODE image (`OVMF_CODE.fd`).
+    pub path: PathBuf,
+    /// The writable pflash VARS image (a copy of `OVMF_VARS.fd`); its changes are written back.
+    pub vars: Option<PathBuf>,
 }
 
 /// What the VM boots.
@@ -213,6 +222,18 @@ pub enum ConfigError {
     /// A malformed --disk value.
     #[error("--disk takes IMAGE[,readonly], not {0:?}")]
     DiskOption(String),
+}
+
+impl Blame for ConfigError {
+    fn fault(&self) -> Fault {
+        match self {
+            ConfigError::Cpus(_)
+            | ConfigError::Memory(_)
+            | ConfigError::Timeout
+            | ConfigError::Disks(_)
+            | ConfigError::DiskOption(_) => Fault::User,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -22,5 +22,6 @@ pub mod profiler;
 pub mod report;
 pub mod sampler;
 pub mod session;
+pub mod signals;
 pub mod vcpu;
 pub mod vm;

@@ -5,6 +5,7 @@ use vm_memory::{GuestAddress, GuestMemoryMmap};
 use crate::layout::{
     ACPI_SIZE, ACPI_START, EBDA_START, HIGH_MEMORY_START, MMIO_HOLE_START, RAM_ABOVE_4G_START,
 };
+use crate::outcome::{Blame, Fault};
 
 /// Errors creating guest memory.
 #[derive(Debug, thiserror::Error)]
@@ -15,6 +16,15 @@ pub enum MemoryError {
     /// The host refused the mapping.
     #[error("cannot map {0} MiB of guest memory")]
     Mmap(u64, #[source] vm_memory::mmap::FromRangesError),
+}
+
+impl Blame for MemoryError {
+    fn fault(&self) -> Fault {
+        match self {
+            MemoryError::TooSmall(_) => Fault::User,
+            MemoryError::Mmap(..) => Fault::Host,
+        }
+    }
 }
 
 /// Smallest guest we agree to build.

@@ -20,6 +20,33 @@ pub const STATUS_SIGNALLED: i32 = 10;
 /// Exit status: KVM or the host failed.
 pub const STATUS_HOST_ERROR: i32 = 12;
 
+/// Who can mend an error that ends hvprof outside the guest's run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The user: a bad argument, a missing or malformed file, a limit exceeded.
+    User,
+    /// The host: KVM, the kernel or a host resource failed.
+    Host,
+}
+
+impl Fault {
+    /// The process exit status: [`STATUS_CONFIG_ERROR`] or [`STATUS_HOST_ERROR`].
+    pub fn exit_status(self) -> i32 {
+        match self {
+            Fault::User => STATUS_CONFIG_ERROR,
+            Fault::Host => STATUS_HOST_ERROR,
+        }
+    }
+}
+
+/// An error that says itself whose fault it is. Each error type implements it beside its
+/// definition with an exhaustive match, so a new variant cannot be added without deciding;
+/// an error that wraps another asks the inner one.
+pub trait Blame {
+    /// Whose fault this error is.
+    fn fault(&self) -> Fault;
+}
+
 /// Why a run ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RunOutcome {

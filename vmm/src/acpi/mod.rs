@@ -22,6 +22,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use zerocopy::{Immutable, IntoBytes};
 
 use crate::layout::{ACPI_SIZE, ACPI_START, IOAPIC_START, LAPIC_START};
+use crate::outcome::{Blame, Fault};
 
 pub(crate) const OEM_ID: [u8; 6] = *b"HVPROF";
 pub(crate) const OEM_TABLE_ID: [u8; 8] = *b"HVPROF  ";
@@ -46,6 +47,15 @@ pub enum AcpiError {
     /// More vCPUs than the MADT's 8-bit APIC ids can name.
     #[error("{0} vCPUs cannot be described with xAPIC ids")]
     TooManyCpus(usize),
+}
+
+impl Blame for AcpiError {
+    fn fault(&self) -> Fault {
+        match self {
+            AcpiError::TooManyCpus(_) => Fault::User,
+            AcpiError::TooLarge(_) | AcpiError::Write => Fault::Host,
+        }
+    }
 }
 
 /// MADT Interrupt Source Override (type 2).

@@ -18,8 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::{SerialOutput, SharedBuffer, VmConfig};
 use crate::outcome::RunOutcome;
-use crate::sampler::sample_signal;
-use crate::vcpu::kick::kick_signal;
+use crate::signals::{kick_signal, tick_signal};
 use crate::vcpu::stamp::EntryStamp;
 use crate::vm::{run_with, RunHooks, VmControl, VmError};
 use stats::{median, percentile};
@@ -168,7 +167,7 @@ fn measure_kicks(control: &VmControl, stamp: &EntryStamp, opts: &BenchOptions) -
         };
         for full_path in order {
             let sig = if full_path {
-                sample_signal()
+                tick_signal()
             } else {
                 kick_signal()
             };

@@ -13,6 +13,7 @@ mod pvh;
 
 use std::path::{Path, PathBuf};
 
+use crate::outcome::{Blame, Fault};
 use vm_memory::GuestMemoryMmap;
 
 pub use image::{LoadContext, PlacementError};
@@ -123,6 +124,24 @@ pub enum BootError {
     /// The bzImage is too old for the 64-bit boot protocol.
     #[error("{}: the bzImage does not support the 64-bit boot protocol (needs 2.12+ with XLF_KERNEL_64)", .0.display())]
     LinuxTooOld(PathBuf),
+}
+
+impl Blame for BootError {
+    /// Every kernel problem is the kernel file's or the command line's: the user's.
+    fn fault(&self) -> Fault {
+        match self {
+            BootError::Read(..)
+            | BootError::NotBootable(_)
+            | BootError::NoEntryPoint(_)
+            | BootError::Elf(..)
+            | BootError::Multiboot(..)
+            | BootError::Placement(..)
+            | BootError::CmdlineTooLong(_)
+            | BootError::CmdlineNul
+            | BootError::Linux(..)
+            | BootError::LinuxTooOld(_) => Fault::User,
+        }
+    }
 }
 
 impl KernelSpec {

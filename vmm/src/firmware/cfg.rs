@@ -10,6 +10,7 @@ use crate::acpi::{AcpiError, PciRoot};
 use crate::devices::fw_cfg::{keys, FwCfgBuilder, FwCfgError, Item};
 use crate::layout::{KVM_IDENTITY_MAP_ADDRESS, KVM_PRIVATE_SIZE, RAM_ABOVE_4G_START};
 use crate::memory::{low_ram_end, RangeKind};
+use crate::outcome::{Blame, Fault};
 
 /// Errors building the firmware's configuration.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +21,16 @@ pub enum CfgError {
     /// An fw_cfg item.
     #[error(transparent)]
     FwCfg(#[from] FwCfgError),
+}
+
+impl Blame for CfgError {
+    fn fault(&self) -> Fault {
+        match self {
+            CfgError::Acpi(e) => e.fault(),
+            // hvprof names and sizes every fw_cfg item itself.
+            CfgError::FwCfg(_) => Fault::Host,
+        }
+    }
 }
 
 /// The VM as the firmware is told about it.

@@ -20,16 +20,9 @@ pub mod rom;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
+pub use crate::config::FirmwareSpec;
 use crate::layout::{FIRMWARE_END, FIRMWARE_MAX_SIZE, ISA_BIOS_SIZE};
-
-/// What firmware to boot.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FirmwareSpec {
-    /// The ROM (SeaBIOS `bios.bin`) or, with `vars`, the pflash CODE image (`OVMF_CODE.fd`).
-    pub path: PathBuf,
-    /// The writable pflash VARS image (a copy of `OVMF_VARS.fd`); its changes are written back.
-    pub vars: Option<PathBuf>,
-}
+use crate::outcome::{Blame, Fault};
 
 /// The image sizes a ROM must be a multiple of (as QEMU's `-bios`).
 pub const ROM_GRANULE: u64 = 64 << 10;
@@ -72,6 +65,20 @@ pub enum FirmwareError {
     /// Writing the low BIOS copy into guest RAM failed.
     #[error("cannot copy the firmware below 1 MiB")]
     LowCopy,
+}
+
+impl Blame for FirmwareError {
+    fn fault(&self) -> Fault {
+        match self {
+            FirmwareError::Read(..)
+            | FirmwareError::Size { .. }
+            | FirmwareError::TooLarge { .. } => Fault::User,
+            FirmwareError::Map(_)
+            | FirmwareError::Slot(_)
+            | FirmwareError::NoReadonlyMem
+            | FirmwareError::LowCopy => Fault::Host,
+        }
+    }
 }
 
 /// A checked firmware image.

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
+use crate::outcome::{Blame, Fault};
 use profile_core::attribution::process_key;
 
 /// What a host-side profile samples.
@@ -88,6 +89,19 @@ pub enum HostProfileError {
     /// It was stopped already.
     #[error("host profile {0} is stopped")]
     Stopped(u32),
+}
+
+impl Blame for HostProfileError {
+    /// A host-side profile is specified by the user (command line or API).
+    fn fault(&self) -> Fault {
+        match self {
+            HostProfileError::EmptyRange
+            | HostProfileError::BucketShift(_)
+            | HostProfileError::Cpl
+            | HostProfileError::Unknown(_)
+            | HostProfileError::Stopped(_) => Fault::User,
+        }
+    }
 }
 
 /// A host profile's counts: bucket index -> samples.

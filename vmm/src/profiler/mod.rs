@@ -14,7 +14,7 @@ pub mod walk;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use kvm_ioctls::VmFd;
 use profile_core::object::ObjectConfig;
@@ -29,7 +29,7 @@ use pin::PinnedBuffer;
 use stats::{bump, StatsSnapshot, VcpuProfileStats};
 
 use crate::devices::pci::msix::{signal_msi, MsiMessage};
-use crate::vcpu::VcpuRequester;
+use crate::signals::KickTable;
 
 /// The owner of every object the guest's agents create (one handle table per guest).
 pub const GUEST_OWNER: Owner = Owner(1);
@@ -60,7 +60,8 @@ pub struct Profiler {
     vm_fd: Arc<VmFd>,
     vcpus: Box<[VcpuSlot]>,
     generation: AtomicU64,
-    requesters: OnceLock<Vec<VcpuRequester>>,
+    /// Only to make vCPUs re-read their timer settings: the profiler cannot pause or stop them.
+    kicks: Arc<KickTable>,
     results: Mutex<BTreeMap<ObjectId, ObjectResult>>,
     host: RwLock<Vec<HostProfile>>,
 }
@@ -100,12 +101,13 @@ pub enum ProfilerError {
 }
 
 impl Profiler {
-    /// A profiler for a VM with `vcpus` vCPUs and the timer as its only source.
+    /// A profiler for a VM with one vCPU per slot of `kicks` and the timer as its only source.
     pub fn new(
         mem: GuestMemoryMmap,
         vm_fd: Arc<VmFd>,
-        vcpus: usize,
+        kicks: Arc<KickTable>,
     ) -> Result<Self, ProfilerError> {
+        let vcpus = kicks.len();
         let count = u32::try_from(vcpus).unwrap_or(u32::MAX);
         let manager =
             ObjectManager::new(PlatformInfo::timer_only(count)).map_err(ProfilerError::Platform)?;
@@ -115,7 +117,7 @@ impl Profiler {
             vm_fd,
             vcpus: (0..vcpus).map(|_| VcpuSlot::default()).collect(),
             generation: AtomicU64::new(0),
-            requesters: OnceLock::new(),
+            kicks,
             results: Mutex::new(BTreeMap::new()),
             host: RwLock::new(Vec::new()),
         })
@@ -151,11 +153,6 @@ impl Profiler {
         self.vcpus.len()
     }
 
-    /// Gives the profiler the vCPUs to kick when their sampling timers must change.
-    pub fn attach_vcpus(&self, vcpus: Vec<VcpuRequester>) {
-        let _ = self.requesters.set(vcpus);
-    }
-
     /// Changes whenever the sampling timers' settings change.
     pub fn timer_generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
@@ -168,12 +165,12 @@ impl Profiler {
         sampled.then(|| self.time_interval())
     }
 
-    /// Tells every vCPU to re-read its timer setting.
+    /// Tells every vCPU to re-read its timer setting. A vCPU reads the generation before each
+    /// `KVM_RUN`; one inside `KVM_RUN` is kicked out, and one not yet in the kick table has not
+    /// entered the guest yet, so none misses the change.
     fn timers_changed(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
-        for v in self.requesters.get().into_iter().flatten() {
-            v.kick();
-        }
+        self.kicks.kick_all();
     }
 
     /// Called by vCPU `v` when its sampling timer fired `ticks` times (plus `overruns` the

@@ -6,9 +6,9 @@
 //! sees it.
 
 pub mod exit;
-pub mod kick;
 mod setup;
 pub mod stamp;
+mod state;
 pub mod stats;
 
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use kvm_ioctls::{SyncReg, VcpuFd};
-use std::os::unix::thread::JoinHandleExt;
 
 use vm_memory::GuestMemoryMmap;
 
@@ -26,9 +25,11 @@ use crate::firmware::rom::ReadOnlySlot;
 use crate::outcome::{RunOutcome, StopSignal};
 use crate::profiler::walk::Paging;
 use crate::profiler::{CpuState, Profiler};
-use crate::sampler::{self, SampleTimer};
+use crate::sampler::SampleTimer;
+use crate::signals::{tick, KickTable};
 use exit::{handle_exit, Buses, ExitAction};
 pub use setup::{configure_vcpu, SetupError};
+use state::State;
 use stats::ExitCounters;
 
 /// KVM_MP_STATE_UNINITIALIZED: an application processor waiting for INIT/SIPI.
@@ -64,18 +65,7 @@ pub fn guest_is_hung(probes: &[Probe]) -> bool {
     probes.iter().all(Probe::is_stuck) && probes.iter().any(|p| p.mp_state == MP_STATE_HALTED)
 }
 
-/// Requests to a vCPU thread.
-#[derive(Debug)]
-pub enum Request {
-    /// Report the vCPU's state on the channel.
-    Probe(Sender<Probe>),
-    /// Stop running the guest until `Resume`; the vCPU index is sent once it is paused.
-    Pause(Sender<usize>),
-    /// Run the guest again after `Pause`.
-    Resume,
-    /// Leave the run loop.
-    Stop,
-}
+pub use state::Request;
 
 /// What the VM shares with every vCPU thread.
 #[derive(Clone)]
@@ -94,6 +84,8 @@ pub struct SharedState {
     pub doorbell: DoorbellHandle,
     /// Profile objects, samples and hypercalls.
     pub profiler: Arc<Profiler>,
+    /// Where each vCPU thread can be kicked; every vCPU thread enters its own slot.
+    pub kicks: Arc<KickTable>,
     /// Marks every guest entry (benchmarks only).
     pub entry_stamp: Option<Arc<stamp::EntryStamp>>,
 }
@@ -107,12 +99,6 @@ pub struct Vcpu {
     sender: Sender<Request>,
     counters: Arc<ExitCounters>,
     sync_regs: bool,
-}
-
-/// The run loop's states.
-enum State {
-    Running,
-    Exited,
 }
 
 impl Vcpu {
@@ -140,13 +126,14 @@ impl Vcpu {
         let index = self.index;
         let tx = self.sender.clone();
         let counters = self.counters.clone();
+        let self_kicks = self.shared.kicks.clone();
         let thread = std::thread::Builder::new()
             .name(format!("vcpu{index}"))
             .spawn(move || self.run())?;
         let requester = VcpuRequester {
             index,
             tx,
-            thread: thread.as_pthread_t(),
+            kicks: self_kicks,
         };
         Ok(VcpuHandle {
             requester,
@@ -156,7 +143,8 @@ impl Vcpu {
     }
 
     fn run(mut self) {
-        kick::bind(self.fd.get_kvm_run());
+        let kicks = self.shared.kicks.clone();
+        let entered = kicks.enter(self.index, self.fd.get_kvm_run());
         let mut timer = match SampleTimer::for_current_thread() {
             Ok(t) => Some(t),
             Err(e) => {
@@ -169,16 +157,23 @@ impl Vcpu {
         };
         let mut generation = None;
         let mut state = State::Running;
-        while let State::Running = state {
-            let now = self.shared.profiler.timer_generation();
-            if generation != Some(now) {
-                generation = Some(now);
-                self.arm_timer(timer.as_mut());
-            }
-            state = self.step(timer.as_ref());
+        loop {
+            state = match state {
+                State::Running => {
+                    let now = self.shared.profiler.timer_generation();
+                    if generation != Some(now) {
+                        generation = Some(now);
+                        self.arm_timer(timer.as_mut());
+                    }
+                    self.running(timer.as_ref())
+                }
+                State::Paused => self.paused(),
+                State::Exited => break,
+            };
         }
         drop(timer);
-        kick::unbind();
+        // Leave the kick table before the vCPU fd (and its kvm_run page) goes with `self`.
+        drop(entered);
     }
 
     /// Sets this vCPU's sampling timer to what the started objects need.
@@ -190,21 +185,27 @@ impl Vcpu {
         }
     }
 
-    /// One turn of the state machine: requests, then one KVM_RUN.
-    fn step(&mut self, timer: Option<&SampleTimer>) -> State {
+    /// Serves a request in `state` and returns the state it leads to.
+    fn on_request(&self, req: Request, state: State) -> State {
+        match &req {
+            // The requester may have given up waiting; that is fine.
+            Request::Probe(reply) => {
+                let _ = reply.send(self.probe());
+            }
+            Request::Pause(ack) => {
+                let _ = ack.send(self.index);
+            }
+            Request::Resume | Request::Stop => {}
+        }
+        state.after(&req)
+    }
+
+    /// The running state: take pending requests, then one `KVM_RUN`.
+    fn running(&mut self, timer: Option<&SampleTimer>) -> State {
         while let Ok(req) = self.requests.try_recv() {
-            match req {
-                Request::Probe(reply) => {
-                    // The requester may have given up waiting; that is fine.
-                    let _ = reply.send(self.probe());
-                }
-                Request::Pause(ack) => {
-                    if let State::Exited = self.paused(&ack) {
-                        return State::Exited;
-                    }
-                }
-                Request::Resume => {}
-                Request::Stop => return State::Exited,
+            match self.on_request(req, State::Running) {
+                State::Running => {}
+                next => return next,
             }
         }
         if self.shared.stop.is_requested() {
@@ -237,7 +238,7 @@ impl Vcpu {
                 // Clear before looking at requests, so a kick that arrives from now on is
                 // seen either by the request loop or by the next KVM_RUN.
                 self.fd.set_kvm_immediate_exit(0);
-                let ticks = sampler::take_ticks();
+                let ticks = tick::take_ticks();
                 if ticks > 0 {
                     let overruns = timer.map_or(0, SampleTimer::overruns);
                     let cpu = self.cpu_state();
@@ -269,25 +270,18 @@ impl Vcpu {
         }
     }
 
-    /// The paused state: outside KVM_RUN, serving requests until `Resume` or `Stop`.
-    fn paused(&mut self, ack: &Sender<usize>) -> State {
-        let _ = ack.send(self.index);
-        loop {
-            match self.requests.recv() {
-                Ok(Request::Resume) => break,
-                Ok(Request::Pause(again)) => {
-                    let _ = again.send(self.index);
-                }
-                Ok(Request::Probe(reply)) => {
-                    let _ = reply.send(self.probe());
-                }
-                Ok(Request::Stop) | Err(_) => return State::Exited,
-            }
+    /// The paused state: outside `KVM_RUN`, waiting for the next request.
+    fn paused(&mut self) -> State {
+        let next = match self.requests.recv() {
+            Ok(req) => self.on_request(req, State::Paused),
+            Err(_) => State::Exited,
+        };
+        if let State::Running = next {
+            // Ticks and kicks that arrived while paused sample nothing: the guest did not run.
+            let _ = tick::take_ticks();
+            self.fd.set_kvm_immediate_exit(0);
         }
-        // Ticks and kicks that arrived while paused sample nothing: the guest did not run.
-        let _ = sampler::take_ticks();
-        self.fd.set_kvm_immediate_exit(0);
-        State::Running
+        next
     }
 
     /// Runs a hypercall this vCPU rang during the exit just handled, before re-entering the
@@ -364,7 +358,7 @@ impl Vcpu {
 pub struct VcpuRequester {
     index: usize,
     tx: Sender<Request>,
-    thread: libc::pthread_t,
+    kicks: Arc<KickTable>,
 }
 
 impl VcpuRequester {
@@ -378,25 +372,15 @@ impl VcpuRequester {
     pub fn request(&self, req: Request) -> bool {
         let sent = self.tx.send(req).is_ok();
         if sent {
-            self.kick();
+            self.kicks.kick(self.index);
         }
         sent
     }
 
-    /// Kicks the vCPU out of KVM_RUN.
-    pub fn kick(&self) {
-        self.signal(kick::kick_signal());
-    }
-
-    /// Sends `sig` to the vCPU thread (the kick signal, or a sampling-timer tick).
-    pub fn signal(&self, sig: i32) {
-        // SAFETY: `thread` belongs to a vCPU thread that has not been joined: requesters are
-        // only used while the VM's `VcpuHandle`s (which join) are alive. Signalling a thread
-        // that has returned but is not yet joined is harmless.
-        let rc = unsafe { libc::pthread_kill(self.thread, sig) };
-        if rc != 0 {
-            log::debug!("signal {sig} to vCPU {} failed: error {rc}", self.index);
-        }
+    /// Sends `signal` to the vCPU thread (a kick or a sampling tick); false if it is not
+    /// running.
+    pub fn signal(&self, signal: i32) -> bool {
+        self.kicks.signal(self.index, signal)
     }
 }
 

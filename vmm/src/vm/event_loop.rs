@@ -12,10 +12,10 @@ use event_manager::{EventManager, EventOps, Events, MutEventSubscriber, Subscrib
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::timerfd::TimerFd;
 
-use super::signals::StopSignals;
 use crate::devices::serial::SerialDevice;
 use crate::devices::virtio::notify::QueueEventWatch;
 use crate::outcome::{RunOutcome, StopSignal};
+use crate::signals::StopSignals;
 use crate::vcpu::{guest_is_hung, Request, VcpuRequester};
 
 const EV_STDIN: u32 = 1;

@@ -4,7 +4,6 @@ mod event_loop;
 pub mod firmware_boot;
 pub mod platform;
 mod run;
-mod signals;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -32,7 +31,8 @@ use crate::firmware::rom::ReadOnlySlot;
 use crate::firmware::FirmwareError;
 use crate::layout::{KVM_IDENTITY_MAP_ADDRESS, KVM_TSS_ADDRESS};
 use crate::memory::{create_guest_memory, MemoryError};
-use crate::outcome::{StopSignal, STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
+use crate::outcome::{Blame, Fault, StopSignal};
+use crate::signals::KickTable;
 use crate::vcpu::stamp::EntryStamp;
 use crate::vcpu::{configure_vcpu, SetupError, SharedState, Vcpu};
 
@@ -83,32 +83,41 @@ pub enum VmError {
     /// The serial or debugcon output file.
     #[error("cannot create {}", .0.display())]
     OutputFile(PathBuf, #[source] std::io::Error),
+    /// The signal handlers for kicks and sampling ticks.
+    #[error(transparent)]
+    Signals(#[from] crate::signals::HandlerError),
     /// A host resource (eventfd, thread, epoll) failed.
     #[error("cannot create {0}")]
     Host(&'static str, #[source] std::io::Error),
 }
 
+impl Blame for VmError {
+    fn fault(&self) -> Fault {
+        match self {
+            VmError::Config(e) => e.fault(),
+            VmError::Memory(e) => e.fault(),
+            VmError::Boot(e) => e.fault(),
+            VmError::Acpi(e) => e.fault(),
+            VmError::Firmware(e) => e.fault(),
+            VmError::FirmwareCfg(e) => e.fault(),
+            VmError::Disk(e) => e.fault(),
+            VmError::Pci(e) => e.fault(),
+            VmError::HostProfile(e) => e.fault(),
+            VmError::OutputFile(..) => Fault::User,
+            VmError::Kvm(..)
+            | VmError::Vcpu(..)
+            | VmError::Bus(_)
+            | VmError::Profiler(_)
+            | VmError::Signals(_)
+            | VmError::Host(..) => Fault::Host,
+        }
+    }
+}
+
 impl VmError {
     /// The process exit status for this error: 2 for what the user can fix, 12 for the host.
     pub fn exit_status(&self) -> i32 {
-        match self {
-            VmError::Config(_)
-            | VmError::Boot(_)
-            | VmError::OutputFile(..)
-            | VmError::HostProfile(_) => STATUS_CONFIG_ERROR,
-            VmError::Memory(MemoryError::TooSmall(_)) => STATUS_CONFIG_ERROR,
-            VmError::Acpi(AcpiError::TooManyCpus(_)) => STATUS_CONFIG_ERROR,
-            VmError::Disk(AttachError::Disk(_) | AttachError::Pci(PciError::NoFreeSlot)) => {
-                STATUS_CONFIG_ERROR
-            }
-            VmError::Firmware(
-                FirmwareError::Read(..)
-                | FirmwareError::Size { .. }
-                | FirmwareError::TooLarge { .. },
-            ) => STATUS_CONFIG_ERROR,
-            VmError::FirmwareCfg(CfgError::Acpi(AcpiError::TooManyCpus(_))) => STATUS_CONFIG_ERROR,
-            _ => STATUS_HOST_ERROR,
-        }
+        self.fault().exit_status()
     }
 }
 
@@ -215,7 +224,8 @@ impl Vm {
         let stop = Arc::new(StopSignal::new().map_err(|e| VmError::Host("an eventfd", e))?);
         let devices =
             platform::create_devices(&vm_fd, config, stop.clone(), &mem, firmware_devices)?;
-        let profiler = Arc::new(Profiler::new(mem.clone(), vm_fd.clone(), config.cpus)?);
+        let kicks = Arc::new(KickTable::new(config.cpus));
+        let profiler = Arc::new(Profiler::new(mem.clone(), vm_fd.clone(), kicks.clone())?);
         let shared = SharedState {
             pio: devices.pio,
             mmio: devices.mmio,
@@ -224,6 +234,7 @@ impl Vm {
             firmware: firmware_slot.clone(),
             doorbell: devices.doorbell,
             profiler: profiler.clone(),
+            kicks,
             entry_stamp,
         };
 

@@ -4,7 +4,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::event_loop::{run_until_stopped, LoopParams};
-use super::signals::StopSignals;
 use super::{Vm, VmError};
 use crate::boot::Protocol;
 use crate::config::VmConfig;
@@ -13,8 +12,7 @@ use crate::profiler::host::{HostProfileResult, HostProfileSpec};
 use crate::profiler::stats::{total, StatsSnapshot};
 use crate::profiler::ObjectResult;
 use crate::profiler::Profiler;
-use crate::sampler;
-use crate::vcpu::kick;
+use crate::signals::{self, StopSignals};
 use crate::vcpu::stamp::EntryStamp;
 use crate::vcpu::stats::{ExitCounters, ExitKind};
 use crate::vcpu::{Request, VcpuRequester};
@@ -167,18 +165,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
     let started = Instant::now();
     // Block SIGINT/SIGTERM before any thread exists, so every thread inherits the mask.
     let signals = StopSignals::block_and_open().map_err(|e| VmError::Host("a signalfd", e))?;
-    sampler::install_handler().map_err(|e| {
-        VmError::Host(
-            "the sampling timer handler",
-            std::io::Error::from_raw_os_error(e.errno()),
-        )
-    })?;
-    kick::install_handler().map_err(|e| {
-        VmError::Host(
-            "the vCPU kick handler",
-            std::io::Error::from_raw_os_error(e.errno()),
-        )
-    })?;
+    signals::install_handlers()?;
     let vm = Vm::new(config, hooks.entry_stamp.clone())?;
     let protocol = vm.boot.protocol;
     let Vm {
@@ -203,7 +190,6 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
             }
         }
     }
-    profiler.attach_vcpus(handles.iter().map(|h| h.requester()).collect());
     if let Some(interval) = hooks.interval {
         profiler.set_time_interval(interval);
     }

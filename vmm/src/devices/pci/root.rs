@@ -17,6 +17,7 @@ use crate::devices::bus::{Bus, BusDevice, BusError, Origin};
 use crate::layout::{
     PCI_ECAM_SIZE, PCI_ECAM_START, PCI_IO_END, PCI_IO_START, PCI_MMIO32_END, PCI_MMIO32_START,
 };
+use crate::outcome::{Blame, Fault};
 use crate::outcome::{RunOutcome, StopSignal};
 
 /// CONFIG_ADDRESS; CONFIG_DATA is at +4. The device spans 0xCF8-0xCFF.
@@ -48,6 +49,16 @@ pub enum PciError {
     /// A bus refused a range.
     #[error(transparent)]
     Bus(#[from] BusError),
+}
+
+impl Blame for PciError {
+    fn fault(&self) -> Fault {
+        match self {
+            // Only more devices than bus 0 has slots for, which the user asked for.
+            PciError::NoFreeSlot => Fault::User,
+            PciError::InUse(..) | PciError::NoBarSpace(_) | PciError::Bus(_) => Fault::Host,
+        }
+    }
 }
 
 struct Function {

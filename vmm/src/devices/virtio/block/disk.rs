@@ -20,6 +20,7 @@ use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::PathBuf;
 
 use crate::config::DiskConfig;
+use crate::outcome::{Blame, Fault};
 
 /// Bytes per sector.
 pub const SECTOR_SIZE: u64 = 512;
@@ -57,6 +58,19 @@ pub enum DiskError {
         .1.display()
     )]
     Twice(PathBuf, PathBuf),
+}
+
+impl Blame for DiskError {
+    /// The image the user named cannot be used as asked.
+    fn fault(&self) -> Fault {
+        match self {
+            DiskError::Open(..)
+            | DiskError::NotAFile(_)
+            | DiskError::TooSmall(..)
+            | DiskError::Locked(..)
+            | DiskError::Twice(..) => Fault::User,
+        }
+    }
 }
 
 /// Where the sectors live.

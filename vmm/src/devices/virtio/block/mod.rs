@@ -18,6 +18,7 @@ use super::{IrqLine, KvmIrqLine, ProcessError, VirtioDevice};
 use crate::config::DiskConfig;
 use crate::devices::pci::msix::{KvmMsi, MsiSink};
 use crate::devices::pci::{devfn, intx_gsi, ConfigSpaceError, PciError, PciRoot};
+use crate::outcome::{Blame, Fault};
 use disk::DiskError;
 use disk::{DiskImage, SECTOR_SIZE};
 use request::{
@@ -57,6 +58,16 @@ pub enum AttachError {
     /// The device's configuration space (a VMM bug).
     #[error("virtio-blk configuration space")]
     Config(#[from] ConfigSpaceError),
+}
+
+impl Blame for AttachError {
+    fn fault(&self) -> Fault {
+        match self {
+            AttachError::Disk(e) => e.fault(),
+            AttachError::Pci(e) => e.fault(),
+            AttachError::Config(_) => Fault::Host,
+        }
+    }
 }
 
 /// Where a disk was attached.
