@@ -25,3 +25,6 @@ pub mod session;
 pub mod signals;
 pub mod vcpu;
 pub mod vm;
+
+#[cfg(test)]
+mod layering;
