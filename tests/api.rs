@@ -3,15 +3,12 @@
 //! in responses and numbers or "0x..." strings in requests; and nobody but the socket's owner
 //! gets in.
 
-#[path = "harness/mod.rs"]
-mod harness;
-
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use harness::{hvprof_run, TempDir};
+use crate::harness::{hvprof_run, TempDir};
 
 /// Sends one request and returns (status, body).
 fn call(socket: &Path, method: &str, path: &str, body: &str) -> (u16, serde_json::Value) {

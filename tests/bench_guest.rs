@@ -4,13 +4,10 @@
 //! vCPU until stopped. This test reads the two lines `hvprof bench` parses, checks what must
 //! hold of the numbers, and stops the run with SIGTERM.
 
-#[path = "harness/mod.rs"]
-mod harness;
-
 use std::path::Path;
 use std::time::Duration;
 
-use harness::{hvprof_run, status};
+use crate::harness::{hvprof_run, status};
 
 const HYPERCALL_LINE: &str = "refguest: bench hypercall ";
 const STARTED_LINE: &str = "refguest: bench profile started";

@@ -2,10 +2,7 @@
 //! (PVH ELF32 and ELF64, Multiboot ELF and a.out kludge) and they report what
 //! they found through COM1 and isa-debug-exit.
 
-#[path = "harness/mod.rs"]
-mod harness;
-
-use harness::{fixture, hvprof_run, Fixture, Output, TempDir, FIXTURE_OK};
+use crate::harness::{fixture, hvprof_run, Fixture, Output, TempDir, FIXTURE_OK};
 
 const CMDLINE: &str = "hello from the hvprof tests x=1";
 const INITRD: &[u8] = b"HVPROF-INITRD\nthe rest of the initrd\n";

@@ -2,14 +2,11 @@
 //! `hvprof compare` (a function made 20% slower is flagged, an unchanged rerun is not) and
 //! `hvprof merge`.
 
-#[path = "harness/mod.rs"]
-mod harness;
-
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use harness::{hvprof, Output, TempDir};
+use crate::harness::{hvprof, Output, TempDir};
 
 /// Enough samples for a 20% slowdown to stand far out of sampling noise: 0.5 ms for 4 s.
 const WORKLOAD: &str = "scenario=shares shares.ms=4000 shares.interval=5000";

@@ -2,12 +2,9 @@
 //! other than the guest writing to isa-debug-exit, each checking the exit
 //! status of the CLI contract and the one-line `hvprof: error: ` message.
 
-#[path = "harness/mod.rs"]
-mod harness;
-
 use std::time::Duration;
 
-use harness::{fixture, hvprof, hvprof_run, status, Fixture, TempDir};
+use crate::harness::{fixture, hvprof, hvprof_run, status, Fixture, TempDir};
 
 /// Arguments that make a run of `kernel` valid apart from what a test varies.
 fn run_args(kernel: &std::path::Path) -> Vec<std::ffi::OsString> {

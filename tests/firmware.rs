@@ -8,13 +8,10 @@
 //! reboot right after "No bootable device"; the reboot (0x02, 0x06 to port 0xCF9) ends the run
 //! with status 0.
 
-#[path = "harness/mod.rs"]
-mod harness;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
-use harness::{hvprof, status, TempDir};
+use crate::harness::{hvprof, status, TempDir};
 
 fn seabios() -> PathBuf {
     let p = std::env::var_os("HVPROF_TEST_SEABIOS").map_or_else(
@@ -71,7 +68,7 @@ fn seabios_prints_its_banner_and_reaches_no_bootable_device() {
     eprintln!("SeaBIOS reached its boot attempt in {:.2?}", out.elapsed);
 }
 
-fn firmware_run(args: &[&std::ffi::OsStr]) -> harness::Output {
+fn firmware_run(args: &[&std::ffi::OsStr]) -> crate::harness::Output {
     let os = |s: &'static str| std::ffi::OsStr::new(s);
     let mut v: Vec<&std::ffi::OsStr> = vec![os("run")];
     v.extend_from_slice(args);

@@ -13,13 +13,10 @@
 //! Under QEMU on this machine that line came 4.1 s after start, 1.3 s after
 //! the real-mode setup code (which a VMM using the 64-bit boot protocol skips).
 
-#[path = "harness/mod.rs"]
-mod harness;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
-use harness::{hvprof_run, status};
+use crate::harness::{hvprof_run, status};
 
 const CMDLINE: &str = "console=ttyS0 earlyprintk=serial,ttyS0,115200 nokaslr";
 /// The decompressor's line that the test waits for.

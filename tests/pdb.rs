@@ -5,14 +5,11 @@
 //!
 //! Needs Debian's `clang` and `lld` (for `lld-link`); without them the tests fail and say so.
 
-#[path = "harness/mod.rs"]
-mod harness;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use harness::TempDir;
+use crate::harness::TempDir;
 use vmm::report::symbols::{pdb, pe};
 use vmm::report::Symbols;
 

@@ -4,13 +4,10 @@
 //! status 33 for PASS) and re-checks the key numbers from the guest's lines, so a VMM that
 //! counts wrongly fails here even if the guest's own check were too lenient.
 
-#[path = "harness/mod.rs"]
-mod harness;
-
 use std::path::Path;
 use std::time::Duration;
 
-use harness::{hvprof_run, Output};
+use crate::harness::{hvprof_run, Output};
 
 /// What the reference guest writes to isa-debug-exit when its scenario passed / failed.
 const PASS: u8 = 0x10;

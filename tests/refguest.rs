@@ -3,12 +3,9 @@
 //! distinct CR3s must run their CPL3 workloads, and the guest's verdict must reach the exit
 //! status.
 
-#[path = "harness/mod.rs"]
-mod harness;
-
 use std::path::Path;
 
-use harness::{hvprof, hvprof_run, Output};
+use crate::harness::{hvprof, hvprof_run, Output};
 
 /// What the reference guest writes to isa-debug-exit when its scenario passed.
 const REFGUEST_PASS: u8 = 0x10;

@@ -5,12 +5,9 @@
 //!
 //! The pprof check needs Go (Debian's `golang-go`); without it that test fails and says so.
 
-#[path = "harness/mod.rs"]
-mod harness;
-
 use std::process::Command;
 
-use harness::{hvprof, TempDir};
+use crate::harness::{hvprof, TempDir};
 
 const WORKLOAD: [&str; 3] = ["shares_f1", "shares_f2", "shares_f4"];
 
@@ -153,7 +150,7 @@ fn report_refuses_a_file_that_is_not_a_profile() {
     let dir = TempDir::new("not-a-profile");
     let path = dir.write("x.json", b"{\"format\": \"something else\"}");
     let out = hvprof(["report", path.to_str().unwrap()]).run();
-    out.assert_status(harness::status::USAGE);
+    out.assert_status(crate::harness::status::USAGE);
     out.assert_error_line(&["x.json", "not an hvprof profile"]);
 }
 

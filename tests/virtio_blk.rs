@@ -3,10 +3,7 @@
 //! sectors, then takes completions as MSI-X interrupts; the test checks what it printed and
 //! what the image file holds afterwards.
 
-#[path = "harness/mod.rs"]
-mod harness;
-
-use harness::{fixture, hvprof_run, status, Fixture, Output, TempDir, FIXTURE_OK};
+use crate::harness::{fixture, hvprof_run, status, Fixture, Output, TempDir, FIXTURE_OK};
 
 const SECTORS: usize = 8;
 

@@ -2,10 +2,6 @@
 //! in tests/fixtures/ with binutils, runs the `hvprof` binary with a
 //! wall-clock limit enforced here, and asserts on its exit status and output
 //! with messages that show everything the run printed.
-//!
-//! Each test file includes it with `#[path = "harness/mod.rs"] mod harness;`.
-//! Not every test file uses every helper.
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -32,8 +28,6 @@ pub mod status {
     pub const TIMED_OUT: i32 = 8;
     /// Stopped by SIGINT or SIGTERM.
     pub const SIGNALLED: i32 = 10;
-    /// Host or KVM error.
-    pub const HOST_ERROR: i32 = 12;
 
     /// The status of a run whose guest wrote `v` to isa-debug-exit.
     pub fn debug_exit(v: u8) -> i32 {
@@ -411,11 +405,6 @@ pub struct Running {
 }
 
 impl Running {
-    /// The process id.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
     /// Stdout captured so far.
     pub fn stdout_so_far(&self) -> String {
         String::from_utf8_lossy(&self.stdout.lock().unwrap_or_else(|e| e.into_inner())).into_owned()

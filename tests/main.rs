@@ -1,0 +1,35 @@
+//! hvprof's guest-booting tests (tier 3): one test binary, `guests`, with a module per area.
+//! Each test runs the `hvprof` binary on a guest (the fixture kernels of tests/fixtures/, the
+//! built-in reference guest, SeaBIOS, Debian's Linux) through [`harness`], which bounds every
+//! run's wall-clock time and prints everything a failed run said.
+//!
+//! Run them with `cargo nextest run --test guests` (per-test time limits in
+//! .config/nextest.toml) or `cargo test --test guests`; one area with a filter, for example
+//! `cargo nextest run --test guests firmware::`.
+
+mod harness;
+
+/// `--api-socket`: pause, resume, host-side profiles, shutdown.
+mod api;
+/// `hvprof bench` on the reference guest.
+mod bench_guest;
+/// PVH, multiboot and a.out fixture kernels.
+mod boot;
+/// `hvprof profile`, `compare` and `merge` on the reference guest.
+mod compare;
+/// How runs end: crashes, hangs, timeouts, signals, bad input.
+mod failures;
+/// SeaBIOS (Debian's `seabios` package) and OVMF boots.
+mod firmware;
+/// The early boot of Debian's Linux kernel.
+mod linux;
+/// PE/PDB symbolization of a DLL built at test time (Debian's clang and lld).
+mod pdb;
+/// Profile objects, sampling and injection, end to end.
+mod profiling;
+/// The reference guest's scenarios.
+mod refguest;
+/// `hvprof demo --out` and `hvprof report` (`go tool pprof` needs Debian's golang-go).
+mod reports;
+/// virtio-blk driven by a fixture kernel.
+mod virtio_blk;
