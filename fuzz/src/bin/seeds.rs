@@ -254,9 +254,54 @@ fn pvh_elf() -> Vec<u8> {
     input
 }
 
+/// A stack_walk input whose shaped image has two functions (a prologue of PUSH_NONVOL and
+/// ALLOC_SMALL with an epilogue, and a machine frame) and a stack that passes through both
+/// into frame-pointer code.
+fn pe_frames() -> Vec<u8> {
+    let image_len: u16 = 0x800;
+    let mut v = vec![0u8; 12];
+    v[..2].copy_from_slice(&image_len.to_le_bytes());
+    v[2] = 1; // shape the headers
+    v[3] = 2; // two RUNTIME_FUNCTIONs
+    v[4..6].copy_from_slice(&0x410u16.to_le_bytes()); // RIP in the first function's body
+    v[7] = 0x10; // RBP = STACK + 0x80
+    v[8] = 64; // depth
+    let mut image = vec![0u8; usize::from(image_len)];
+    let mut put = |at: usize, b: &[u8]| image[at..at + b.len()].copy_from_slice(b);
+    for (i, f) in [[0x400u32, 0x480, 0x600], [0x500, 0x580, 0x620]]
+        .iter()
+        .enumerate()
+    {
+        let entry: Vec<u8> = f.iter().flat_map(|x| x.to_le_bytes()).collect();
+        put(0x150 + 12 * i, &entry);
+    }
+    put(0x600, &[1, 5, 2, 0, 5, 0x32, 1, 0x30]); // sub rsp, 0x20 (5); push rbx (1)
+    put(0x620, &[1, 0, 1, 0, 0, 0x0a, 0, 0]); // PUSH_MACHFRAME
+    put(0x440, &[0x48, 0x83, 0xc4, 0x20, 0x5b, 0xc3]); // add rsp, 0x20; pop rbx; ret
+    v.extend(image);
+    let base = 0x1000u64;
+    let stack = 0x10_0000u64;
+    let words = [
+        0,
+        0,
+        0,
+        0,
+        0xb0b,
+        base + 0x505,
+        base + 0x9000,
+        0x33,
+        0x202,
+        stack + 0x70,
+    ];
+    v.extend(words.iter().flat_map(|w| w.to_le_bytes()));
+    v.extend([0u8; 0x20]);
+    v.extend([0u64, 0x4000_1234].iter().flat_map(|w| w.to_le_bytes()));
+    v
+}
+
 fn main() -> std::io::Result<()> {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
-    let seeds: [(&str, &str, Vec<u8>); 8] = [
+    let seeds: [(&str, &str, Vec<u8>); 9] = [
         ("platform_io", "virtio-ioeventfd", virtio(true, false)),
         ("platform_io", "virtio-exits", virtio(false, false)),
         ("platform_io", "virtio-ring", virtio(true, true)),
@@ -265,6 +310,7 @@ fn main() -> std::io::Result<()> {
         ("kernel_load", "bzimage", bzimage()),
         ("kernel_load", "pvh-elf", pvh_elf()),
         ("kernel_elf", "pvh-elf", pvh_elf()[1..].to_vec()),
+        ("stack_walk", "pe-frames", pe_frames()),
     ];
     for (target, name, bytes) in seeds {
         let at = Path::new(&dir).join(target);

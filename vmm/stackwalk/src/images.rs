@@ -1,0 +1,205 @@
+//! Which PE image holds a PC, remembered per address space.
+//!
+//! Finding an image means scanning down from the PC a page at a time for a header, which is
+//! far too slow to repeat on every frame of every sample. The cache keeps the images found
+//! (checked again on each use, by re-reading their headers: the guest may have unmapped or
+//! replaced them) and the page ranges known to hold no header (forgotten every
+//! [`MISS_LIFETIME`] lookups, so an image mapped later is found).
+
+use crate::mem::Memory;
+use crate::pe::{Image, PAGE};
+
+/// Images remembered, over all address spaces; the oldest is dropped beyond this.
+const MAX_IMAGES: usize = 256;
+/// Header-free page ranges remembered; all are dropped beyond this.
+const MAX_MISSES: usize = 1024;
+/// Lookups after which the header-free ranges are forgotten.
+pub const MISS_LIFETIME: u32 = 16_384;
+/// Addresses with bit 63 set are the kernel's, the same in every address space.
+const KERNEL_SPACE: u64 = u64::MAX;
+
+/// PE images found in guest address spaces.
+#[derive(Debug)]
+pub struct ImageCache {
+    /// How far below a PC the scan looks for its image's header.
+    scan_limit: u64,
+    images: Vec<(u64, Image)>,
+    /// (space, first page, last page) with no image header.
+    misses: Vec<(u64, u64, u64)>,
+    lookups: u32,
+}
+
+impl ImageCache {
+    /// An empty cache whose scans look at most `scan_limit` bytes below a PC.
+    pub fn new(scan_limit: u64) -> Self {
+        ImageCache {
+            scan_limit,
+            images: Vec::new(),
+            misses: Vec::new(),
+            lookups: 0,
+        }
+    }
+
+    /// The image holding `pc` in the address space `cr3` (its page-table root; PCID bits are
+    /// ignored), or None if no header lies within the scan limit below it.
+    pub fn find(&mut self, mem: &mut dyn Memory, cr3: u64, pc: u64) -> Option<Image> {
+        let space = if pc >> 63 == 1 {
+            KERNEL_SPACE
+        } else {
+            cr3 & !(PAGE - 1)
+        };
+        self.lookups += 1;
+        if self.lookups >= MISS_LIFETIME {
+            self.lookups = 0;
+            self.misses.clear();
+        }
+        if let Some(i) = self
+            .images
+            .iter()
+            .position(|(s, im)| *s == space && im.contains(pc))
+        {
+            let cached = self.images[i].1;
+            if Image::read(mem, cached.base).ok() == Some(cached) {
+                return Some(cached);
+            }
+            self.images.remove(i);
+        }
+        let found = self.scan(mem, space, pc);
+        if let Some(image) = found {
+            if self.images.len() == MAX_IMAGES {
+                self.images.remove(0);
+            }
+            self.images.push((space, image));
+        }
+        found
+    }
+
+    /// Scans down from `pc`'s page, jumping over ranges known to hold no header.
+    fn scan(&mut self, mem: &mut dyn Memory, space: u64, pc: u64) -> Option<Image> {
+        let top = pc & !(PAGE - 1);
+        let floor = top.saturating_sub(self.scan_limit);
+        let mut page = top;
+        let mut header = None;
+        while page >= floor {
+            if let Some(&(_, first, _)) = self
+                .misses
+                .iter()
+                .find(|(s, first, last)| *s == space && (*first..=*last).contains(&page))
+            {
+                match first.checked_sub(PAGE) {
+                    Some(below) => page = below,
+                    None => break,
+                }
+                continue;
+            }
+            if let Ok(image) = Image::read(mem, page) {
+                header = Some(image);
+                break;
+            }
+            match page.checked_sub(PAGE) {
+                Some(below) => page = below,
+                None => break,
+            }
+        }
+        // Every page above the header (or down to the floor) is now known to hold none.
+        let first = header.map_or(floor, |h| h.base + PAGE);
+        if first <= top {
+            self.remember_miss(space, first, top);
+        }
+        header.filter(|h| h.contains(pc))
+    }
+
+    fn remember_miss(&mut self, space: u64, first: u64, last: u64) {
+        if self.misses.len() == MAX_MISSES {
+            self.misses.clear();
+        }
+        self.misses.push((space, first, last));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testimage::ImageBuilder;
+    use crate::Regions;
+
+    #[test]
+    fn finds_the_image_below_and_remembers_it() {
+        let base = 0x7ff6_0000_0000;
+        let mem = ImageBuilder::new(0x3000).build();
+        let mut mem = Regions::new().with(base, mem);
+        let mut cache = ImageCache::new(0x10_0000);
+        let im = cache.find(&mut mem, 0x1000, base + 0x2345).unwrap();
+        assert_eq!((im.base, im.size), (base, 0x3000));
+        // Past the image's end there is none; both scans remember the pages above the header.
+        assert_eq!(cache.find(&mut mem, 0x1000, base + 0x3010), None);
+        assert_eq!(
+            cache.misses,
+            [
+                (0x1000, base + 0x1000, base + 0x2000),
+                (0x1000, base + 0x1000, base + 0x3000)
+            ]
+        );
+        // Another address space does not see it.
+        assert_eq!(
+            cache.find(&mut mem, 0x2000, base + 0x1000).map(|i| i.base),
+            Some(base)
+        );
+        assert_eq!(cache.images.len(), 2);
+    }
+
+    #[test]
+    fn a_replaced_image_is_noticed() {
+        let base = 0x1_4000_0000;
+        let mut mem = Regions::new().with(base, ImageBuilder::new(0x2000).build());
+        let mut cache = ImageCache::new(0x10_0000);
+        assert!(cache.find(&mut mem, 0, base + 0x1800).is_some());
+        // The guest unmaps it: the cached copy is not trusted.
+        let mut gone = Regions::new().with(base, vec![0; 0x2000]);
+        assert_eq!(cache.find(&mut gone, 0, base + 0x1800), None);
+        assert!(cache.images.is_empty());
+    }
+
+    /// Counts reads, to show which lookups touch guest memory.
+    struct Counting(Regions, usize);
+
+    impl Memory for Counting {
+        fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), crate::Unreadable> {
+            self.1 += 1;
+            self.0.read(addr, buf)
+        }
+    }
+
+    #[test]
+    fn a_scan_stops_at_its_limit_and_is_not_repeated() {
+        let mut mem = Counting(Regions::new(), 0);
+        let mut cache = ImageCache::new(0x4000);
+        assert_eq!(cache.find(&mut mem, 0, 0x10_0000), None);
+        assert_eq!(mem.1, 5, "pages 0x100000 down to 0xfc000, one read each");
+        assert_eq!(cache.misses, vec![(0, 0xf_c000, 0x10_0000)]);
+        assert_eq!(cache.find(&mut mem, 0, 0x10_0800), None);
+        assert_eq!(mem.1, 5, "a remembered miss reads nothing");
+    }
+
+    #[test]
+    fn the_kernel_half_is_one_space() {
+        let k = 0xffff_f800_0000_0000;
+        let mut mem = Regions::new().with(k, ImageBuilder::new(0x2000).build());
+        let mut cache = ImageCache::new(0x4000);
+        assert!(cache.find(&mut mem, 0x1000, k + 8).is_some());
+        assert!(cache.find(&mut mem, 0x9000, k + 8).is_some());
+        assert_eq!(cache.images.len(), 1);
+    }
+
+    #[test]
+    fn an_image_mapped_where_none_was_is_found_once_misses_expire() {
+        let mut cache = ImageCache::new(0x4000);
+        assert_eq!(cache.find(&mut Regions::new(), 0, 0x10_0000), None);
+        let mut mem = Regions::new().with(0xf_e000, ImageBuilder::new(0x4000).build());
+        let mut found = 0;
+        for _ in 0..=MISS_LIFETIME {
+            found += usize::from(cache.find(&mut mem, 0, 0x10_0000).is_some());
+        }
+        assert!(found > 0 && found < MISS_LIFETIME as usize);
+    }
+}

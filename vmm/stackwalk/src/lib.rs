@@ -1,0 +1,64 @@
+//! Guest call stacks read from outside the guest.
+//!
+//! Given a sampled vCPU's registers and read-only access to its address space, [`walk`]
+//! returns the return addresses of the stack, choosing an unwinder per frame:
+//!
+//! - inside a PE32+ image mapped in the guest ([`pe`], found and cached by [`ImageCache`]),
+//!   the image's own unwind data, interpreted as the Windows x64 unwinder does ([`x64`]);
+//! - anywhere else, the frame-pointer chain ([`fp`]).
+//!
+//! The guest controls every byte read: each read is bounded and checked, every loop has a
+//! fixed bound, nothing is allocated by a size the guest chose, and a walk that cannot go on
+//! ends with the frames it has and the reason it stopped ([`End`]).
+
+pub mod fp;
+mod images;
+pub mod mem;
+pub mod pe;
+mod walk;
+pub mod x64;
+
+#[cfg(test)]
+mod testimage;
+
+pub use images::ImageCache;
+pub use mem::{Memory, Regions, Unreadable};
+pub use walk::{walk, End, Options, Stack};
+
+/// The integer registers the unwinders read and restore, numbered as x86-64 encodes them
+/// (and as UNWIND_CODE names them): RAX, RCX, RDX, RBX, RSP, RBP, RSI, RDI, R8..R15.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Regs {
+    /// General-purpose registers by number.
+    pub gpr: [u64; 16],
+    /// The instruction pointer.
+    pub rip: u64,
+}
+
+impl Regs {
+    /// RSP's number.
+    pub const RSP: usize = 4;
+    /// RBP's number.
+    pub const RBP: usize = 5;
+
+    /// The stack pointer.
+    pub fn rsp(&self) -> u64 {
+        self.gpr[Self::RSP]
+    }
+
+    /// The frame pointer.
+    pub fn rbp(&self) -> u64 {
+        self.gpr[Self::RBP]
+    }
+
+    /// Registers with only RIP, RSP and RBP set.
+    pub fn new(rip: u64, rsp: u64, rbp: u64) -> Self {
+        let mut r = Regs {
+            rip,
+            ..Regs::default()
+        };
+        r.gpr[Self::RSP] = rsp;
+        r.gpr[Self::RBP] = rbp;
+        r
+    }
+}

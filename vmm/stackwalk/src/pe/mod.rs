@@ -1,0 +1,203 @@
+//! PE32+ images mapped in guest memory: finding the image that holds an address, reading its
+//! headers, and looking up the RUNTIME_FUNCTION that covers an address in its exception
+//! directory. Everything is read through [`Memory`] and checked against the image's own size.
+
+use crate::mem::{Memory, Unreadable};
+
+/// Images are mapped on page boundaries; the header scan steps a page at a time.
+pub const PAGE: u64 = 0x1000;
+/// The NT headers must start within the first page, after the DOS header.
+const MAX_LFANEW: u32 = 0x1000 - 264;
+/// Signature, file header, PE32+ optional header with all 16 data directories: 264 bytes.
+const NT_HEADERS_LEN: usize = 4 + 20 + 112 + 16 * 8;
+/// No real image is larger; a header that says so is lying.
+const MAX_IMAGE_SIZE: u32 = 1 << 30;
+const MACHINE_AMD64: u16 = 0x8664;
+const PE32_PLUS: u16 = 0x20b;
+/// RUNTIME_FUNCTION: BeginAddress, EndAddress, UnwindData (RVAs).
+const RUNTIME_FUNCTION_LEN: u32 = 12;
+
+/// A data directory: an RVA range inside the image.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Directory {
+    /// Start, relative to the image base.
+    pub rva: u32,
+    /// Length in bytes.
+    pub size: u32,
+}
+
+/// The headers of a PE32+ image mapped at `base`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Image {
+    /// Where the image is mapped (its `MZ`).
+    pub base: u64,
+    /// SizeOfImage: the image spans `base..base + size`.
+    pub size: u32,
+    /// The file header's TimeDateStamp (with `size`, the image's identity for symbol servers).
+    pub timestamp: u32,
+    /// The export directory (empty if absent or out of bounds).
+    pub exports: Directory,
+    /// The exception directory: the image's RUNTIME_FUNCTIONs.
+    pub exceptions: Directory,
+    /// The debug directory (CodeView records name the PDB).
+    pub debug: Directory,
+}
+
+/// Why there is no usable image at an address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PeError {
+    /// A header byte is not readable.
+    #[error(transparent)]
+    Unreadable(#[from] Unreadable),
+    /// The bytes are not a PE32+ x86-64 image header.
+    #[error("no PE32+ x86-64 image header at {0:#x}")]
+    NotPe(u64),
+}
+
+/// A RUNTIME_FUNCTION, as RVAs into its image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuntimeFunction {
+    /// First byte of the function.
+    pub begin: u32,
+    /// One past its last byte.
+    pub end: u32,
+    /// Its UNWIND_INFO.
+    pub unwind: u32,
+}
+
+fn le16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+impl Image {
+    /// Reads and checks the headers of an image mapped at `base`.
+    pub fn read(mem: &mut dyn Memory, base: u64) -> Result<Image, PeError> {
+        if mem.read_u16(base)? != u16::from_le_bytes(*b"MZ") {
+            return Err(PeError::NotPe(base));
+        }
+        let lfanew = mem.read_u32(base + 0x3c)?;
+        if !(0x40..=MAX_LFANEW).contains(&lfanew) {
+            return Err(PeError::NotPe(base));
+        }
+        let mut nt = [0u8; NT_HEADERS_LEN];
+        mem.read(base + u64::from(lfanew), &mut nt)?;
+        let opt = 24;
+        let optional_len = usize::from(le16(&nt, 20));
+        if &nt[..4] != b"PE\0\0"
+            || le16(&nt, 4) != MACHINE_AMD64
+            || le16(&nt, opt) != PE32_PLUS
+            || optional_len < 112
+        {
+            return Err(PeError::NotPe(base));
+        }
+        let size = le32(&nt, opt + 56);
+        if size == 0 || size > MAX_IMAGE_SIZE {
+            return Err(PeError::NotPe(base));
+        }
+        // Only the directories both the header and the optional header's length count.
+        let count = (le32(&nt, opt + 108) as usize)
+            .min((optional_len - 112) / 8)
+            .min(16);
+        let dir = |i: usize| {
+            if i >= count {
+                return Directory::default();
+            }
+            let d = Directory {
+                rva: le32(&nt, opt + 112 + 8 * i),
+                size: le32(&nt, opt + 116 + 8 * i),
+            };
+            match d.rva.checked_add(d.size) {
+                Some(end) if end <= size && d.size > 0 => d,
+                _ => Directory::default(),
+            }
+        };
+        Ok(Image {
+            base,
+            size,
+            timestamp: le32(&nt, 8),
+            exports: dir(0),
+            exceptions: dir(3),
+            debug: dir(6),
+        })
+    }
+
+    /// True if `addr` lies inside the image.
+    pub fn contains(&self, addr: u64) -> bool {
+        self.rva(addr).is_some()
+    }
+
+    /// `addr` relative to the base, if it lies inside the image.
+    pub fn rva(&self, addr: u64) -> Option<u32> {
+        u32::try_from(addr.wrapping_sub(self.base))
+            .ok()
+            .filter(|rva| *rva < self.size)
+    }
+
+    /// The RUNTIME_FUNCTION covering `addr`, by binary search of the exception directory
+    /// (which the PE format keeps sorted). An entry whose UnwindData has bit 0 set points at
+    /// the entry that holds the unwind data; one such hop is followed.
+    pub fn function(
+        &self,
+        mem: &mut dyn Memory,
+        addr: u64,
+    ) -> Result<Option<RuntimeFunction>, Unreadable> {
+        let Some(rva) = self.rva(addr) else {
+            return Ok(None);
+        };
+        let (mut lo, mut hi) = (0u32, self.exceptions.size / RUNTIME_FUNCTION_LEN);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let f = self.entry(mem, self.exceptions.rva + mid * RUNTIME_FUNCTION_LEN)?;
+            if rva < f.begin {
+                hi = mid;
+            } else if rva >= f.end {
+                lo = mid + 1;
+            } else {
+                return self.resolve(mem, f);
+            }
+        }
+        Ok(None)
+    }
+
+    fn resolve(
+        &self,
+        mem: &mut dyn Memory,
+        f: RuntimeFunction,
+    ) -> Result<Option<RuntimeFunction>, Unreadable> {
+        if f.unwind & 1 == 0 {
+            return Ok(self.checked(f));
+        }
+        let target = self.entry(mem, f.unwind & !1)?;
+        Ok(self.checked(target).map(|t| RuntimeFunction {
+            unwind: t.unwind,
+            ..f
+        }))
+    }
+
+    pub(crate) fn checked(&self, f: RuntimeFunction) -> Option<RuntimeFunction> {
+        (f.begin < f.end && f.end <= self.size && f.unwind < self.size && f.unwind & 1 == 0)
+            .then_some(f)
+    }
+
+    /// The RUNTIME_FUNCTION at `rva`.
+    pub(crate) fn entry(
+        &self,
+        mem: &mut dyn Memory,
+        rva: u32,
+    ) -> Result<RuntimeFunction, Unreadable> {
+        let mut b = [0u8; RUNTIME_FUNCTION_LEN as usize];
+        mem.read(self.base + u64::from(rva), &mut b)?;
+        Ok(RuntimeFunction {
+            begin: le32(&b, 0),
+            end: le32(&b, 4),
+            unwind: le32(&b, 8),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

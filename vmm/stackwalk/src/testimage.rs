@@ -1,0 +1,104 @@
+//! Hand-made PE32+ images and unwind info for the unit tests.
+
+// Test images are small: every length and offset fits the PE fields.
+#![allow(clippy::cast_possible_truncation)]
+
+/// Where the builder puts the NT headers and the exception directory.
+const LFANEW: usize = 0x80;
+const EXCEPTIONS: usize = 0x200;
+
+/// A PE32+ image built in memory: headers, an exception directory, and bytes placed at RVAs.
+pub struct ImageBuilder {
+    size: usize,
+    functions: Vec<[u32; 3]>,
+    bytes: Vec<(usize, Vec<u8>)>,
+}
+
+impl ImageBuilder {
+    /// An image of `size` bytes (SizeOfImage) with no functions.
+    pub fn new(size: usize) -> Self {
+        ImageBuilder {
+            size,
+            functions: Vec::new(),
+            bytes: Vec::new(),
+        }
+    }
+
+    /// Adds a RUNTIME_FUNCTION.
+    pub fn function(mut self, begin: u32, end: u32, unwind: u32) -> Self {
+        self.functions.push([begin, end, unwind]);
+        self
+    }
+
+    /// Places `bytes` at `rva`.
+    pub fn bytes(mut self, rva: u32, bytes: &[u8]) -> Self {
+        self.bytes.push((rva as usize, bytes.to_vec()));
+        self
+    }
+
+    /// The image's bytes.
+    pub fn build(mut self) -> Vec<u8> {
+        let mut m = vec![0u8; self.size];
+        let put = |m: &mut Vec<u8>, at: usize, b: &[u8]| m[at..at + b.len()].copy_from_slice(b);
+        put(&mut m, 0, b"MZ");
+        put(&mut m, 0x3c, &(LFANEW as u32).to_le_bytes());
+        put(&mut m, LFANEW, b"PE\0\0");
+        put(&mut m, LFANEW + 4, &0x8664u16.to_le_bytes());
+        put(&mut m, LFANEW + 8, &0x5eed_1234u32.to_le_bytes());
+        put(&mut m, LFANEW + 20, &240u16.to_le_bytes());
+        let opt = LFANEW + 24;
+        put(&mut m, opt, &0x20bu16.to_le_bytes());
+        put(&mut m, opt + 56, &(self.size as u32).to_le_bytes());
+        put(&mut m, opt + 108, &16u32.to_le_bytes());
+        if !self.functions.is_empty() {
+            self.functions.sort();
+            let table: Vec<u8> = self
+                .functions
+                .iter()
+                .flatten()
+                .flat_map(|v| v.to_le_bytes())
+                .collect();
+            put(&mut m, opt + 112 + 24, &(EXCEPTIONS as u32).to_le_bytes());
+            put(&mut m, opt + 116 + 24, &(table.len() as u32).to_le_bytes());
+            put(&mut m, EXCEPTIONS, &table);
+        }
+        for (at, b) in &self.bytes {
+            put(&mut m, *at, b);
+        }
+        m
+    }
+}
+
+/// One unwind-code slot: the prologue offset, the operation and its 4-bit operand.
+pub fn code(offset: u8, op: u8, info: u8) -> u16 {
+    u16::from_le_bytes([offset, op | info << 4])
+}
+
+/// An UNWIND_INFO (version 1) with these slots, chained to `parent` if given.
+pub fn unwind_info(
+    prolog: u8,
+    frame: (u8, u8),
+    slots: &[u16],
+    parent: Option<[u32; 3]>,
+) -> Vec<u8> {
+    let flags = if parent.is_some() { 4u8 } else { 0 };
+    let mut v = vec![
+        1 | flags << 3,
+        prolog,
+        slots.len() as u8,
+        frame.0 | frame.1 << 4,
+    ];
+    v.extend(slots.iter().flat_map(|s| s.to_le_bytes()));
+    if slots.len() % 2 == 1 {
+        v.extend([0, 0]);
+    }
+    if let Some(p) = parent {
+        v.extend(p.iter().flat_map(|x| x.to_le_bytes()));
+    }
+    v
+}
+
+/// Little-endian u64s laid out as stack bytes.
+pub fn stack(words: &[u64]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}

@@ -1,0 +1,119 @@
+//! Walking a whole stack: one unwinder per frame, bounded depth, and a reason for the end.
+
+use crate::images::ImageCache;
+use crate::mem::{canonical, Memory};
+use crate::x64::UnwindError;
+use crate::{fp, x64, Regs};
+
+/// How far a walk may go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Most frames returned, the sampled PC included; 0 walks nothing.
+    pub max_depth: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { max_depth: 64 }
+    }
+}
+
+/// Why a walk ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// The outermost frame: a return address or frame pointer of zero.
+    Complete,
+    /// `max_depth` frames were taken.
+    Depth,
+    /// A stack slot, a header or unwind data was not readable at this address.
+    Unreadable(u64),
+    /// A return address was not canonical.
+    NonCanonical(u64),
+    /// The caller's frame was not above the callee's (a loop, or garbage).
+    NotGrowing,
+    /// An image's unwind info at this address was malformed.
+    Malformed(u64),
+}
+
+/// A walked stack: the sampled PC, then each return address, innermost first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stack {
+    /// Program counters, innermost first.
+    pub pcs: Vec<u64>,
+    /// Why the walk stopped.
+    pub end: End,
+}
+
+impl Stack {
+    /// True if the walk stopped before the outermost frame.
+    pub fn truncated(&self) -> bool {
+        self.end != End::Complete
+    }
+}
+
+/// Walks the stack of a vCPU whose registers are `regs`, in the address space `cr3`.
+pub fn walk(
+    mem: &mut dyn Memory,
+    images: &mut ImageCache,
+    cr3: u64,
+    mut regs: Regs,
+    opts: Options,
+) -> Stack {
+    let mut pcs = Vec::with_capacity(opts.max_depth.min(64));
+    if opts.max_depth == 0 {
+        return Stack {
+            pcs,
+            end: End::Complete,
+        };
+    }
+    pcs.push(regs.rip);
+    let end = loop {
+        if pcs.len() >= opts.max_depth {
+            break End::Depth;
+        }
+        let before = regs;
+        // A return address follows its call: look up the call's function, not the next.
+        let lookup = if pcs.len() == 1 {
+            regs.rip
+        } else {
+            regs.rip.wrapping_sub(1)
+        };
+        let stepped = match images.find(mem, cr3, lookup) {
+            Some(image) => match image.function(mem, lookup) {
+                Ok(Some(f)) => x64::unwind(mem, &image, f, &mut regs).map(|u| u.machine_frame),
+                // No RUNTIME_FUNCTION: a leaf, its return address on top of the stack.
+                Ok(None) => leaf(mem, &mut regs),
+                Err(e) => Err(e.into()),
+            },
+            None if regs.rbp() == 0 => break End::Complete,
+            None => fp::step(mem, &mut regs).map(|()| false).map_err(Into::into),
+        };
+        let stack_switched = match stepped {
+            Ok(switched) => switched,
+            Err(UnwindError::Unreadable(e)) => break End::Unreadable(e.0),
+            Err(UnwindError::Malformed(at)) => break End::Malformed(at),
+        };
+        if regs.rip == 0 {
+            break End::Complete;
+        }
+        if !canonical(regs.rip) {
+            break End::NonCanonical(regs.rip);
+        }
+        if !stack_switched && regs.rsp() <= before.rsp() {
+            break End::NotGrowing;
+        }
+        pcs.push(regs.rip);
+    };
+    Stack { pcs, end }
+}
+
+/// Unwinds a function without unwind data: it moved nothing, the return address is at RSP.
+fn leaf(mem: &mut dyn Memory, regs: &mut Regs) -> Result<bool, UnwindError> {
+    let rsp = regs.rsp();
+    regs.rip = mem.read_u64(rsp)?;
+    regs.gpr[Regs::RSP] = rsp.wrapping_add(8);
+    Ok(false)
+}
+
+#[cfg(test)]
+mod tests;
