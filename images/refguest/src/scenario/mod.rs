@@ -20,6 +20,7 @@ mod objects;
 mod process;
 mod shares;
 mod smoke;
+mod stacks;
 mod stopped;
 
 /// What a scenario may know about the machine.
@@ -51,6 +52,7 @@ static SCENARIOS: &[Scenario] = &[
     interrupts::SCENARIO,
     stopped::SCENARIO,
     bench::SCENARIO,
+    stacks::SCENARIO,
 ];
 static SELECTED: AtomicUsize = AtomicUsize::new(usize::MAX);
 

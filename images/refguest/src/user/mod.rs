@@ -9,6 +9,7 @@ pub mod prof;
 pub mod smoke;
 // After `prof`, so that the profiling scenarios' functions keep their addresses.
 pub mod bench;
+pub mod stacks;
 
 /// Start of the user window: code from the `.user` section.
 pub const USER_BASE: u64 = 0x4000_0000;
