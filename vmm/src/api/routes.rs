@@ -29,6 +29,7 @@ struct HostProfileBody {
     cr3: Option<u64>,
     vcpus: Option<Vec<usize>>,
     cpl: Option<u8>,
+    stack_depth: Option<usize>,
 }
 
 fn start<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -177,7 +178,7 @@ impl ApiState {
                     "id": r.id, "running": r.running, "samples": r.total,
                     "start": Hex(r.spec.start), "last": Hex(r.spec.last),
                     "bucket_shift": r.spec.bucket_shift, "cr3": OptHex(r.spec.cr3),
-                    "vcpus": r.spec.vcpus,
+                    "vcpus": r.spec.vcpus, "stack_depth": r.spec.stack_depth,
                 })
             })
             .collect();
@@ -197,6 +198,7 @@ impl ApiState {
             cr3: b.cr3,
             vcpus: b.vcpus,
             cpl: b.cpl,
+            stack_depth: b.stack_depth.unwrap_or(whole.stack_depth),
         };
         if let Some(bad) = spec
             .vcpus

@@ -186,6 +186,9 @@ pub struct ProfileArgs {
     /// No host-side profile: collect only the guest agent's objects.
     #[arg(long)]
     pub no_host_profile: bool,
+    /// Call-stack frames walked per host-side sample, the sampled PC included (0: no stacks)
+    #[arg(long, value_name = "N", default_value_t = vmm::profiler::host::DEFAULT_STACK_DEPTH)]
+    pub stack_depth: usize,
     /// Where profile.json, profile.pb.gz, flamegraph.svg and report.txt go.
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
@@ -332,6 +335,7 @@ impl ProfileArgs {
         spec.bucket_shift = self.bucket;
         spec.cr3 = self.cr3.as_deref().map(parse_u64).transpose()?;
         spec.cpl = self.cpl;
+        spec.stack_depth = self.stack_depth;
         spec.validate().map_err(|e| e.to_string())?;
         Ok(Some(spec))
     }

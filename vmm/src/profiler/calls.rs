@@ -28,6 +28,9 @@ pub const FEATURES: u32 = abi::cpuid::FEATURE_START_GUEST_VIRTUAL
 pub struct CpuState {
     /// RIP.
     pub rip: u64,
+    /// The integer registers, numbered as x86-64 encodes them (RAX, RCX, RDX, RBX, RSP, RBP,
+    /// RSI, RDI, R8..R15): the stack walker starts from them.
+    pub gpr: [u64; 16],
     /// Current privilege level.
     pub cpl: u8,
     /// Paging registers.

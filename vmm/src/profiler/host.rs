@@ -2,9 +2,12 @@
 //! range of guest-virtual addresses (by default the whole address space), optionally only one
 //! process (CR3) and some vCPUs, in buckets of 2^shift bytes. Counts live in VMM memory, one
 //! sparse map per vCPU (no lock is shared between vCPUs on the sample path), merged when read.
+//! With a stack depth, each sample also counts its call stack, in a bounded table per vCPU.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
+
+use stackwalk::Stack;
 
 use crate::outcome::{Blame, Fault};
 use profile_core::attribution::process_key;
@@ -24,7 +27,17 @@ pub struct HostProfileSpec {
     pub vcpus: Option<Vec<usize>>,
     /// Only samples taken at this privilege level (3: user mode, 0: kernel), None: any.
     pub cpl: Option<u8>,
+    /// Call-stack frames kept per sample (the sampled PC included); 0: no stacks.
+    pub stack_depth: usize,
 }
+
+/// Frames kept per sample unless the user says otherwise.
+pub const DEFAULT_STACK_DEPTH: usize = 64;
+/// Frames a stack may keep: `--stack-depth` above this is refused.
+pub const MAX_STACK_DEPTH: usize = 1024;
+/// Frames of distinct stacks one vCPU's table of a profile holds (8 MiB of PCs); a new stack
+/// beyond that is counted as dropped (its flat count is kept).
+const MAX_STACK_FRAMES: usize = 1 << 20;
 
 impl HostProfileSpec {
     /// The whole guest address space, all processes and vCPUs, in 16-byte buckets.
@@ -36,6 +49,7 @@ impl HostProfileSpec {
             cr3: None,
             vcpus: None,
             cpl: None,
+            stack_depth: DEFAULT_STACK_DEPTH,
         }
     }
 
@@ -49,6 +63,9 @@ impl HostProfileSpec {
         }
         if self.cpl.is_some_and(|c| c > 3) {
             return Err(HostProfileError::Cpl);
+        }
+        if self.stack_depth > MAX_STACK_DEPTH {
+            return Err(HostProfileError::StackDepth(self.stack_depth));
         }
         Ok(())
     }
@@ -83,6 +100,9 @@ pub enum HostProfileError {
     /// A privilege level above 3.
     #[error("the privilege level filter must be 0..=3")]
     Cpl,
+    /// A stack depth above [`MAX_STACK_DEPTH`].
+    #[error("stack depth {0} is over {MAX_STACK_DEPTH}")]
+    StackDepth(usize),
     /// No such profile.
     #[error("no host profile {0}")]
     Unknown(u32),
@@ -98,6 +118,7 @@ impl Blame for HostProfileError {
             HostProfileError::EmptyRange
             | HostProfileError::BucketShift(_)
             | HostProfileError::Cpl
+            | HostProfileError::StackDepth(_)
             | HostProfileError::Unknown(_)
             | HostProfileError::Stopped(_) => Fault::User,
         }
@@ -107,11 +128,56 @@ impl Blame for HostProfileError {
 /// A host profile's counts: bucket index -> samples.
 pub type SparseCounts = BTreeMap<u64, u64>;
 
+/// A sampled call stack: program counters, innermost (the sampled PC) first, and whether the
+/// walk stopped before the outermost frame.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StackKey {
+    /// Program counters, innermost first.
+    pub pcs: Box<[u64]>,
+    /// The walk ended early (depth limit, unreadable or implausible frame).
+    pub truncated: bool,
+}
+
+/// Call stacks and their sample counts, and what could not be kept.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StackCounts {
+    /// Each distinct stack and its samples.
+    pub stacks: BTreeMap<StackKey, u64>,
+    /// Samples whose stack ended early (included in `stacks`).
+    pub truncated: u64,
+    /// Samples whose new stack did not fit the table (counted in the flat counts only).
+    pub dropped: u64,
+}
+
 /// One vCPU's counts and their sum (kept so a summary needs no walk of the map).
 #[derive(Default)]
 struct VcpuCounts {
     counts: SparseCounts,
     total: u64,
+    stacks: HashMap<StackKey, u64>,
+    stack_frames: usize,
+    truncated: u64,
+    dropped: u64,
+}
+
+impl VcpuCounts {
+    /// Counts one sample's stack, cut to `depth` frames.
+    fn count_stack(&mut self, stack: &Stack, depth: usize) {
+        let keep = stack.pcs.len().min(depth);
+        let key = StackKey {
+            pcs: stack.pcs[..keep].into(),
+            truncated: stack.truncated() || keep < stack.pcs.len(),
+        };
+        self.truncated += u64::from(key.truncated);
+        if let Some(n) = self.stacks.get_mut(&key) {
+            *n += 1;
+        } else if self.stack_frames + keep <= MAX_STACK_FRAMES {
+            self.stack_frames += keep;
+            self.stacks.insert(key, 1);
+        } else {
+            self.dropped += 1;
+        }
+    }
 }
 
 /// One host profile.
@@ -139,8 +205,26 @@ impl HostProfile {
         self.running && self.spec.covers_vcpu(v)
     }
 
-    /// Counts a sample of vCPU `v` at privilege level `cpl`; true if it fell in the profile.
-    pub(super) fn record(&self, v: usize, pc: u64, cr3: u64, cpl: u8) -> bool {
+    /// The stack depth a sample of vCPU `v` at `pc` needs for this profile: 0 if the
+    /// sample does not count here or the profile keeps no stacks.
+    pub(super) fn stack_depth(&self, v: usize, pc: u64, cr3: u64, cpl: u8) -> usize {
+        if self.samples_vcpu(v) && self.spec.bucket(pc, cr3, cpl).is_some() {
+            self.spec.stack_depth
+        } else {
+            0
+        }
+    }
+
+    /// Counts a sample of vCPU `v` at privilege level `cpl`, and its call stack if one was
+    /// walked; true if it fell in the profile.
+    pub(super) fn record(
+        &self,
+        v: usize,
+        pc: u64,
+        cr3: u64,
+        cpl: u8,
+        stack: Option<&Stack>,
+    ) -> bool {
         let (Some(bucket), Some(map)) = (self.spec.bucket(pc, cr3, cpl), self.per_vcpu.get(v))
         else {
             return false;
@@ -151,7 +235,24 @@ impl HostProfile {
         let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
         *map.counts.entry(bucket).or_default() += 1;
         map.total += 1;
+        if let Some(stack) = stack.filter(|_| self.spec.stack_depth > 0) {
+            map.count_stack(stack, self.spec.stack_depth);
+        }
         true
+    }
+
+    /// All vCPUs' stacks merged.
+    pub(super) fn stacks(&self) -> StackCounts {
+        let mut all = StackCounts::default();
+        for m in &self.per_vcpu {
+            let m = m.lock().unwrap_or_else(|e| e.into_inner());
+            for (k, c) in &m.stacks {
+                *all.stacks.entry(k.clone()).or_default() += c;
+            }
+            all.truncated += m.truncated;
+            all.dropped += m.dropped;
+        }
+        all
     }
 
     /// All vCPUs' counts merged.
@@ -172,6 +273,7 @@ impl HostProfile {
             spec: self.spec.clone(),
             running: self.running,
             counts: self.counts(),
+            stacks: self.stacks(),
         }
     }
 
@@ -209,6 +311,8 @@ pub struct HostProfileResult {
     pub running: bool,
     /// Bucket index -> samples.
     pub counts: SparseCounts,
+    /// The samples' call stacks (empty with a stack depth of 0).
+    pub stacks: StackCounts,
 }
 
 impl HostProfileResult {
@@ -225,9 +329,9 @@ mod tests {
     #[test]
     fn whole_space_counts_every_pc_per_bucket() {
         let p = HostProfile::new(1, HostProfileSpec::whole_space(), 2);
-        assert!(p.record(0, 0x1000, 0, 3));
-        assert!(p.record(1, 0x100f, 0, 0));
-        assert!(p.record(1, u64::MAX, 0, 3));
+        assert!(p.record(0, 0x1000, 0, 3, None));
+        assert!(p.record(1, 0x100f, 0, 0, None));
+        assert!(p.record(1, u64::MAX, 0, 3, None));
         let c = p.counts();
         assert_eq!(c.get(&0x100), Some(&2));
         assert_eq!(c.get(&(u64::MAX >> 4)), Some(&1));
@@ -239,9 +343,9 @@ mod tests {
         let p = HostProfile::new(1, HostProfileSpec::whole_space(), 3);
         assert_eq!(p.total(), 0);
         for (v, pc) in [(0, 0x10), (0, 0x10), (1, 0x20), (2, 0x10), (2, u64::MAX)] {
-            assert!(p.record(v, pc, 0, 0));
+            assert!(p.record(v, pc, 0, 0, None));
         }
-        assert!(!p.record(3, 0x10, 0, 0), "no such vCPU");
+        assert!(!p.record(3, 0x10, 0, 0, None), "no such vCPU");
         assert_eq!(p.total(), 5);
         assert_eq!(p.counts().values().sum::<u64>(), 5);
     }
@@ -249,8 +353,8 @@ mod tests {
     #[test]
     fn result_is_the_merged_counts_with_id_spec_and_state() {
         let mut p = HostProfile::new(7, HostProfileSpec::whole_space(), 2);
-        assert!(p.record(0, 0xffff_ffff_8100_0000, 0, 0));
-        assert!(p.record(1, 0xffff_ffff_8100_0008, 0, 0));
+        assert!(p.record(0, 0xffff_ffff_8100_0000, 0, 0, None));
+        assert!(p.record(1, 0xffff_ffff_8100_0008, 0, 0, None));
         p.running = false;
         let r = p.result();
         assert_eq!((r.id, r.running), (7, false));
@@ -271,19 +375,80 @@ mod tests {
             cr3: Some(0x1000 | 0x5), // PCID bits are ignored
             vcpus: Some(vec![1]),
             cpl: Some(3),
+            stack_depth: 0,
         };
         let p = HostProfile::new(1, spec, 2);
-        assert!(!p.record(1, 0x3fff_ffff, 0x1000, 3));
-        assert!(!p.record(1, 0x4000_1000, 0x1000, 3));
-        assert!(!p.record(1, 0x4000_0010, 0x2000, 3));
-        assert!(!p.record(0, 0x4000_0010, 0x1000, 3));
+        assert!(!p.record(1, 0x3fff_ffff, 0x1000, 3, None));
+        assert!(!p.record(1, 0x4000_1000, 0x1000, 3, None));
+        assert!(!p.record(1, 0x4000_0010, 0x2000, 3, None));
+        assert!(!p.record(0, 0x4000_0010, 0x1000, 3, None));
         assert!(
-            !p.record(1, 0x4000_0010, 0x1003, 0),
+            !p.record(1, 0x4000_0010, 0x1003, 0, None),
             "kernel-mode samples are filtered"
         );
-        assert!(p.record(1, 0x4000_0010, 0x1003, 3));
+        assert!(p.record(1, 0x4000_0010, 0x1003, 3, None));
         assert_eq!(p.counts(), SparseCounts::from([(1, 1)]));
         assert_eq!(p.total(), 1, "filtered samples are not counted");
+    }
+
+    fn stack(pcs: &[u64], end: stackwalk::End) -> Stack {
+        Stack {
+            pcs: pcs.to_vec(),
+            end,
+        }
+    }
+
+    #[test]
+    fn stacks_are_counted_cut_to_depth_and_marked_truncated() {
+        use stackwalk::End;
+        let mut spec = HostProfileSpec::whole_space();
+        spec.stack_depth = 2;
+        let p = HostProfile::new(1, spec, 2);
+        let whole = stack(&[0x10, 0x20], End::Complete);
+        assert_eq!(p.stack_depth(0, 0x10, 0, 3), 2);
+        assert!(p.record(0, 0x10, 0, 3, Some(&whole)));
+        assert!(p.record(1, 0x10, 0, 3, Some(&whole)));
+        // Deeper than the profile keeps: cut, and marked.
+        assert!(p.record(
+            1,
+            0x10,
+            0,
+            3,
+            Some(&stack(&[0x10, 0x20, 0x30], End::Complete))
+        ));
+        // A walk that stopped early.
+        assert!(p.record(0, 0x10, 0, 3, Some(&stack(&[0x10], End::Unreadable(8)))));
+        // No stack walked (depth 0 elsewhere): the flat count only.
+        assert!(p.record(0, 0x10, 0, 3, None));
+        let s = p.stacks();
+        let key = |pcs: &[u64], truncated| StackKey {
+            pcs: pcs.into(),
+            truncated,
+        };
+        assert_eq!(
+            s.stacks,
+            BTreeMap::from([
+                (key(&[0x10, 0x20], false), 2),
+                (key(&[0x10, 0x20], true), 1),
+                (key(&[0x10], true), 1)
+            ])
+        );
+        assert_eq!((s.truncated, s.dropped), (2, 0));
+        assert_eq!(p.total(), 5);
+        assert_eq!(p.result().stacks, s);
+    }
+
+    #[test]
+    fn a_full_stack_table_drops_new_stacks_but_counts_known_ones() {
+        use stackwalk::End;
+        let mut c = VcpuCounts::default();
+        c.count_stack(&stack(&[1, 2], End::Complete), 64);
+        c.stack_frames = MAX_STACK_FRAMES - 1;
+        c.count_stack(&stack(&[3, 4], End::Complete), 64);
+        c.count_stack(&stack(&[1, 2], End::Complete), 64);
+        c.count_stack(&stack(&[5], End::Complete), 64);
+        assert_eq!((c.stacks.len(), c.dropped), (2, 1));
+        assert_eq!(c.stacks.values().sum::<u64>(), 3);
     }
 
     #[test]
@@ -295,5 +460,11 @@ mod tests {
         let mut s = HostProfileSpec::whole_space();
         s.bucket_shift = 64;
         assert_eq!(s.validate(), Err(HostProfileError::BucketShift(64)));
+        let mut s = HostProfileSpec::whole_space();
+        s.stack_depth = MAX_STACK_DEPTH + 1;
+        assert_eq!(
+            s.validate(),
+            Err(HostProfileError::StackDepth(MAX_STACK_DEPTH + 1))
+        );
     }
 }

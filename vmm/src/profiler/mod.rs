@@ -9,6 +9,7 @@
 mod calls;
 pub mod host;
 pub mod pin;
+pub mod stacks;
 pub mod stats;
 pub mod walk;
 
@@ -26,6 +27,7 @@ use vm_memory::GuestMemoryMmap;
 pub use calls::{CpuState, FEATURES};
 use host::{HostProfile, HostProfileError, HostProfileResult, HostProfileSpec, HostProfileSummary};
 use pin::PinnedBuffer;
+use stacks::StackWalker;
 use stats::{bump, StatsSnapshot, VcpuProfileStats};
 
 use crate::devices::pci::msix::{signal_msi, MsiMessage};
@@ -75,6 +77,8 @@ struct VcpuSlot {
     /// Profile-interrupt vector, 0 = off.
     vector: AtomicU32,
     stats: VcpuProfileStats,
+    /// Only this vCPU's thread walks with it; the lock is never contended.
+    walker: Mutex<StackWalker>,
 }
 
 impl VcpuSlot {
@@ -194,9 +198,23 @@ impl Profiler {
         };
         let n = self.read().record(&sample, &mut PinSink);
         let mut host = 0u64;
-        for p in self.host.read().unwrap_or_else(|e| e.into_inner()).iter() {
-            host += u64::from(p.record(v, cpu.rip, cpu.paging.cr3, cpu.cpl));
+        let profiles = self.host.read().unwrap_or_else(|e| e.into_inner());
+        let (cr3, cpl) = (cpu.paging.cr3, cpu.cpl);
+        // One walk serves every host profile this sample counts in, at the deepest depth any
+        // of them keeps.
+        let depth = profiles
+            .iter()
+            .map(|p| p.stack_depth(v, cpu.rip, cr3, cpl))
+            .max()
+            .unwrap_or(0);
+        let stack = (depth > 0).then(|| {
+            let mut walker = slot.walker.lock().unwrap_or_else(|e| e.into_inner());
+            walker.walk(&self.mem, cpu, depth)
+        });
+        for p in profiles.iter() {
+            host += u64::from(p.record(v, cpu.rip, cr3, cpl, stack.as_ref()));
         }
+        drop(profiles);
         bump(&slot.stats.samples, 1);
         if n > 0 || host > 0 {
             bump(&slot.stats.attributed, 1);

@@ -314,6 +314,10 @@ impl Vcpu {
         let protected = sregs.cr0 & 1 != 0;
         CpuState {
             rip: regs.rip,
+            gpr: [
+                regs.rax, regs.rcx, regs.rdx, regs.rbx, regs.rsp, regs.rbp, regs.rsi, regs.rdi,
+                regs.r8, regs.r9, regs.r10, regs.r11, regs.r12, regs.r13, regs.r14, regs.r15,
+            ],
             cpl: if protected { sregs.ss.dpl } else { 0 },
             paging: Paging {
                 cr0: sregs.cr0,

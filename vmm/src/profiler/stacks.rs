@@ -1,0 +1,169 @@
+//! Call stacks of sampled vCPUs, walked in guest memory at sample time.
+//!
+//! The walk itself (which unwinder for which frame, every bound on guest data) is the
+//! `stackwalk` crate's; this module gives it the sampled vCPU's address space: reads go
+//! through the guest's own page tables for the sampled CR3 ([`super::walk`]), never write,
+//! and a page that does not translate is simply unreadable (the guest never sees a fault).
+
+use stackwalk::{ImageCache, Memory, Options, Regs, Stack, Unreadable};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+use super::calls::CpuState;
+use super::walk::{translate, Paging};
+
+/// How far below a PC the search for its PE image's header looks: more than the largest
+/// Windows kernel image, so a PC anywhere in ntoskrnl finds its header.
+pub const IMAGE_SCAN_LIMIT: u64 = 64 << 20;
+/// Translations remembered during one walk (stack pages, image headers, unwind data, code).
+const TLB_ENTRIES: usize = 8;
+const PAGE: u64 = 0x1000;
+
+/// One address space of the guest, read-only, as one sample's walk sees it.
+pub struct GuestVirt<'a> {
+    mem: &'a GuestMemoryMmap,
+    paging: Paging,
+    /// (virtual page, physical page) pairs, valid for this walk only.
+    tlb: [(u64, u64); TLB_ENTRIES],
+    used: usize,
+}
+
+impl<'a> GuestVirt<'a> {
+    /// The address space `paging` describes.
+    pub fn new(mem: &'a GuestMemoryMmap, paging: Paging) -> Self {
+        GuestVirt {
+            mem,
+            paging,
+            tlb: [(u64::MAX, 0); TLB_ENTRIES],
+            used: 0,
+        }
+    }
+
+    /// The guest-physical page behind the virtual page `page`.
+    fn page(&mut self, page: u64) -> Option<u64> {
+        if let Some(&(_, phys)) = self.tlb.iter().find(|(virt, _)| *virt == page) {
+            return Some(phys);
+        }
+        let phys = translate(self.mem, &self.paging, page).ok()?.gpa & !(PAGE - 1);
+        self.tlb[self.used % TLB_ENTRIES] = (page, phys);
+        self.used += 1;
+        Some(phys)
+    }
+}
+
+impl Memory for GuestVirt<'_> {
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), Unreadable> {
+        let mut done = 0;
+        while done < buf.len() {
+            let va = addr.wrapping_add(done as u64);
+            let within = va % PAGE;
+            let phys = self.page(va - within).ok_or(Unreadable(va))?;
+            let n = (buf.len() - done).min(usize::try_from(PAGE - within).unwrap_or(0));
+            self.mem
+                .read_slice(&mut buf[done..done + n], GuestAddress(phys + within))
+                .map_err(|_| Unreadable(va))?;
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+/// A vCPU's stack walker: the PE images it has found, kept across samples.
+pub struct StackWalker {
+    images: ImageCache,
+}
+
+impl Default for StackWalker {
+    fn default() -> Self {
+        StackWalker {
+            images: ImageCache::new(IMAGE_SCAN_LIMIT),
+        }
+    }
+}
+
+impl StackWalker {
+    /// The call stack of a vCPU sampled at `cpu`, at most `max_depth` frames.
+    pub fn walk(&mut self, mem: &GuestMemoryMmap, cpu: &CpuState, max_depth: usize) -> Stack {
+        let regs = Regs {
+            gpr: cpu.gpr,
+            rip: cpu.rip,
+        };
+        let mut virt = GuestVirt::new(mem, cpu.paging);
+        stackwalk::walk(
+            &mut virt,
+            &mut self.images,
+            cpu.paging.cr3,
+            regs,
+            Options { max_depth },
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stackwalk::End;
+
+    const CR0_PG: u64 = 1 << 31;
+    const CR4_PAE: u64 = 1 << 5;
+    const EFER_LMA: u64 = 1 << 10;
+
+    /// 4-level paging at 0x1000 mapping virtual 0x40_0000.. to physical 0x10_0000.., 4 KiB
+    /// pages (`pages` of them), and nothing else.
+    fn guest(pages: u64) -> (GuestMemoryMmap, Paging) {
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 4 << 20)]).unwrap();
+        let entry = |table: u64, index: u64, value: u64| {
+            mem.write_obj(value | 3, GuestAddress(table + index * 8))
+                .unwrap();
+        };
+        entry(0x1000, 0, 0x2000);
+        entry(0x2000, 0, 0x3000);
+        entry(0x3000, 2, 0x4000);
+        for i in 0..pages {
+            entry(0x4000, i, 0x10_0000 + i * PAGE);
+        }
+        let paging = Paging {
+            cr0: CR0_PG | 1,
+            cr3: 0x1000,
+            cr4: CR4_PAE,
+            efer: EFER_LMA,
+        };
+        (mem, paging)
+    }
+
+    #[test]
+    fn reads_cross_pages_and_stop_at_unmapped_ones() {
+        let (mem, paging) = guest(2);
+        mem.write_obj(0x1122_3344_5566_7788u64, GuestAddress(0x10_0ffc))
+            .unwrap();
+        let mut v = GuestVirt::new(&mem, paging);
+        assert_eq!(v.read_u64(0x40_0ffc), Ok(0x1122_3344_5566_7788));
+        assert_eq!(v.read_u64(0x40_1ffc), Err(Unreadable(0x40_2000)));
+        assert_eq!(v.read_u64(0x7fff_0000), Err(Unreadable(0x7fff_0000)));
+    }
+
+    #[test]
+    fn walks_a_frame_pointer_chain_in_guest_memory() {
+        let (mem, paging) = guest(4);
+        // Frames at virtual 0x40_3f00 (rbp) -> 0x40_3f40 -> end.
+        let words = [
+            (0x10_3f00, 0x40_3f40u64),
+            (0x10_3f08, 0x40_0111),
+            (0x10_3f48, 0x40_0222),
+        ];
+        for (at, w) in words {
+            mem.write_obj(w, GuestAddress(at)).unwrap();
+        }
+        let mut gpr = [0; 16];
+        gpr[Regs::RSP] = 0x40_3ef0;
+        gpr[Regs::RBP] = 0x40_3f00;
+        let cpu = CpuState {
+            rip: 0x40_0010,
+            gpr,
+            cpl: 3,
+            paging,
+        };
+        let s = StackWalker::default().walk(&mem, &cpu, 64);
+        assert_eq!(s.pcs, [0x40_0010, 0x40_0111, 0x40_0222]);
+        assert_eq!(s.end, End::Complete);
+    }
+}
