@@ -6,7 +6,9 @@
 //!   back in KVM_RUN: with the kick signal (the bare baseline: out of KVM_RUN and straight back
 //!   in) and with the sampling-timer signal (hvprof's full sample path: the tick, the overrun
 //!   count, the registers, attribution under the read lock, the counter increments in guest
-//!   memory and the VMM's copy). The two kinds alternate in rounds; medians are compared.
+//!   memory and the VMM's copy). A third kind adds a host-side profile that walks each
+//!   sample's call stack (the guest spins 16 frame-pointer frames deep). The kinds alternate
+//!   in rounds; medians are compared.
 //! * Hypercall path. The guest times, with RDTSC at CPL0, a bare port-I/O exit (OUT to an
 //!   unclaimed port) and a full hypercall round trip (QUERY_INTERVAL rung through the
 //!   doorbell), minus the measurement's own overhead.
@@ -18,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::{SerialOutput, SharedBuffer, VmConfig};
 use crate::outcome::RunOutcome;
+use crate::profiler::host::HostProfileSpec;
 use crate::signals::{kick_signal, tick_signal};
 use crate::vcpu::stamp::EntryStamp;
 use crate::vm::{run_with, RunHooks, VmControl, VmError};
@@ -52,12 +55,20 @@ impl Default for BenchOptions {
 pub struct BenchReport {
     /// Full sample path / bare kick, medians.
     pub sample_ratio: f64,
+    /// Full sample path with a call-stack walk / bare kick, medians.
+    pub stack_ratio: f64,
     /// Full hypercall / bare port-I/O exit, medians net of measurement overhead.
     pub hypercall_ratio: f64,
     /// Bare kick to re-entry, median.
     pub kick_bare_ns: f64,
     /// Full sample path to re-entry, median.
     pub kick_full_ns: f64,
+    /// Full sample path with the stack walk to re-entry, median.
+    pub kick_stack_ns: f64,
+    /// Frames per walked stack (the sampled PC included), mean over the walks.
+    pub stack_frames: f64,
+    /// (stack - full) / frames: what one frame of the walk adds.
+    pub ns_per_frame: f64,
     /// 90th percentiles of the same.
     pub kick_bare_p90_ns: f64,
     /// 90th percentile of the full path.
@@ -154,37 +165,76 @@ fn time_one(control: &VmControl, stamp: &EntryStamp, sig: i32) -> Option<u64> {
     }
 }
 
-/// Kick timings: bare and full, and how many timed out.
-type Timings = (Vec<u64>, Vec<u64>, usize);
+/// What one batch of kicks exercises.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Out of KVM_RUN and back.
+    Bare,
+    /// The sample path.
+    Full,
+    /// The sample path with a host profile that walks the call stack.
+    Stack,
+}
+
+/// Kick timings per kind, how many timed out, and the frames the walks found.
+#[derive(Default)]
+struct Timings {
+    bare: Vec<u64>,
+    full: Vec<u64>,
+    stack: Vec<u64>,
+    lost: usize,
+    frames: u64,
+    walks: u64,
+}
+
+/// A host profile of the spinning user code keeping 64 frames per sample.
+fn stack_profile() -> HostProfileSpec {
+    let mut spec = HostProfileSpec::whole_space();
+    spec.cpl = Some(3);
+    spec.vcpus = Some(vec![0]);
+    spec
+}
 
 fn measure_kicks(control: &VmControl, stamp: &EntryStamp, opts: &BenchOptions) -> Timings {
-    let (mut bare, mut full, mut lost) = (Vec::new(), Vec::new(), 0);
+    let mut t = Timings::default();
+    let kinds = [Kind::Bare, Kind::Full, Kind::Stack];
     for round in 0..opts.rounds {
-        let order = if round % 2 == 0 {
-            [false, true]
-        } else {
-            [true, false]
-        };
-        for full_path in order {
-            let sig = if full_path {
-                tick_signal()
-            } else {
+        for i in 0..kinds.len() {
+            // Each round starts one kind later, so no kind always follows the same one.
+            let kind = kinds[(i + round) % kinds.len()];
+            let profile = match kind {
+                Kind::Stack => control.profiler.start_host_profile(stack_profile()).ok(),
+                _ => None,
+            };
+            let sig = if kind == Kind::Bare {
                 kick_signal()
+            } else {
+                tick_signal()
             };
             for _ in 0..opts.kicks {
                 if control.stop.is_requested() {
-                    return (bare, full, lost);
+                    break;
                 }
-                match time_one(control, stamp, sig) {
-                    Some(ns) if full_path => full.push(ns),
-                    Some(ns) => bare.push(ns),
-                    None => lost += 1,
+                match (time_one(control, stamp, sig), kind) {
+                    (Some(ns), Kind::Bare) => t.bare.push(ns),
+                    (Some(ns), Kind::Full) => t.full.push(ns),
+                    (Some(ns), Kind::Stack) => t.stack.push(ns),
+                    (None, _) => t.lost += 1,
                 }
                 std::thread::sleep(opts.gap);
             }
+            if let Some(id) = profile {
+                let _ = control.profiler.stop_host_profile(id);
+                if let Some(r) = control.profiler.host_result(id) {
+                    for (k, n) in &r.stacks.stacks {
+                        t.frames += k.pcs.len() as u64 * n;
+                        t.walks += n;
+                    }
+                }
+            }
         }
     }
-    (bare, full, lost)
+    t
 }
 
 /// Runs the benchmark on the bundled reference guest.
@@ -228,12 +278,12 @@ pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
     let text = serial.text();
     let times = parse_guest_times(&text)
         .ok_or_else(|| BenchError::Guest("report its hypercall timings", text.clone()))?;
-    let (bare, full, lost) = result
+    let t = result
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .take()
         .ok_or_else(|| BenchError::Guest("start its profile and spin", text.clone()))?;
-    if bare.is_empty() || full.is_empty() {
+    if t.bare.is_empty() || t.full.is_empty() || t.stack.is_empty() {
         return Err(BenchError::Guest(
             "keep running while the kicks were timed",
             text,
@@ -242,18 +292,23 @@ pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
     let ns_per_cycle = 1e6 / times.tsc_khz;
     let io_net = (times.io - times.empty).max(1.0);
     let hc_net = (times.hypercall - times.empty).max(1.0);
-    let (kb, kf) = (median(&bare), median(&full));
+    let (kb, kf, ks) = (median(&t.bare), median(&t.full), median(&t.stack));
+    let frames = t.frames as f64 / t.walks.max(1) as f64;
     Ok(BenchReport {
         sample_ratio: kf / kb,
+        stack_ratio: ks / kb,
         hypercall_ratio: hc_net / io_net,
         kick_bare_ns: kb,
         kick_full_ns: kf,
-        kick_bare_p90_ns: percentile(&bare, 90),
-        kick_full_p90_ns: percentile(&full, 90),
+        kick_stack_ns: ks,
+        stack_frames: frames,
+        ns_per_frame: (ks - kf) / frames.max(1.0),
+        kick_bare_p90_ns: percentile(&t.bare, 90),
+        kick_full_p90_ns: percentile(&t.full, 90),
         io_exit_ns: io_net * ns_per_cycle,
         hypercall_ns: hc_net * ns_per_cycle,
-        kicks: bare.len().min(full.len()),
-        kicks_timed_out: lost,
+        kicks: t.bare.len().min(t.full.len()).min(t.stack.len()),
+        kicks_timed_out: t.lost,
         samples: crate::profiler::stats::total(&report.profile_stats).samples,
     })
 }

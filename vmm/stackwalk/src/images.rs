@@ -80,6 +80,7 @@ impl ImageCache {
         let floor = top.saturating_sub(self.scan_limit);
         let mut page = top;
         let mut header = None;
+        let mut probed = false;
         while page >= floor {
             if let Some(&(_, first, _)) = self
                 .misses
@@ -92,6 +93,7 @@ impl ImageCache {
                 }
                 continue;
             }
+            probed = true;
             if let Ok(image) = Image::read(mem, page) {
                 header = Some(image);
                 break;
@@ -101,9 +103,10 @@ impl ImageCache {
                 None => break,
             }
         }
-        // Every page above the header (or down to the floor) is now known to hold none.
+        // Every page above the header (or down to the floor) is now known to hold none; if
+        // every page was known already, there is nothing to add.
         let first = header.map_or(floor, |h| h.base + PAGE);
-        if first <= top {
+        if probed && first <= top {
             self.remember_miss(space, first, top);
         }
         header.filter(|h| h.contains(pc))
@@ -177,8 +180,11 @@ mod tests {
         assert_eq!(cache.find(&mut mem, 0, 0x10_0000), None);
         assert_eq!(mem.1, 5, "pages 0x100000 down to 0xfc000, one read each");
         assert_eq!(cache.misses, vec![(0, 0xf_c000, 0x10_0000)]);
-        assert_eq!(cache.find(&mut mem, 0, 0x10_0800), None);
+        for _ in 0..10 {
+            assert_eq!(cache.find(&mut mem, 0, 0x10_0800), None);
+        }
         assert_eq!(mem.1, 5, "a remembered miss reads nothing");
+        assert_eq!(cache.misses.len(), 1, "and adds nothing");
     }
 
     #[test]

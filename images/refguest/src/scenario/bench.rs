@@ -22,7 +22,7 @@
 //! (b) Sample path: a global ProfileTime profile of `.user` (16-byte buckets, page-list START)
 //! with the ProfileTime interval at its maximum (1 s, so the VMM's own timer rarely samples),
 //! then `refguest: bench profile started`, then `bench_spin` (a CPL3 register loop) on every
-//! vCPU, forever. Any failure on the way prints `refguest: FAIL: bench: setup: ...` (exit 0x11).
+//! vCPU, forever, entered `bench.frames` (default 16) frame-pointer frames deep. Any failure on the way prints `refguest: FAIL: bench: setup: ...` (exit 0x11).
 
 use core::arch::asm;
 
@@ -237,8 +237,11 @@ fn setup(env: &Env) -> Result<(), &'static str> {
         spin.end,
         env.cpus
     );
+    // The host times 16-frame stack walks: the spin PC, then 15 return addresses into
+    // bench_deep; the outermost frame returns to the zero at the stack top, ending the walk.
+    let frames = param_u64("bench.frames", 16).clamp(1, 200);
     for cpu in 0..env.cpus {
-        sched::spawn(spin.start, cpu, [0, 0]).ok_or("spawn failed")?;
+        sched::spawn(work::deep_entry(), cpu, [frames, 0]).ok_or("spawn failed")?;
     }
     crate::println!("bench profile started");
     Ok(())
