@@ -84,14 +84,17 @@ fn shares_of_a_1_2_4_workload_match_its_costs() {
         .collect();
     // Separate ranges in the .user window, in order.
     assert!(ends.windows(2).all(|w| w[0].1 <= w[1].0), "{ends:x?}");
+    // How many samples arrive depends on the CPU the host gives the vCPUs, so the counts are
+    // held to binomial noise for the number that did (images/refguest/src/scenario/shares.rs):
+    // each share within 5 standard deviations of its ideal, and at least 3 points.
     let total: u64 = counts.iter().sum();
-    assert!(total >= 500, "too few samples ({total})\n{out}");
+    assert!(total >= 200, "too few samples ({total})\n{out}");
     for (count, weight) in counts.iter().zip([1.0, 2.0, 4.0]) {
-        let share = *count as f64 / total as f64;
+        let (share, ideal) = (*count as f64 / total as f64, weight / 7.0);
+        let tolerance = (5.0 * (ideal * (1.0 - ideal) / total as f64).sqrt()).max(0.03);
         assert!(
-            (share - weight / 7.0).abs() <= 0.03,
-            "share {share:.4} vs {:.4}\n{out}",
-            weight / 7.0
+            (share - ideal).abs() <= tolerance,
+            "share {share:.4} vs {ideal:.4} (tolerance {tolerance:.4})\n{out}"
         );
     }
     // Everything the profile counted is in the three functions (the loop around them is tiny).
