@@ -36,6 +36,17 @@ fn wait_for_socket(path: &Path) {
     }
 }
 
+/// Polls `holds` until it is true. When the vCPUs get to run (and so take samples) is up to the
+/// host's scheduler, so a test waits for samples instead of sleeping a fixed time; the limit
+/// only turns "never" into a failure.
+fn eventually(what: &str, mut holds: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !holds() {
+        assert!(Instant::now() < deadline, "{what} within 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn host_samples(socket: &Path, id: u64) -> u64 {
     let (status, p) = call(socket, "GET", &format!("/v1/profiles/host/{id}"), "");
     assert_eq!(status, 200, "{p}");
@@ -144,11 +155,12 @@ fn api_pauses_profiles_and_shuts_down_a_running_vm() {
     );
     assert_eq!(status, 201, "{created}");
     let id = created["id"].as_u64().unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    let before_pause = host_samples(&socket, id);
-    assert!(before_pause > 0, "the host profile counted nothing");
+    eventually("the host profile counts samples", || {
+        host_samples(&socket, id) > 0
+    });
 
-    // Paused: the guest does not run, so nothing is sampled.
+    // Paused: the guest does not run, so nothing is sampled. (Pausing returns once every vCPU
+    // has acknowledged it, so no sample is in flight: this holds however long the window.)
     assert_eq!(call(&socket, "PUT", "/v1/vm/pause", "").0, 200);
     let paused_a = host_samples(&socket, id);
     std::thread::sleep(Duration::from_millis(400));
@@ -159,11 +171,7 @@ fn api_pauses_profiles_and_shuts_down_a_running_vm() {
 
     // Resumed: sampling continues.
     assert_eq!(call(&socket, "PUT", "/v1/vm/resume", "").0, 200);
-    std::thread::sleep(Duration::from_millis(400));
-    assert!(
-        host_samples(&socket, id) > paused_b,
-        "sampling did not resume"
-    );
+    eventually("sampling resumes", || host_samples(&socket, id) > paused_b);
 
     let (status, stats) = call(&socket, "GET", "/v1/stats", "");
     assert_eq!(status, 200);
@@ -202,7 +210,10 @@ fn api_pauses_profiles_and_shuts_down_a_running_vm() {
     );
     assert_eq!(status, 201, "{created}");
     let cr3_id = created["id"].as_u64().unwrap();
-    std::thread::sleep(Duration::from_millis(400));
+    // The hottest bucket is in the workload's loop, which keeps running.
+    eventually("the page profile counts samples", || {
+        host_samples(&socket, page_id) > 0
+    });
     let (status, paged) = call(&socket, "GET", &format!("/v1/profiles/host/{page_id}"), "");
     assert_eq!(status, 200, "{paged}");
     assert_eq!(

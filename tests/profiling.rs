@@ -84,14 +84,17 @@ fn shares_of_a_1_2_4_workload_match_its_costs() {
         .collect();
     // Separate ranges in the .user window, in order.
     assert!(ends.windows(2).all(|w| w[0].1 <= w[1].0), "{ends:x?}");
+    // How many samples arrive depends on the CPU the host gives the vCPUs, so the counts are
+    // held to binomial noise for the number that did (images/refguest/src/scenario/shares.rs):
+    // each share within 5 standard deviations of its ideal, and at least 3 points.
     let total: u64 = counts.iter().sum();
-    assert!(total >= 500, "too few samples ({total})\n{out}");
+    assert!(total >= 200, "too few samples ({total})\n{out}");
     for (count, weight) in counts.iter().zip([1.0, 2.0, 4.0]) {
-        let share = *count as f64 / total as f64;
+        let (share, ideal) = (*count as f64 / total as f64, weight / 7.0);
+        let tolerance = (5.0 * (ideal * (1.0 - ideal) / total as f64).sqrt()).max(0.03);
         assert!(
-            (share - weight / 7.0).abs() <= 0.03,
-            "share {share:.4} vs {:.4}\n{out}",
-            weight / 7.0
+            (share - ideal).abs() <= tolerance,
+            "share {share:.4} vs {ideal:.4} (tolerance {tolerance:.4})\n{out}"
         );
     }
     // Everything the profile counted is in the three functions (the loop around them is tiny).
@@ -213,19 +216,27 @@ fn affinity_with_one_vcpu_fails_in_setup() {
 fn injected_profile_interrupts_match_samples_and_stop_when_disabled() {
     let out = run(2, "scenario=interrupts");
     assert_passed(&out);
+    // What holds however the host schedules the vCPUs (images/refguest/src/scenario/
+    // interrupts.rs): every delivery follows a sample, and only samples taken in kernel code
+    // with interrupts off can merge with a pending one, so each `.user` sample was delivered.
     let per_vcpu = lines(&out, "interrupts vcpu=");
     assert_eq!(per_vcpu.len(), 2, "{out}");
     for l in per_vcpu {
-        let (samples, deliveries) = (num(l, "samples"), num(l, "deliveries"));
-        assert!(samples >= 50, "{l}");
-        assert!(samples.abs_diff(deliveries) <= (samples / 10).max(5), "{l}");
+        let (samples, user, deliveries) = (
+            num(l, "samples"),
+            num(l, "user_samples"),
+            num(l, "deliveries"),
+        );
+        assert!(user > 0, "{l}");
+        assert!(user <= deliveries + 1 && deliveries <= samples, "{l}");
     }
     let total = line(&out, "interrupts injected=");
-    assert!(
-        num(total, "injected").abs_diff(num(total, "delivered")) <= num(total, "injected") / 10 + 5
-    );
+    let (injected, delivered) = (num(total, "injected"), num(total, "delivered"));
+    assert!(delivered <= injected + 2, "{total}");
+    assert!(num(total, "user_samples") <= delivered + 2, "{total}");
+    // After the disable: at most one interrupt pending and one in its handler, per vCPU.
     for l in lines(&out, "interrupts after_disable ") {
-        assert!(num(l, "new_deliveries") <= 1, "{l}");
+        assert!(num(l, "new_deliveries") <= 2, "{l}");
         assert!(num(l, "new_samples") > 0, "{l}");
     }
 }

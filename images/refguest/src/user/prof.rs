@@ -87,6 +87,24 @@ shares_round_slow_f2:
     .global shares_round_slow_f2_end
 shares_round_slow_f2_end:
     .size shares_round_slow_f2, shares_round_slow_f2_end - shares_round_slow_f2
+
+    /* The same round with f2 twice as slow: f1(n), f2(4n), f4(4n). */
+    .p2align 6
+    .global shares_round_double_f2
+    .type shares_round_double_f2, @function
+shares_round_double_f2:
+    push %rbx
+    mov %rdi, %rbx
+    call shares_f1
+    lea (,%rbx,4), %rdi
+    call shares_f2
+    lea (,%rbx,4), %rdi
+    call shares_f4
+    pop %rbx
+    ret
+    .global shares_round_double_f2_end
+shares_round_double_f2_end:
+    .size shares_round_double_f2, shares_round_double_f2_end - shares_round_double_f2
     .text
     "#,
     options(att_syntax)
@@ -94,6 +112,7 @@ shares_round_slow_f2_end:
 
 extern "C" {
     fn shares_round_slow_f2(n: u64);
+    fn shares_round_double_f2(n: u64);
     pub fn shares_f1(n: u64);
     pub fn shares_f2(n: u64);
     pub fn shares_f4(n: u64);
@@ -156,9 +175,14 @@ pub fn round() -> u64 {
     shares_round as *const () as u64
 }
 
-/// The shares workload with f2 20% slower (`shares.slowf2=1`).
+/// The shares workload with f2 20% slower (`shares.slowf2=20`).
 pub fn round_slow_f2() -> u64 {
     shares_round_slow_f2 as *const () as u64
+}
+
+/// The shares workload with f2 twice as slow (`shares.slowf2=100`).
+pub fn round_double_f2() -> u64 {
+    shares_round_double_f2 as *const () as u64
 }
 
 /// `main`'s second argument: `phases` phases of `phase_tsc` TSC ticks, with a CONTROL system
