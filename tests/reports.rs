@@ -106,8 +106,8 @@ fn validate_against_schema(json: &std::path::Path) {
 fn the_files_agree_and_a_saved_profile_reprints_with_annotation() {
     let dir = demo_out();
     let json = std::fs::read_to_string(dir.join("profile.json")).unwrap();
-    let profile = vmm::report::read_profile(&dir.join("profile.json")).unwrap();
-    assert_eq!(profile.format_version, vmm::report::profile::FORMAT_VERSION);
+    let profile = analysis::read_profile(&dir.join("profile.json")).unwrap();
+    assert_eq!(profile.format_version, analysis::profile::FORMAT_VERSION);
     let o = &profile.objects[0];
     let names: Vec<&str> = o.functions.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(

@@ -4,7 +4,9 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::SystemTime;
 
+use analysis::Symbols;
 use vmm::config::VmConfig;
+use vmm::export::RunMetadata;
 use vmm::outcome::{STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
 use vmm::session::{SessionOptions, Span};
 use vmm::vm::{RunHooks, RunReport};
@@ -61,25 +63,25 @@ fn finish(
         }
     };
     let status = status_of(&report);
-    let mut meta = vmm::report::RunMetadata::new(config, started);
+    let mut meta = RunMetadata::new(config, started);
     meta.exit_status = status;
-    let mut profile = vmm::report::Profile::from_run(&report, &meta);
+    let mut profile = vmm::export::profile(&report, &meta);
     // Symbols (and their line tables) only for a report that is printed or written.
     let symbols = if profile.objects.is_empty() && out.is_none() {
-        vmm::report::Symbols::default()
+        Symbols::default()
     } else {
-        vmm::report::Symbols::for_config(config)
+        vmm::export::config_symbols(config)
     };
     // Once: the printed report and every file written below use these per-function totals.
     if !symbols.modules().is_empty() {
         profile.symbolize(&symbols);
     }
     if !profile.objects.is_empty() {
-        print!("{}", vmm::report::text::render(&profile, &symbols, 10));
+        print!("{}", analysis::text::render(&profile, &symbols, 10));
     }
     summarize(&report);
     if let Some(dir) = out {
-        match vmm::report::write_all(dir, &profile, &symbols) {
+        match analysis::write_all(dir, &profile, &symbols) {
             Ok(files) => {
                 for f in files.all() {
                     eprintln!("hvprof: wrote {}", f.display());
