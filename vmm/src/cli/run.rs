@@ -8,10 +8,11 @@ use analysis::Symbols;
 use vmm::config::VmConfig;
 use vmm::export::RunMetadata;
 use vmm::outcome::{STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
-use vmm::session::{SessionOptions, Span};
+use vmm::session::{Progress, SessionOptions, Span};
 use vmm::vm::{RunHooks, RunReport};
 
 use super::args::{seconds, BootArgs, DemoArgs, ProfileArgs, RunArgs, VmArgs};
+use super::progress::Bar;
 use super::{exit_code, fail};
 
 /// Builds the config, or prints why not.
@@ -142,10 +143,14 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         span,
         interval: a.interval,
         host_profiles: host.into_iter().collect(),
-        quiet: a.quiet,
+    };
+    let progress: Option<Box<dyn Progress>> = if a.quiet {
+        None
+    } else {
+        Some(Box::new(Bar::new(span)))
     };
     let started = SystemTime::now();
-    let result = vmm::session::run(&config, &opts, hooks);
+    let result = vmm::session::run(&config, &opts, hooks, progress);
     finish(&config, result, started, Some(&a.out), |r| {
         if embedded {
             vmm::demo::exit_status(&r.outcome)
