@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::harness::TempDir;
-use vmm::report::symbols::{pdb, pe};
-use vmm::report::Symbols;
+use analysis::symbols::{pdb, pe};
+use analysis::Symbols;
 
 /// The DLL, its PDB and the linker's map.
 struct Built {

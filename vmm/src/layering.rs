@@ -29,8 +29,8 @@ const FLOORS: &[(&str, u8)] = &[
     // Driving it.
     ("session", 10),
     ("bench", 10),
-    ("report", 10),
-    ("compare", 11),
+    // Handing a run to the analysis crate (a crate of its own, below everything here).
+    ("export", 10),
     ("api", 11),
 ];
 

@@ -1,11 +1,9 @@
 //! A profiling session (`hvprof profile`): run a VM with a host-side profile (no agent needed)
 //! beside whatever profile objects the guest's agent starts, for a fixed duration or until the
-//! guest exits, with a progress bar; the run's report carries every object's and host
-//! profile's counts.
+//! guest exits; the run's report carries every object's and host profile's counts. How it is
+//! going goes to a [`Progress`] hook: the library draws nothing, the binary draws a bar.
 
 use std::time::{Duration, Instant};
-
-use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::config::VmConfig;
 use crate::outcome::RunOutcome;
@@ -31,67 +29,49 @@ pub struct SessionOptions {
     pub interval: Option<u32>,
     /// Host-side profiles to run (usually one over the whole address space).
     pub host_profiles: Vec<HostProfileSpec>,
-    /// No progress bar.
-    pub quiet: bool,
 }
 
-fn progress(span: Span, quiet: bool) -> ProgressBar {
-    if quiet {
-        return ProgressBar::hidden();
-    }
-    match span {
-        Span::For(d) => {
-            let bar = ProgressBar::new(d.as_millis().try_into().unwrap_or(u64::MAX));
-            bar.set_style(
-                ProgressStyle::with_template("{spinner} [{bar:30}] {elapsed}/{msg}")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar())
-                    .progress_chars("=> "),
-            );
-            bar
-        }
-        Span::UntilExit => {
-            let bar = ProgressBar::new_spinner();
-            bar.set_style(
-                ProgressStyle::with_template("{spinner} {elapsed} {msg}")
-                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-            );
-            bar
-        }
-    }
+/// Told how a session is going, about ten times a second, on the session's own thread.
+pub trait Progress: Send {
+    /// Time since the vCPUs started, and the samples taken so far over every vCPU.
+    fn update(&mut self, elapsed: Duration, samples: u64);
+    /// The session is over: called once, before [`run`] returns, if the VM got as far as
+    /// running (a VM that could not be built never reports progress).
+    fn finish(&mut self) {}
 }
 
-/// Runs `config` as a profiling session; `hooks` may carry more controllers (the API).
+/// Runs `config` as a profiling session, telling `progress` (if any) how it goes; `hooks` may
+/// carry more controllers (the API).
 pub fn run(
     config: &VmConfig,
     opts: &SessionOptions,
     hooks: RunHooks,
+    mut progress: Option<Box<dyn Progress>>,
 ) -> Result<RunReport, VmError> {
     let span = opts.span;
-    let bar = progress(span, opts.quiet);
-    let bar_thread = bar.clone();
     let controller = Box::new(move |control: VmControl| {
         let started = Instant::now();
         while !control.stop.is_requested() {
             let elapsed = started.elapsed();
-            let samples = total(&control.profiler.stats()).samples;
-            match span {
-                Span::For(d) => {
-                    if elapsed >= d {
-                        control
-                            .stop
-                            .request(RunOutcome::Stopped("--duration".into()));
-                        break;
-                    }
-                    bar_thread.set_position(elapsed.as_millis().try_into().unwrap_or(u64::MAX));
-                    bar_thread.set_message(format!("{:.0}s, {samples} samples", d.as_secs_f64()));
+            if let Span::For(d) = span {
+                if elapsed >= d {
+                    control
+                        .stop
+                        .request(RunOutcome::Stopped("--duration".into()));
+                    break;
                 }
-                Span::UntilExit => bar_thread.set_message(format!("{samples} samples")),
             }
-            bar_thread.tick();
+            if let Some(p) = progress.as_mut() {
+                p.update(elapsed, total(&control.profiler.stats()).samples);
+            }
             std::thread::sleep(Duration::from_millis(100).min(match span {
                 Span::For(d) => d.saturating_sub(elapsed).max(Duration::from_millis(1)),
                 Span::UntilExit => Duration::from_millis(100),
             }));
+        }
+        // The run's controllers are joined before run_with returns, so this comes first.
+        if let Some(p) = progress.as_mut() {
+            p.finish();
         }
     });
     let mut hooks = hooks;
@@ -100,7 +80,5 @@ pub fn run(
         .host_profiles
         .extend(opts.host_profiles.iter().cloned());
     hooks.interval = opts.interval.or(hooks.interval);
-    let report = run_with(config, hooks);
-    bar.finish_and_clear();
-    report
+    run_with(config, hooks)
 }

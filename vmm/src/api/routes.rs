@@ -3,6 +3,7 @@
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
+use analysis::hex::{Hex, OptHex};
 use serde::{Deserialize, Deserializer};
 use serde_json::json;
 
@@ -11,8 +12,6 @@ use super::http::{Request, Response};
 use crate::outcome::RunOutcome;
 use crate::profiler::host::{HostProfileError, HostProfileSpec};
 use crate::profiler::stats::{total, StatsSnapshot};
-use crate::report::hex::{Hex, OptHex};
-use crate::report::profile::VcpuStats;
 use crate::vcpu::Request as VcpuRequest;
 use crate::vm::VmControl;
 
@@ -62,7 +61,7 @@ pub struct ApiState {
 
 /// Counters under the same names as in profile.json (`VcpuStats`), without the vCPU index.
 fn stats_json(s: &StatsSnapshot) -> serde_json::Value {
-    let mut v = serde_json::to_value(VcpuStats::from_snapshot(0, s)).unwrap_or_default();
+    let mut v = serde_json::to_value(crate::export::vcpu_stats(0, s)).unwrap_or_default();
     if let Some(map) = v.as_object_mut() {
         map.remove("vcpu");
     }

@@ -209,7 +209,7 @@ pub struct ReportArgs {
     pub annotate: bool,
     /// An image (ELF, PE) or PDB to symbolize with, placed at BASE when given as FILE@0xBASE.
     #[arg(long = "symbols", value_name = "FILE[@0xBASE]")]
-    pub symbols: Vec<vmm::report::SymbolSpec>,
+    pub symbols: Vec<analysis::SymbolSpec>,
     /// Where PE images' PDBs are: DIR/NAME.pdb or DIR/NAME.pdb/GUIDAGE/NAME.pdb.
     #[arg(long, value_name = "DIR")]
     pub symbol_dir: Option<PathBuf>,

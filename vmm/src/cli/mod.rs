@@ -2,6 +2,7 @@
 //! into the `vmm` library.
 
 mod args;
+mod progress;
 mod run;
 mod tools;
 

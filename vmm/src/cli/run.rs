@@ -4,12 +4,15 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::SystemTime;
 
+use analysis::Symbols;
 use vmm::config::VmConfig;
+use vmm::export::RunMetadata;
 use vmm::outcome::{STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
-use vmm::session::{SessionOptions, Span};
+use vmm::session::{Progress, SessionOptions, Span};
 use vmm::vm::{RunHooks, RunReport};
 
 use super::args::{seconds, BootArgs, DemoArgs, ProfileArgs, RunArgs, VmArgs};
+use super::progress::Bar;
 use super::{exit_code, fail};
 
 /// Builds the config, or prints why not.
@@ -61,25 +64,25 @@ fn finish(
         }
     };
     let status = status_of(&report);
-    let mut meta = vmm::report::RunMetadata::new(config, started);
+    let mut meta = RunMetadata::new(config, started);
     meta.exit_status = status;
-    let mut profile = vmm::report::Profile::from_run(&report, &meta);
+    let mut profile = vmm::export::profile(&report, &meta);
     // Symbols (and their line tables) only for a report that is printed or written.
     let symbols = if profile.objects.is_empty() && out.is_none() {
-        vmm::report::Symbols::default()
+        Symbols::default()
     } else {
-        vmm::report::Symbols::for_config(config)
+        vmm::export::config_symbols(config)
     };
     // Once: the printed report and every file written below use these per-function totals.
     if !symbols.modules().is_empty() {
         profile.symbolize(&symbols);
     }
     if !profile.objects.is_empty() {
-        print!("{}", vmm::report::text::render(&profile, &symbols, 10));
+        print!("{}", analysis::text::render(&profile, &symbols, 10));
     }
     summarize(&report);
     if let Some(dir) = out {
-        match vmm::report::write_all(dir, &profile, &symbols) {
+        match analysis::write_all(dir, &profile, &symbols) {
             Ok(files) => {
                 for f in files.all() {
                     eprintln!("hvprof: wrote {}", f.display());
@@ -140,10 +143,14 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         span,
         interval: a.interval,
         host_profiles: host.into_iter().collect(),
-        quiet: a.quiet,
+    };
+    let progress: Option<Box<dyn Progress>> = if a.quiet {
+        None
+    } else {
+        Some(Box::new(Bar::new(span)))
     };
     let started = SystemTime::now();
-    let result = vmm::session::run(&config, &opts, hooks);
+    let result = vmm::session::run(&config, &opts, hooks, progress);
     finish(&config, result, started, Some(&a.out), |r| {
         if embedded {
             vmm::demo::exit_status(&r.outcome)

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use vmm::compare::{compare_profiles, junit, markdown, merge_profiles, Scope, TestOptions};
+use analysis::compare::{compare_profiles, junit, markdown, merge_profiles, Scope, TestOptions};
 use vmm::outcome::{STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
 
 use super::args::{BenchArgs, CompareArgs, MergeArgs, ReportArgs, ScopeArg};
@@ -10,13 +10,13 @@ use super::fail;
 
 /// `hvprof report`.
 pub fn report(a: &ReportArgs) -> ExitCode {
-    let run = || -> Result<String, vmm::report::ReportError> {
-        let profile = vmm::report::read_profile(&a.profile)?;
+    let run = || -> Result<String, analysis::ReportError> {
+        let profile = analysis::read_profile(&a.profile)?;
         let symbols =
-            vmm::report::load::for_profile(&profile, &a.symbols, a.symbol_dir.as_deref())?;
-        let mut out = vmm::report::text::render(&profile, &symbols, a.top);
+            vmm::export::saved_profile_symbols(&profile, &a.symbols, a.symbol_dir.as_deref())?;
+        let mut out = analysis::text::render(&profile, &symbols, a.top);
         if a.annotate {
-            out.push_str(&vmm::report::annotate::render(&profile, &symbols, a.top));
+            out.push_str(&analysis::annotate::render(&profile, &symbols, a.top));
         }
         Ok(out)
     };
@@ -32,8 +32,8 @@ pub fn report(a: &ReportArgs) -> ExitCode {
 /// `hvprof compare`: exit status 1 on a significant regression.
 pub fn compare(a: &CompareArgs) -> ExitCode {
     let (base, new) = match (
-        vmm::report::read_profile(&a.base),
-        vmm::report::read_profile(&a.new),
+        analysis::read_profile(&a.base),
+        analysis::read_profile(&a.new),
     ) {
         (Ok(b), Ok(n)) => (b, n),
         (Err(e), _) | (_, Err(e)) => return fail(e, STATUS_CONFIG_ERROR),
@@ -109,7 +109,7 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
 pub fn merge(a: &MergeArgs) -> ExitCode {
     let mut profiles = Vec::new();
     for p in &a.profiles {
-        match vmm::report::read_profile(p) {
+        match analysis::read_profile(p) {
             Ok(x) => profiles.push(x),
             Err(e) => return fail(e, STATUS_CONFIG_ERROR),
         }
@@ -127,7 +127,7 @@ pub fn merge(a: &MergeArgs) -> ExitCode {
             )
         }
     };
-    match vmm::report::json::write(&merged, std::io::BufWriter::new(file)) {
+    match analysis::json::write(&merged, std::io::BufWriter::new(file)) {
         Ok(()) => {
             eprintln!(
                 "hvprof: merged {} profiles into {}",

@@ -1,7 +1,11 @@
-//! Turning counts into something people and tools read.
+//! hvprof's analysis side: turning a run's counts into something people and tools read,
+//! symbolizing them, and comparing and merging runs. It depends on profile-core and ordinary
+//! crates only, never on the VMM: a host without /dev/kvm can read, compare and symbolize
+//! profiles, and the compiler keeps it that way. The VMM hands a run over as an
+//! [`input::RunInput`].
 //!
-//! [`Profile`] is one run's measurements (built from a [`RunReport`](crate::vm::RunReport)
-//! and [`RunMetadata`]); every format is written from it and [`Symbols`] (the placed modules):
+//! [`Profile`] is one run's measurements; every format is written from it and [`Symbols`]
+//! (the placed modules):
 //!
 //! | file | module | what |
 //! | --- | --- | --- |
@@ -11,11 +15,14 @@
 //! | report.txt | [`text`] | Kernrate-style tables per module, function and bucket |
 //!
 //! [`annotate`] disassembles the hottest buckets; [`load`] finds the symbols for a saved
-//! profile.
+//! profile; [`compare`] compares and merges saved profiles.
+#![warn(missing_docs)]
 
 pub mod annotate;
+pub mod compare;
 pub mod flame;
 pub mod hex;
+pub mod input;
 pub mod json;
 pub mod load;
 pub mod pprof;
@@ -27,8 +34,8 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-pub use load::SymbolSpec;
-pub use profile::{Bucket, FunctionCount, ObjectOwner, Profile, ProfileObject, RunMetadata};
+pub use load::{KernelImage, SymbolSpec};
+pub use profile::{Bucket, FunctionCount, ObjectOwner, Profile, ProfileObject, RunInfo, VcpuStats};
 pub use symbols::{Module, SymbolError, Symbols};
 
 /// Rows per table in the report.txt that [`write_all`] writes.

@@ -152,8 +152,9 @@ mod tests {
 
     #[test]
     fn an_elf_is_not_a_pe() {
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
         assert!(matches!(
-            read("refguest", crate::demo::REFGUEST_ELF, None),
+            read("exe", &exe, None),
             Err(SymbolError::UnknownFormat)
         ));
     }

@@ -1,5 +1,6 @@
-//! Loading symbols for a profile: the kernel it ran (the built-in reference guest, or the
-//! kernel file when it is still there), plus `--symbols FILE[@BASE]` images.
+//! Loading symbols for a profile: the kernel it ran (an image the caller holds, such as a
+//! kernel built into hvprof, or the kernel file when it is still there), plus
+//! `--symbols FILE[@BASE]` images.
 //!
 //! An image is recognised by its first bytes: ELF, PE (`MZ`), or PDB (the MSF 7.00 magic).
 //! Without `@BASE` an ELF stays where it was linked; a PE is placed at the base of the first
@@ -92,25 +93,47 @@ pub fn module(
     })
 }
 
-/// The symbols for `profile`: its kernel's when they can be found (the built-in reference
-/// guest, or the kernel file), then every `specs` image.
+/// Where the symbols of a profile's kernel come from. Only the caller knows which kernels
+/// it carries inside itself: a profile names its kernel by a path or a built-in name, and
+/// this crate does not guess which is which.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelImage<'a> {
+    /// The file the profile names (`run.kernel`), when it is still there.
+    File,
+    /// An ELF image the caller holds, read under the module name `name`.
+    Bytes {
+        /// The module's name in reports.
+        name: &'a str,
+        /// The ELF image.
+        bytes: &'a [u8],
+    },
+}
+
+/// The symbols for `profile`: its kernel's from `kernel` when they can be read (a kernel
+/// without a readable symbol table is left out, not an error), then every `specs` image.
 pub fn for_profile(
     profile: &Profile,
+    kernel: KernelImage,
     specs: &[SymbolSpec],
     symbol_dir: Option<&Path>,
 ) -> Result<Symbols, ReportError> {
     let mut symbols = Symbols::default();
-    if profile.run.kernel == crate::demo::kernel_spec("").kernel.display().to_string() {
-        if let Ok(m) = elf::read("refguest", crate::demo::REFGUEST_ELF) {
-            symbols.push(m);
+    match kernel {
+        KernelImage::Bytes { name, bytes } => {
+            if let Ok(m) = elf::read(name, bytes) {
+                symbols.push(m);
+            }
         }
-    } else if let Ok(bytes) = std::fs::read(&profile.run.kernel) {
-        let path = PathBuf::from(&profile.run.kernel);
-        if let Ok(m) = elf::read(&file_name(&path), &bytes) {
-            symbols.push(Module {
-                path: Some(path),
-                ..m
-            });
+        KernelImage::File => {
+            if let Ok(bytes) = std::fs::read(&profile.run.kernel) {
+                let path = PathBuf::from(&profile.run.kernel);
+                if let Ok(m) = elf::read(&file_name(&path), &bytes) {
+                    symbols.push(Module {
+                        path: Some(path),
+                        ..m
+                    });
+                }
+            }
         }
     }
     for spec in specs {
@@ -122,7 +145,7 @@ pub fn for_profile(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::profile::tests::sample_profile;
+    use crate::profile::tests::sample_profile;
 
     #[test]
     fn specs_parse_with_and_without_base() {
@@ -137,10 +160,30 @@ mod tests {
     }
 
     #[test]
-    fn the_reference_guest_is_found_by_name() {
+    fn an_unreadable_kernel_is_left_out() {
+        let mut p = sample_profile(0x1000);
+        p.run.kernel = "/nonexistent/vmlinux".into();
+        let garbage = KernelImage::Bytes {
+            name: "k",
+            bytes: b"not an ELF",
+        };
+        for kernel in [KernelImage::File, garbage] {
+            let s = for_profile(&p, kernel, &[], None).unwrap();
+            assert!(s.modules().is_empty(), "{kernel:?}");
+        }
+    }
+
+    #[test]
+    fn a_kernel_given_as_bytes_is_read_under_its_name() {
+        // Any ELF with symbols will do: the test binary is one.
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
         let p = sample_profile(0x1000);
-        let s = for_profile(&p, &[], None).unwrap();
-        assert_eq!(s.modules()[0].name, "refguest");
+        let kernel = KernelImage::Bytes {
+            name: "k",
+            bytes: &exe,
+        };
+        let s = for_profile(&p, kernel, &[], None).unwrap();
+        assert_eq!(s.modules()[0].name, "k");
         assert!(s.len() > 10);
     }
 
@@ -148,7 +191,7 @@ mod tests {
     fn a_missing_image_is_an_error_naming_it() {
         let p = sample_profile(0x1000);
         let spec: SymbolSpec = "/nonexistent/x.dll".parse().unwrap();
-        let e = for_profile(&p, &[spec], None).unwrap_err();
+        let e = for_profile(&p, KernelImage::File, &[spec], None).unwrap_err();
         assert!(e.to_string().contains("/nonexistent/x.dll"), "{e}");
     }
 }

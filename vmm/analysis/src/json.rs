@@ -76,9 +76,9 @@ fn upgrade_from_v1(value: &mut Value) -> Result<(), ReportError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::profile::tests::sample_profile;
-    use crate::report::symbols::tests::module;
-    use crate::report::Symbols;
+    use crate::profile::tests::sample_profile;
+    use crate::symbols::tests::module;
+    use crate::Symbols;
 
     fn round_trip(p: &Profile) -> Profile {
         let mut buf = Vec::new();
@@ -158,7 +158,7 @@ mod tests {
         v["format_version"] = 1.into();
         for o in v["objects"].as_array_mut().unwrap() {
             for pair in o["counts"].as_array_mut().unwrap() {
-                let index = crate::report::hex::parse(pair[0].as_str().unwrap()).unwrap();
+                let index = crate::hex::parse(pair[0].as_str().unwrap()).unwrap();
                 pair[0] = index.into();
             }
         }

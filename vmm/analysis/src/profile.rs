@@ -1,16 +1,11 @@
-//! The in-memory profile: what one run measured, built from a [`RunReport`] and its metadata.
-//! Every output format (profile.json, profile.pb.gz, flamegraph.svg, report.txt) and the later
+//! The in-memory profile: what one run measured, built from a [`RunInput`](crate::input::RunInput)
+//! or read from profile.json. Every output format (profile.json, profile.pb.gz, flamegraph.svg, report.txt) and the later
 //! compare and merge consume this type. Its serde form is profile.json (docs/profile-json.md).
-
-use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
 use super::hex::{Hex, OptHex};
 use super::symbols::{ImageKind, Symbols};
-use crate::profiler::host::HostProfileResult;
-use crate::profiler::ObjectResult;
-use crate::vm::RunReport;
 
 /// The value of `format` in every profile.json.
 pub const FORMAT_NAME: &str = "hvprof-profile";
@@ -88,22 +83,6 @@ pub struct VcpuStats {
     pub injected: u64,
     /// Hypercalls served.
     pub hypercalls: u64,
-}
-
-impl VcpuStats {
-    /// vCPU `vcpu`'s counters as profile.json (and the control API) name them.
-    pub fn from_snapshot(vcpu: u32, s: &crate::profiler::stats::StatsSnapshot) -> Self {
-        VcpuStats {
-            vcpu,
-            samples: s.samples,
-            attributed: s.attributed,
-            outside: s.outside(),
-            lost: s.coalesced,
-            counts: s.counts,
-            injected: s.injected,
-            hypercalls: s.hypercalls,
-        }
-    }
 }
 
 /// Who created a profile object.
@@ -221,91 +200,7 @@ pub struct Bucket {
     pub count: u64,
 }
 
-/// What a [`RunReport`] does not know about its run.
-#[derive(Debug, Clone)]
-pub struct RunMetadata {
-    /// The kernel file or built-in name.
-    pub kernel: String,
-    /// Its command line.
-    pub cmdline: String,
-    /// Guest memory in MiB.
-    pub memory_mib: u64,
-    /// When the run started.
-    pub start_time: SystemTime,
-    /// hvprof's exit status for the outcome (the demo maps it its own way).
-    pub exit_status: i32,
-}
-
-impl RunMetadata {
-    /// The metadata of a run of `config` started at `start_time`, with the outcome's own exit
-    /// status (set `exit_status` afterwards for the demo's).
-    pub fn new(config: &crate::config::VmConfig, start_time: SystemTime) -> Self {
-        RunMetadata {
-            kernel: config.boot_image().display().to_string(),
-            cmdline: config
-                .kernel()
-                .map(|k| k.cmdline.clone())
-                .unwrap_or_default(),
-            memory_mib: config.memory_mib,
-            start_time,
-            exit_status: 0,
-        }
-    }
-}
-
 impl ProfileObject {
-    /// The object of `result`, owned by `owner`, not yet symbolized.
-    pub fn from_result(result: &ObjectResult, owner: ObjectOwner) -> Self {
-        let c = &result.config;
-        ProfileObject {
-            id: result.object.0,
-            owner,
-            process: OptHex(c.process),
-            base: Hex(c.base),
-            size: Hex(c.size),
-            bucket_shift: c.bucket_size,
-            source: c.source.0,
-            source_name: source_name(c.source.0).to_string(),
-            affinity: c.affinity.iter().collect(),
-            buckets: result.counts.len() as u64,
-            total: result.total(),
-            counts: result
-                .counts
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| **c > 0)
-                .map(|(i, c)| (i as u64, u64::from(*c)))
-                .collect(),
-            functions: Vec::new(),
-        }
-    }
-
-    /// A host-side profile as an object owned by the host: a sampled range, every source
-    /// the timer gives, on the vCPUs it names.
-    pub fn from_host(result: &HostProfileResult, vcpus: u32) -> Self {
-        let spec = &result.spec;
-        let size = (spec.last - spec.start).saturating_add(1);
-        let affinity = match &spec.vcpus {
-            Some(v) => v.iter().filter_map(|v| u32::try_from(*v).ok()).collect(),
-            None => (0..vcpus).collect(),
-        };
-        ProfileObject {
-            id: u64::from(result.id),
-            owner: ObjectOwner::Host,
-            process: OptHex(spec.cr3.map(profile_core::attribution::process_key)),
-            base: Hex(spec.start),
-            size: Hex(size),
-            bucket_shift: spec.bucket_shift,
-            source: 0,
-            source_name: source_name(0).to_string(),
-            affinity,
-            buckets: ((size - 1) >> spec.bucket_shift.min(63)) + 1,
-            total: result.total(),
-            counts: result.counts.iter().map(|(b, c)| (*b, *c)).collect(),
-            functions: Vec::new(),
-        }
-    }
-
     /// One past the last profiled address.
     pub fn end(&self) -> u64 {
         self.base.0.saturating_add(self.size.0)
@@ -357,46 +252,6 @@ impl ProfileObject {
 }
 
 impl Profile {
-    /// The profile of a finished run: every object in `report.results` is a guest agent's
-    /// and every host-side profile in `report.host_results` a host object. Symbolize with
-    /// [`Profile::symbolize`].
-    pub fn from_run(report: &RunReport, meta: &RunMetadata) -> Self {
-        let run = RunInfo {
-            kernel: meta.kernel.clone(),
-            cmdline: meta.cmdline.clone(),
-            protocol: report.protocol.to_string(),
-            vcpus: u32::try_from(report.vcpus.len()).unwrap_or(u32::MAX),
-            memory_mib: meta.memory_mib,
-            start_time: rfc3339(meta.start_time),
-            wall_time_s: report.wall_time.as_secs_f64(),
-            outcome: report.outcome.to_string(),
-            exit_status: meta.exit_status,
-            interval_100ns: report.interval_100ns,
-        };
-        let vcpus = report
-            .profile_stats
-            .iter()
-            .enumerate()
-            .map(|(i, s)| VcpuStats::from_snapshot(u32::try_from(i).unwrap_or(u32::MAX), s))
-            .collect();
-        Profile {
-            format: FORMAT_NAME.to_string(),
-            format_version: FORMAT_VERSION,
-            hvprof_version: env!("CARGO_PKG_VERSION").to_string(),
-            run,
-            vcpus,
-            modules: Vec::new(),
-            objects: report
-                .results
-                .iter()
-                .map(|r| ProfileObject::from_result(r, ObjectOwner::Guest))
-                .chain(report.host_results.iter().map(|h| {
-                    ProfileObject::from_host(h, u32::try_from(report.vcpus.len()).unwrap_or(0))
-                }))
-                .collect(),
-        }
-    }
-
     /// True if this profile was symbolized with `symbols`' modules (same names, ranges and
     /// debug ids), so its stored per-function totals are what `symbols` would give.
     pub fn symbolized_with(&self, symbols: &Symbols) -> bool {
@@ -496,29 +351,9 @@ pub fn source_name(source: u32) -> &'static str {
         .unwrap_or("processor-specific")
 }
 
-/// `t` as RFC 3339 in UTC with milliseconds (`1970-01-01T00:00:00.000Z` before the epoch).
-pub fn rfc3339(t: SystemTime) -> String {
-    let ms = t
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    let ms = u64::try_from(ms).unwrap_or(u64::MAX);
-    let t = crate::clock::CivilTime::from_unix(ms / 1000);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-        t.year,
-        t.month,
-        t.day,
-        t.hour,
-        t.minute,
-        t.second,
-        ms % 1000
-    )
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use std::time::Duration;
 
     /// A small profile used by every format's tests: one object over `base..base+0x100` with
     /// 16-byte buckets and counts 5, 9, 1 in buckets 2, 7, 9.
@@ -548,9 +383,7 @@ pub(crate) mod tests {
                 protocol: "PVH".into(),
                 vcpus: 2,
                 memory_mib: 256,
-                start_time: rfc3339(
-                    SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
-                ),
+                start_time: "2023-11-14T22:13:20.123Z".into(),
                 wall_time_s: 1.5,
                 outcome: "guest wrote 0x10 to isa-debug-exit".into(),
                 exit_status: 0,
@@ -569,15 +402,6 @@ pub(crate) mod tests {
             modules: Vec::new(),
             objects: vec![object],
         }
-    }
-
-    #[test]
-    fn rfc3339_dates() {
-        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
-        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
-        assert_eq!(rfc3339(t), "2023-11-14T22:13:20.123Z");
-        let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
-        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
     }
 
     #[test]
@@ -607,7 +431,7 @@ pub(crate) mod tests {
     #[test]
     fn function_counts_by_module_and_symbol() {
         let mut p = sample_profile(0x1000);
-        let symbols = Symbols::from_module(crate::report::symbols::tests::module(
+        let symbols = Symbols::from_module(crate::symbols::tests::module(
             "m",
             0x1000,
             &[(0x20, 0x10, "f"), (0x70, 0x30, "g")],
@@ -625,7 +449,7 @@ pub(crate) mod tests {
     fn symbolized_with_knows_the_symbols_it_was_symbolized_with() {
         let mut p = sample_profile(0x1000);
         let m = |name: &str, base| {
-            Symbols::from_module(crate::report::symbols::tests::module(
+            Symbols::from_module(crate::symbols::tests::module(
                 name,
                 base,
                 &[(0x20, 0x10, "f")],
@@ -637,29 +461,5 @@ pub(crate) mod tests {
         assert!(!p.symbolized_with(&m("other", 0x1000)));
         assert!(!p.symbolized_with(&m("m", 0x2000)));
         assert!(!p.symbolized_with(&Symbols::default()));
-    }
-
-    #[test]
-    fn objects_from_results_keep_only_nonzero_buckets() {
-        let config = profile_core::object::ObjectConfig {
-            process: None,
-            base: 0x1000,
-            size: 0x40,
-            bucket_size: 4,
-            buffer: 0,
-            buffer_size: 16,
-            source: profile_core::ProfileSource::TIME,
-            affinity: profile_core::affinity::ProcessorSet::all_active(2),
-        };
-        let r = ObjectResult {
-            object: profile_core::ObjectId(3),
-            config,
-            counts: vec![0, 4, 0, 2],
-        };
-        let o = ProfileObject::from_result(&r, ObjectOwner::Host);
-        assert_eq!(o.counts, vec![(1, 4), (3, 2)]);
-        assert_eq!((o.buckets, o.total, o.id), (4, 6, 3));
-        assert_eq!(o.affinity, vec![0, 1]);
-        assert_eq!(o.source_name, "ProfileTime");
     }
 }

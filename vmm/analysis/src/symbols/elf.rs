@@ -88,22 +88,16 @@ pub fn read(name: &str, bytes: &[u8]) -> Result<Module, SymbolError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Symbols;
 
     #[test]
-    fn the_embedded_reference_guest_has_symbols_and_code() {
-        let m = read("refguest", crate::demo::REFGUEST_ELF).unwrap();
+    fn an_elf_has_symbols_and_code() {
+        // The test binary is an ELF; the reference guest's symbols are checked on the vmm side,
+        // which embeds it.
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let m = read("exe", &exe).unwrap();
         assert!(m.symbols.len() > 10);
         assert!(!m.code.is_empty());
-        let symbols = Symbols::from_module(m);
-        for f in ["shares_f1", "shares_f2", "shares_f4"] {
-            let m = &symbols.modules()[0];
-            let s = m.symbols.iter().find(|s| s.name == f);
-            let s = s.unwrap_or_else(|| panic!("{f} is a symbol of the reference guest"));
-            let addr = m.base + s.rva;
-            assert_eq!(symbols.describe(addr), f);
-            assert!(m.code_at(addr).is_some_and(|c| !c.is_empty()));
-        }
+        assert!(m.symbols.windows(2).all(|w| w[0].rva < w[1].rva));
     }
 
     #[test]

@@ -70,8 +70,8 @@ pub fn write(profile: &Profile, symbols: &Symbols, w: impl Write) -> Result<(), 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::profile::tests::sample_profile;
-    use crate::report::symbols::tests::module;
+    use crate::profile::tests::sample_profile;
+    use crate::symbols::tests::module;
 
     #[test]
     fn stacks_are_object_module_function_bucket() {

@@ -215,35 +215,6 @@ impl Symbols {
         Ok(Self::from_module(pdb::read(name, bytes)?))
     }
 
-    /// The symbols of the kernel a VM booted, or none if its image has no readable table.
-    pub fn for_config(config: &crate::config::VmConfig) -> Self {
-        config.kernel().map(Self::for_kernel).unwrap_or_default()
-    }
-
-    /// The symbols of the kernel `spec` boots, or none if its image has no readable table.
-    pub fn for_kernel(spec: &crate::boot::KernelSpec) -> Self {
-        let name = spec.kernel.file_name().map_or_else(
-            || "kernel".to_string(),
-            |n| n.to_string_lossy().into_owned(),
-        );
-        let name = name
-            .split_whitespace()
-            .next()
-            .unwrap_or("kernel")
-            .to_string();
-        let module = match spec.embedded {
-            Some(b) => elf::read(&name, b),
-            None => match std::fs::read(&spec.kernel) {
-                Ok(b) => elf::read(&name, &b).map(|m| Module {
-                    path: Some(spec.kernel.clone()),
-                    ..m
-                }),
-                Err(_) => return Symbols::default(),
-            },
-        };
-        module.map(Self::from_module).unwrap_or_default()
-    }
-
     /// Adds a module.
     pub fn push(&mut self, module: Module) {
         self.modules.push(module);

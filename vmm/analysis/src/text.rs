@@ -182,8 +182,8 @@ pub fn render(p: &Profile, symbols: &Symbols, top: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::profile::tests::sample_profile;
-    use crate::report::symbols::tests::module;
+    use crate::profile::tests::sample_profile;
+    use crate::symbols::tests::module;
 
     /// True when some line of `t`, with runs of spaces squeezed, contains `want`.
     fn has(t: &str, want: &str) -> bool {
@@ -226,7 +226,7 @@ mod tests {
     fn hot_buckets_show_their_source_line() {
         let p = sample_profile(0x1000);
         let mut m = module("m", 0x1000, &[(0x70, 0x30, "hot")]);
-        m.lines = crate::report::symbols::LineTable::from_rows(&[(0x70, "/src/m.rs", 42)]);
+        m.lines = crate::symbols::LineTable::from_rows(&[(0x70, "/src/m.rs", 42)]);
         let t = render(&p, &Symbols::from_module(m), 10);
         assert!(has(&t, "0x1070..0x1080 m!hot (m.rs:42) 9 60.00%"), "{t}");
         assert!(has(&t, "0x1020..0x1030 m+0x20 5 33.33%"), "{t}");

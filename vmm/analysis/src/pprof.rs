@@ -331,8 +331,8 @@ pub fn write(profile: &Profile, symbols: &Symbols, w: impl Write) -> Result<(), 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::profile::tests::sample_profile;
-    use crate::report::symbols::tests::module;
+    use crate::profile::tests::sample_profile;
+    use crate::symbols::tests::module;
     use std::io::Read;
 
     fn decoded(profile: &Profile, symbols: &Symbols) -> PprofProfile {
@@ -371,7 +371,7 @@ mod tests {
     fn locations_carry_source_lines_and_functions_their_file() {
         let p = sample_profile(0x1000);
         let mut m = module("m", 0x1000, &[(0x70, 0x30, "hot")]);
-        m.lines = crate::report::symbols::LineTable::from_rows(&[(0x80, "/src/m.rs", 43)]);
+        m.lines = crate::symbols::LineTable::from_rows(&[(0x80, "/src/m.rs", 43)]);
         let pb = decoded(&p, &Symbols::from_module(m));
         let s = |i: i64| pb.string_table[usize::try_from(i).unwrap()].as_str();
         // Buckets at 0x1020 and 0x1070 have no line, 0x1090 line 43; `hot`'s file comes from

@@ -136,8 +136,8 @@ fn bucket(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::profile::tests::sample_profile;
-    use crate::report::symbols::{ImageKind, LineTable, Module, Section, Symbol};
+    use crate::profile::tests::sample_profile;
+    use crate::symbols::{ImageKind, LineTable, Module, Section, Symbol};
 
     #[test]
     fn instructions_carry_their_bucket_counts() {

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use super::stats::{compare, Change, TestOptions};
-use crate::report::profile::FunctionTotals;
-use crate::report::{FunctionCount, ObjectOwner, Profile, ProfileObject};
+use crate::profile::FunctionTotals;
+use crate::{FunctionCount, ObjectOwner, Profile, ProfileObject};
 
 /// The identity of an object across runs.
 type ObjectKey = (ObjectOwner, u64, u64, u64, u32);
@@ -195,7 +195,7 @@ fn add_object(into: &mut ProfileObject, from: &ProfileObject) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::profile::tests::sample_profile;
+    use crate::profile::tests::sample_profile;
 
     /// Regression: comparing a symbolized profile with an unsymbolized one of the same run
     /// flagged every row, because function names met bucket names.

@@ -102,7 +102,7 @@ pub fn compare(base: &[(String, u64)], new: &[(String, u64)], opts: &TestOptions
         .count()
         .max(1);
     let per_test_alpha = opts.alpha / tested as f64;
-    let share = crate::report::text::percent;
+    let share = crate::text::percent;
     let mut rows: Vec<Change> = names
         .into_iter()
         .map(|(name, (b, n))| {

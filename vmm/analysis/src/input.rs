@@ -1,0 +1,240 @@
+//! What a finished run hands to the analysis side: plain data and profile-core's object
+//! configuration, never the VMM's own types, so that reading, comparing and symbolizing
+//! profiles builds without a VMM. The VMM fills these in one place (vmm/src/export.rs).
+
+use std::collections::BTreeMap;
+
+use profile_core::object::ObjectConfig;
+
+use crate::hex::{Hex, OptHex};
+use crate::profile::{
+    source_name, ObjectOwner, Profile, ProfileObject, RunInfo, VcpuStats, FORMAT_NAME,
+    FORMAT_VERSION,
+};
+
+/// A finished run.
+#[derive(Debug, Clone)]
+pub struct RunInput<'a> {
+    /// The hvprof version that ran it.
+    pub hvprof_version: &'a str,
+    /// How it was set up and how it ended.
+    pub run: RunInfo,
+    /// Per-vCPU profiling counters.
+    pub vcpus: Vec<VcpuStats>,
+    /// The objects guest agents created.
+    pub guest: Vec<GuestObject<'a>>,
+    /// The host-side profiles.
+    pub host: Vec<HostObject<'a>>,
+}
+
+/// A guest agent's profile object as the run left it.
+#[derive(Debug, Clone, Copy)]
+pub struct GuestObject<'a> {
+    /// Its id (unique for the run).
+    pub id: u64,
+    /// How the agent configured it.
+    pub config: &'a ObjectConfig,
+    /// One count per bucket.
+    pub counts: &'a [u32],
+}
+
+/// A host-side profile as the run left it.
+#[derive(Debug, Clone, Copy)]
+pub struct HostObject<'a> {
+    /// Its id.
+    pub id: u32,
+    /// First address sampled.
+    pub start: u64,
+    /// Last address sampled (inclusive, so the whole space is `0..=u64::MAX`).
+    pub last: u64,
+    /// log2 of the bucket size in bytes.
+    pub bucket_shift: u32,
+    /// The CR3 it was restricted to, if any.
+    pub cr3: Option<u64>,
+    /// The vCPUs it was restricted to (None: all of them).
+    pub vcpus: Option<&'a [usize]>,
+    /// Bucket index -> samples, nonzero only.
+    pub counts: &'a BTreeMap<u64, u64>,
+}
+
+impl ProfileObject {
+    /// A guest agent's object, not yet symbolized; only its nonzero buckets are kept.
+    pub fn from_guest(o: &GuestObject) -> Self {
+        let c = o.config;
+        ProfileObject {
+            id: o.id,
+            owner: ObjectOwner::Guest,
+            process: OptHex(c.process),
+            base: Hex(c.base),
+            size: Hex(c.size),
+            bucket_shift: c.bucket_size,
+            source: c.source.0,
+            source_name: source_name(c.source.0).to_string(),
+            affinity: c.affinity.iter().collect(),
+            buckets: o.counts.len() as u64,
+            total: o.counts.iter().map(|c| u64::from(*c)).sum(),
+            counts: o
+                .counts
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| **c > 0)
+                .map(|(i, c)| (i as u64, u64::from(*c)))
+                .collect(),
+            functions: Vec::new(),
+        }
+    }
+
+    /// A host-side profile as an object owned by the host: a sampled range, the timer's
+    /// source, on the vCPUs it names (all `vcpus` of the run when it names none).
+    pub fn from_host(h: &HostObject, vcpus: u32) -> Self {
+        let size = (h.last - h.start).saturating_add(1);
+        let affinity = match h.vcpus {
+            Some(v) => v.iter().filter_map(|v| u32::try_from(*v).ok()).collect(),
+            None => (0..vcpus).collect(),
+        };
+        ProfileObject {
+            id: u64::from(h.id),
+            owner: ObjectOwner::Host,
+            // Keyed as the guest agent's objects are, so the two compare alike.
+            process: OptHex(h.cr3.map(profile_core::abi::process_key)),
+            base: Hex(h.start),
+            size: Hex(size),
+            bucket_shift: h.bucket_shift,
+            source: 0,
+            source_name: source_name(0).to_string(),
+            affinity,
+            buckets: ((size - 1) >> h.bucket_shift.min(63)) + 1,
+            total: h.counts.values().sum(),
+            counts: h.counts.iter().map(|(b, c)| (*b, *c)).collect(),
+            functions: Vec::new(),
+        }
+    }
+}
+
+impl Profile {
+    /// The profile of a finished run, not yet symbolized (see [`Profile::symbolize`]).
+    pub fn from_run(input: RunInput) -> Self {
+        let vcpus = input.run.vcpus;
+        Profile {
+            format: FORMAT_NAME.to_string(),
+            format_version: FORMAT_VERSION,
+            hvprof_version: input.hvprof_version.to_string(),
+            run: input.run,
+            vcpus: input.vcpus,
+            modules: Vec::new(),
+            objects: input
+                .guest
+                .iter()
+                .map(ProfileObject::from_guest)
+                .chain(
+                    input
+                        .host
+                        .iter()
+                        .map(|h| ProfileObject::from_host(h, vcpus)),
+                )
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::tests::sample_profile;
+
+    fn config() -> ObjectConfig {
+        ObjectConfig {
+            process: None,
+            base: 0x1000,
+            size: 0x40,
+            bucket_size: 4,
+            buffer: 0,
+            buffer_size: 16,
+            source: profile_core::ProfileSource::TIME,
+            affinity: profile_core::affinity::ProcessorSet::all_active(2),
+        }
+    }
+
+    #[test]
+    fn guest_objects_keep_only_nonzero_buckets() {
+        let config = config();
+        let o = ProfileObject::from_guest(&GuestObject {
+            id: 3,
+            config: &config,
+            counts: &[0, 4, 0, 2],
+        });
+        assert_eq!(o.counts, vec![(1, 4), (3, 2)]);
+        assert_eq!((o.buckets, o.total, o.id), (4, 6, 3));
+        assert_eq!(o.affinity, vec![0, 1]);
+        assert_eq!(
+            (o.owner, o.source_name.as_str()),
+            (ObjectOwner::Guest, "ProfileTime")
+        );
+    }
+
+    #[test]
+    fn a_whole_space_host_profile_spans_every_bucket_on_every_vcpu() {
+        let counts = BTreeMap::from([(0x100, 3), (u64::MAX >> 4, 1)]);
+        let h = HostObject {
+            id: 7,
+            start: 0,
+            last: u64::MAX,
+            bucket_shift: 4,
+            cr3: Some(0x1234_5fff),
+            vcpus: None,
+            counts: &counts,
+        };
+        let o = ProfileObject::from_host(&h, 2);
+        assert_eq!((o.owner, o.id, o.total), (ObjectOwner::Host, 7, 4));
+        assert_eq!(
+            (o.size.0, o.buckets),
+            (u64::MAX, 1 << 60),
+            "2^64 bytes saturate; the last bucket is still counted"
+        );
+        assert_eq!(
+            o.process.0,
+            Some(0x1234_5000),
+            "PCID bits are not the process"
+        );
+        assert_eq!(o.affinity, vec![0, 1]);
+        let only_one = ProfileObject::from_host(
+            &HostObject {
+                vcpus: Some(&[1]),
+                ..h
+            },
+            2,
+        );
+        assert_eq!(only_one.affinity, vec![1]);
+    }
+
+    #[test]
+    fn a_run_lists_guest_objects_then_host_profiles() {
+        let run = sample_profile(0).run;
+        let config = config();
+        let counts = BTreeMap::from([(1, 1)]);
+        let p = Profile::from_run(RunInput {
+            hvprof_version: "9.9.9",
+            run: run.clone(),
+            vcpus: Vec::new(),
+            guest: vec![GuestObject {
+                id: 1,
+                config: &config,
+                counts: &[1],
+            }],
+            host: vec![HostObject {
+                id: 1,
+                start: 0x1000,
+                last: 0x1fff,
+                bucket_shift: 4,
+                cr3: None,
+                vcpus: None,
+                counts: &counts,
+            }],
+        });
+        let owners: Vec<ObjectOwner> = p.objects.iter().map(|o| o.owner).collect();
+        assert_eq!(owners, [ObjectOwner::Guest, ObjectOwner::Host]);
+        assert_eq!((p.hvprof_version.as_str(), p.run), ("9.9.9", run));
+        assert_eq!(p.objects[1].affinity, vec![0, 1], "the run's two vCPUs");
+        assert_eq!((p.format_version, p.modules.len()), (FORMAT_VERSION, 0));
+    }
+}

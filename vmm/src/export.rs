@@ -1,0 +1,315 @@
+//! A run handed to the analysis crate: the one place where the VMM's types (RunReport,
+//! ObjectResult, HostProfileResult, StatsSnapshot, VmConfig, the built-in kernel) become the
+//! analysis crate's plain inputs. The analysis crate never sees a VMM type, so it builds and
+//! tests without KVM; anything new a profile records is converted here.
+
+use std::path::Path;
+use std::time::SystemTime;
+
+use analysis::input::{GuestObject, HostObject, RunInput};
+use analysis::symbols::elf;
+use analysis::{
+    KernelImage, Module, Profile, ReportError, RunInfo, SymbolSpec, Symbols, VcpuStats,
+};
+
+use crate::boot::KernelSpec;
+use crate::config::VmConfig;
+use crate::profiler::stats::StatsSnapshot;
+use crate::vm::RunReport;
+
+/// What a [`RunReport`] does not know about its run.
+#[derive(Debug, Clone)]
+pub struct RunMetadata {
+    /// The kernel file or built-in name.
+    pub kernel: String,
+    /// Its command line.
+    pub cmdline: String,
+    /// Guest memory in MiB.
+    pub memory_mib: u64,
+    /// When the run started.
+    pub start_time: SystemTime,
+    /// hvprof's exit status for the outcome (the demo maps it its own way).
+    pub exit_status: i32,
+}
+
+impl RunMetadata {
+    /// The metadata of a run of `config` started at `start_time`, with exit status 0 (set
+    /// `exit_status` once the outcome is known).
+    pub fn new(config: &VmConfig, start_time: SystemTime) -> Self {
+        RunMetadata {
+            kernel: config.boot_image().display().to_string(),
+            cmdline: config
+                .kernel()
+                .map(|k| k.cmdline.clone())
+                .unwrap_or_default(),
+            memory_mib: config.memory_mib,
+            start_time,
+            exit_status: 0,
+        }
+    }
+}
+
+/// vCPU `vcpu`'s counters as profile.json (and the control API) name them.
+pub fn vcpu_stats(vcpu: u32, s: &StatsSnapshot) -> VcpuStats {
+    VcpuStats {
+        vcpu,
+        samples: s.samples,
+        attributed: s.attributed,
+        outside: s.outside(),
+        lost: s.coalesced,
+        counts: s.counts,
+        injected: s.injected,
+        hypercalls: s.hypercalls,
+    }
+}
+
+/// The profile of a finished run: every object in `report.results` is a guest agent's and
+/// every host-side profile a host object. Symbolize it with [`Profile::symbolize`].
+pub fn profile(report: &RunReport, meta: &RunMetadata) -> Profile {
+    let vcpus = u32::try_from(report.vcpus.len()).unwrap_or(u32::MAX);
+    let run = RunInfo {
+        kernel: meta.kernel.clone(),
+        cmdline: meta.cmdline.clone(),
+        protocol: report.protocol.to_string(),
+        vcpus,
+        memory_mib: meta.memory_mib,
+        start_time: crate::clock::rfc3339(meta.start_time),
+        wall_time_s: report.wall_time.as_secs_f64(),
+        outcome: report.outcome.to_string(),
+        exit_status: meta.exit_status,
+        interval_100ns: report.interval_100ns,
+    };
+    Profile::from_run(RunInput {
+        hvprof_version: env!("CARGO_PKG_VERSION"),
+        run,
+        vcpus: (0..)
+            .zip(&report.profile_stats)
+            .map(|(i, s)| vcpu_stats(i, s))
+            .collect(),
+        guest: report
+            .results
+            .iter()
+            .map(|r| GuestObject {
+                id: r.object.0,
+                config: &r.config,
+                counts: &r.counts,
+            })
+            .collect(),
+        host: report
+            .host_results
+            .iter()
+            .map(|h| HostObject {
+                id: h.id,
+                start: h.spec.start,
+                last: h.spec.last,
+                bucket_shift: h.spec.bucket_shift,
+                cr3: h.spec.cr3,
+                vcpus: h.spec.vcpus.as_deref(),
+                counts: &h.counts,
+            })
+            .collect(),
+    })
+}
+
+/// The module name of a kernel: its file name, or the first word of a built-in one's name
+/// (`refguest (built in)` is `refguest`).
+fn module_name(spec: &KernelSpec) -> String {
+    let name = spec.kernel.file_name().map_or_else(
+        || "kernel".to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    name.split_whitespace()
+        .next()
+        .unwrap_or("kernel")
+        .to_string()
+}
+
+/// The symbols of the kernel `spec` boots, or none if its image has no readable table.
+pub fn kernel_symbols(spec: &KernelSpec) -> Symbols {
+    let name = module_name(spec);
+    let module = match spec.embedded {
+        Some(b) => elf::read(&name, b),
+        None => match std::fs::read(&spec.kernel) {
+            Ok(b) => elf::read(&name, &b).map(|m| Module {
+                path: Some(spec.kernel.clone()),
+                ..m
+            }),
+            Err(_) => return Symbols::default(),
+        },
+    };
+    module.map(Symbols::from_module).unwrap_or_default()
+}
+
+/// The symbols of the kernel a VM booted (none for a firmware boot).
+pub fn config_symbols(config: &VmConfig) -> Symbols {
+    config.kernel().map(kernel_symbols).unwrap_or_default()
+}
+
+/// The symbols for a saved profile: its kernel's (the built-in reference guest's bytes when
+/// the profile ran it, else the kernel file if it is still there), then every `specs` image.
+pub fn saved_profile_symbols(
+    profile: &Profile,
+    specs: &[SymbolSpec],
+    symbol_dir: Option<&Path>,
+) -> Result<Symbols, ReportError> {
+    // A profile records the kernel by the name RunMetadata gave it; the built-in one's name
+    // is not a path, so its bytes come from this binary.
+    let builtin = crate::demo::kernel_spec("");
+    let name = module_name(&builtin);
+    let kernel = match builtin.embedded {
+        Some(bytes) if profile.run.kernel == builtin.kernel.display().to_string() => {
+            KernelImage::Bytes { name: &name, bytes }
+        }
+        _ => KernelImage::File,
+    };
+    analysis::load::for_profile(profile, kernel, specs, symbol_dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::boot::Protocol;
+    use crate::outcome::RunOutcome;
+    use crate::profiler::host::{HostProfileResult, HostProfileSpec};
+    use crate::profiler::ObjectResult;
+    use crate::vm::VcpuSummary;
+
+    fn refguest() -> Symbols {
+        kernel_symbols(&crate::demo::kernel_spec(""))
+    }
+
+    #[test]
+    fn the_embedded_reference_guest_has_symbols_and_code() {
+        let symbols = refguest();
+        let m = &symbols.modules()[0];
+        assert_eq!(m.name, "refguest");
+        assert!(m.symbols.len() > 10);
+        for f in ["shares_f1", "shares_f2", "shares_f4"] {
+            let s = m.symbols.iter().find(|s| s.name == f);
+            let s = s.unwrap_or_else(|| panic!("{f} is a symbol of the reference guest"));
+            let addr = m.base + s.rva;
+            assert_eq!(symbols.describe(addr), f);
+            assert!(m.code_at(addr).is_some_and(|c| !c.is_empty()));
+        }
+    }
+
+    #[test]
+    fn the_reference_guest_kernel_has_lines() {
+        // Its Rust code carries line tables; the CPL3 workload (shares_f1..f4) is assembly
+        // without them.
+        let symbols = refguest();
+        let m = &symbols.modules()[0];
+        assert!(!m.lines.is_empty());
+        let rust = m
+            .symbols
+            .iter()
+            .find(|s| s.name.contains("scenario::shares::"))
+            .unwrap();
+        let at = m.lines.lookup(rust.rva).unwrap();
+        assert!(at.file.ends_with("src/scenario/shares.rs"), "{at:?}");
+        assert!(at.line > 0);
+        assert!(at.short().starts_with("shares.rs:"));
+        let f4 = m.symbols.iter().find(|s| s.name == "shares_f4").unwrap();
+        assert_eq!(m.lines.lookup(f4.rva), None);
+    }
+
+    fn saved(kernel: &str) -> Profile {
+        let mut p = profile(&report(), &meta());
+        p.run.kernel = kernel.into();
+        p
+    }
+
+    #[test]
+    fn a_saved_profile_of_the_built_in_guest_gets_its_symbols() {
+        let builtin = crate::demo::kernel_spec("").kernel.display().to_string();
+        let s = saved_profile_symbols(&saved(&builtin), &[], None).unwrap();
+        assert_eq!(s.modules()[0].name, "refguest");
+        assert!(s.len() > 10);
+        let s = saved_profile_symbols(&saved("/nonexistent/vmlinux"), &[], None).unwrap();
+        assert!(s.modules().is_empty());
+    }
+
+    fn meta() -> RunMetadata {
+        RunMetadata {
+            kernel: "vmlinux".into(),
+            cmdline: "quiet".into(),
+            memory_mib: 256,
+            start_time: SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+            exit_status: 3,
+        }
+    }
+
+    fn report() -> RunReport {
+        let config = profile_core::object::ObjectConfig {
+            process: Some(0x5000),
+            base: 0x1000,
+            size: 0x40,
+            bucket_size: 4,
+            buffer: 0,
+            buffer_size: 16,
+            source: profile_core::ProfileSource::TIME,
+            affinity: profile_core::affinity::ProcessorSet::all_active(2),
+        };
+        let stats = StatsSnapshot {
+            samples: 10,
+            attributed: 7,
+            counts: 7,
+            coalesced: 1,
+            injected: 2,
+            hypercalls: 4,
+        };
+        RunReport {
+            outcome: RunOutcome::DebugExit(1),
+            protocol: Protocol::Pvh,
+            wall_time: Duration::from_millis(1500),
+            vcpus: (0..2)
+                .map(|index| VcpuSummary {
+                    index,
+                    exits: Vec::new(),
+                    unclaimed: 0,
+                })
+                .collect(),
+            profile_stats: vec![stats, StatsSnapshot::default()],
+            results: vec![ObjectResult {
+                object: profile_core::ObjectId(3),
+                config,
+                counts: vec![0, 4, 0, 2],
+            }],
+            host_results: vec![HostProfileResult {
+                id: 1,
+                spec: HostProfileSpec {
+                    vcpus: Some(vec![1]),
+                    ..HostProfileSpec::whole_space()
+                },
+                running: false,
+                counts: BTreeMap::from([(0x100, 5)]),
+                stacks: Default::default(),
+            }],
+            interval_100ns: 39_063,
+        }
+    }
+
+    #[test]
+    fn a_run_report_becomes_a_profile() {
+        let p = profile(&report(), &meta());
+        assert_eq!(p.run.start_time, "2023-11-14T22:13:20.123Z");
+        assert_eq!((p.run.protocol.as_str(), p.run.vcpus), ("PVH", 2));
+        assert_eq!((p.run.kernel.as_str(), p.run.exit_status), ("vmlinux", 3));
+        assert_eq!(p.run.outcome, RunOutcome::DebugExit(1).to_string());
+        assert_eq!(p.hvprof_version, env!("CARGO_PKG_VERSION"));
+        assert_eq!(p.vcpus[0], vcpu_stats(0, &report().profile_stats[0]));
+        assert_eq!((p.vcpus[0].outside, p.vcpus[0].lost), (3, 1));
+        assert_eq!(p.vcpus[1].vcpu, 1);
+        let [guest, host] = &p.objects[..] else {
+            panic!("{:?}", p.objects)
+        };
+        assert_eq!(
+            (guest.id, guest.total, guest.process.0),
+            (3, 6, Some(0x5000))
+        );
+        assert_eq!((host.id, host.total, &host.affinity), (1, 5, &vec![1]));
+    }
+}
