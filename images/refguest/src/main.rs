@@ -13,6 +13,7 @@ mod gdt;
 mod idt;
 mod mem;
 mod paging;
+mod pe;
 mod prof;
 mod scenario;
 mod sched;

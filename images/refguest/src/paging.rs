@@ -5,8 +5,10 @@
 //! USER_BASE..  user code (.user section, read-only, same physical pages in every process)
 //! USER_DATA    one private read-write data page
 //! ..USER_STACK_TOP  private read-write stack
+//! pe::WINDOW..   a PE image passed as module 0, if one was loaded (read-only, shared)
 
 use crate::boot;
+use crate::pe;
 use crate::cpu::Page;
 use crate::sync::RacyCell;
 use crate::user::{USER_BASE, USER_DATA, USER_STACK_PAGES, USER_STACK_TOP};
@@ -23,12 +25,13 @@ struct SpacePages {
     pdpt: Page,
     pd: Page,
     pt: Page,
+    pe_pt: Page,
     data: Page,
     stack: [Page; USER_STACK_PAGES],
 }
 
 const EMPTY: SpacePages =
-    SpacePages { pml4: Page::ZERO, pdpt: Page::ZERO, pd: Page::ZERO, pt: Page::ZERO, data: Page::ZERO, stack: [Page::ZERO; USER_STACK_PAGES] };
+    SpacePages { pml4: Page::ZERO, pdpt: Page::ZERO, pd: Page::ZERO, pt: Page::ZERO, pe_pt: Page::ZERO, data: Page::ZERO, stack: [Page::ZERO; USER_STACK_PAGES] };
 
 static SPACES: RacyCell<[SpacePages; MAX_SPACES]> = RacyCell::new([EMPTY; MAX_SPACES]);
 
@@ -72,6 +75,13 @@ pub fn create(slot: usize) -> AddressSpace {
     let stack_bottom = USER_STACK_TOP - 4096 * USER_STACK_PAGES as u64;
     for (i, page) in s.stack.iter().enumerate() {
         s.pt.0[index(stack_bottom) + i] = addr(page) | PRESENT | WRITABLE | USER;
+    }
+    if let Some((image, phys)) = pe::loaded() {
+        s.pd.0[((pe::WINDOW - USER_BASE) >> 21) as usize] = addr(&s.pe_pt) | PRESENT | WRITABLE | USER;
+        let first = ((image.base - pe::WINDOW) >> 12) as usize;
+        for i in 0..image.pages {
+            s.pe_pt.0[first + i] = (phys + 4096 * i as u64) | PRESENT | USER;
+        }
     }
     AddressSpace { cr3: addr(&s.pml4) }
 }

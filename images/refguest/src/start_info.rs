@@ -42,6 +42,18 @@ pub struct StartInfo {
 }
 
 static CMDLINE: RacyCell<([u8; CMDLINE_MAX], usize)> = RacyCell::new(([0; CMDLINE_MAX], 0));
+/// Module 0 (hvprof's `--initrd`): physical address and size, or (0, 0).
+static MODULE: RacyCell<(u64, u64)> = RacyCell::new((0, 0));
+
+/// `struct hvm_modlist_entry`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ModlistEntry {
+    paddr: u64,
+    size: u64,
+    cmdline_paddr: u64,
+    reserved: u64,
+}
 
 /// Reads and validates start_info at physical address `paddr`.
 pub fn parse(paddr: u64, trampoline: u64) -> Result<StartInfo, u32> {
@@ -65,6 +77,14 @@ pub fn parse(paddr: u64, trampoline: u64) -> Result<StartInfo, u32> {
             *len += 1;
         }
     }
+    if raw.nr_modules >= 1 && raw.modlist_paddr != 0 {
+        // SAFETY: the loader describes `nr_modules` entries at modlist_paddr, in RAM below
+        // 4 GiB; single-threaded boot, nothing else touches MODULE yet.
+        unsafe {
+            let m = (raw.modlist_paddr as *const ModlistEntry).read_unaligned();
+            *MODULE.get() = (m.paddr, m.size);
+        }
+    }
     let mut entries = 0;
     let mut trampoline_is_ram = true;
     if raw.version >= 1 && raw.memmap_paddr != 0 {
@@ -76,6 +96,19 @@ pub fn parse(paddr: u64, trampoline: u64) -> Result<StartInfo, u32> {
         });
     }
     Ok(StartInfo { version: raw.version, rsdp_paddr: raw.rsdp_paddr, memmap_entries: entries, trampoline_is_ram })
+}
+
+/// Module 0 as bytes, if the loader passed one. The kernel maps the first 1 GiB of physical
+/// memory, where hvprof places modules; one outside it is treated as absent.
+pub fn module() -> Option<&'static [u8]> {
+    // SAFETY: written once during boot by `parse`, read-only afterwards.
+    let (paddr, size) = unsafe { *MODULE.get() };
+    if paddr == 0 || size == 0 || paddr.checked_add(size)? > 1 << 30 {
+        return None;
+    }
+    // SAFETY: [paddr, paddr + size) is the module, in identity-mapped RAM below 1 GiB, and
+    // nothing writes it after boot.
+    Some(unsafe { core::slice::from_raw_parts(paddr as *const u8, size as usize) })
 }
 
 /// The kernel command line ("" if none).

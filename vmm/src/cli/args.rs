@@ -62,8 +62,8 @@ pub struct BootArgs {
     /// The kernel to boot (PVH ELF, multiboot, Linux bzImage).
     #[arg(long, conflicts_with = "firmware")]
     pub kernel: Option<PathBuf>,
-    /// An initrd (Linux) or first module (multiboot, PVH).
-    #[arg(long, requires = "kernel")]
+    /// An initrd (Linux) or first module (multiboot, PVH, the built-in reference guest).
+    #[arg(long, conflicts_with = "firmware")]
     pub initrd: Option<PathBuf>,
     /// The kernel command line.
     #[arg(long)]
@@ -122,6 +122,9 @@ impl BootArgs {
             (None, None, Some(mut k)) => {
                 if let Some(c) = self.cmdline {
                     k.cmdline = c;
+                }
+                if self.initrd.is_some() {
+                    k.initrd = self.initrd;
                 }
                 BootSource::Kernel(k)
             }

@@ -17,6 +17,7 @@ mod common;
 mod interrupts;
 mod interval;
 mod objects;
+mod pestacks;
 mod process;
 mod shares;
 mod smoke;
@@ -53,6 +54,7 @@ static SCENARIOS: &[Scenario] = &[
     stopped::SCENARIO,
     bench::SCENARIO,
     stacks::SCENARIO,
+    pestacks::SCENARIO,
 ];
 static SELECTED: AtomicUsize = AtomicUsize::new(usize::MAX);
 

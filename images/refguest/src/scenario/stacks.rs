@@ -22,8 +22,7 @@ fn setup(env: &Env) -> Result<(), &'static str> {
 }
 
 fn check(table: &Table) -> Result<(), &'static str> {
-    let procs = table.procs.iter().take(table.count);
-    let clean = procs.clone().flatten().all(|p| p.state == State::Exited && p.exit_code == 0);
+    let clean = table.procs.iter().take(table.count).flatten().all(|p| p.state == State::Exited && p.exit_code == 0);
     crate::println!("stacks processes={} {}", table.count, common::ok(clean));
     if clean && table.count > 0 {
         Ok(())
