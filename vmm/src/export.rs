@@ -6,7 +6,9 @@
 use std::path::Path;
 use std::time::SystemTime;
 
+use analysis::hex::Hex;
 use analysis::input::{GuestObject, HostObject, RunInput};
+use analysis::profile::StackCount;
 use analysis::symbols::elf;
 use analysis::{
     KernelImage, Module, Profile, ReportError, RunInfo, SymbolSpec, Symbols, VcpuStats,
@@ -14,6 +16,7 @@ use analysis::{
 
 use crate::boot::KernelSpec;
 use crate::config::VmConfig;
+use crate::profiler::host::StackCounts;
 use crate::profiler::stats::StatsSnapshot;
 use crate::vm::RunReport;
 
@@ -79,6 +82,11 @@ pub fn profile(report: &RunReport, meta: &RunMetadata) -> Profile {
         exit_status: meta.exit_status,
         interval_100ns: report.interval_100ns,
     };
+    let stacks: Vec<Vec<StackCount>> = report
+        .host_results
+        .iter()
+        .map(|h| stack_counts(&h.stacks))
+        .collect();
     Profile::from_run(RunInput {
         hvprof_version: env!("CARGO_PKG_VERSION"),
         run,
@@ -98,7 +106,8 @@ pub fn profile(report: &RunReport, meta: &RunMetadata) -> Profile {
         host: report
             .host_results
             .iter()
-            .map(|h| HostObject {
+            .zip(&stacks)
+            .map(|(h, stacks)| HostObject {
                 id: h.id,
                 start: h.spec.start,
                 last: h.spec.last,
@@ -106,9 +115,23 @@ pub fn profile(report: &RunReport, meta: &RunMetadata) -> Profile {
                 cr3: h.spec.cr3,
                 vcpus: h.spec.vcpus.as_deref(),
                 counts: &h.counts,
+                stacks,
+                stacks_dropped: h.stacks.dropped,
             })
             .collect(),
     })
+}
+
+/// A host profile's stacks as analysis keeps them.
+fn stack_counts(s: &StackCounts) -> Vec<StackCount> {
+    s.stacks
+        .iter()
+        .map(|(k, count)| StackCount {
+            pcs: k.pcs.iter().map(|pc| Hex(*pc)).collect(),
+            truncated: k.truncated,
+            count: *count,
+        })
+        .collect()
 }
 
 /// The module name of a kernel: its file name, or the first word of a built-in one's name

@@ -1,7 +1,16 @@
 //! flamegraph.svg through inferno.
 //!
-//! The samples carry no call stacks (a profile object counts program counters only), so each
-//! nonzero bucket becomes one folded stack four frames deep:
+//! An object with call stacks folds them as they are, outermost frame first, each frame
+//! `module!function` (the call site's function for return addresses), under the object's
+//! frame; a stack whose walk ended early sits under `[truncated]`, samples whose stack was
+//! not kept under `[stack not kept]`:
+//!
+//! ```text
+//! object 1 (all processes);refguest!main;refguest!stacks_round;refguest!stacks_a;refguest!stacks_leaf 211
+//! ```
+//!
+//! An object without stacks counts program counters only, so each nonzero bucket becomes one
+//! folded stack four frames deep:
 //!
 //! ```text
 //! object 1 (all processes);refguest;shares_f4;shares_f4+0x10 1234
@@ -20,12 +29,53 @@ use super::profile::Profile;
 use super::symbols::Symbols;
 use super::ReportError;
 
-/// The folded stacks of `profile`, one line per nonzero bucket.
+/// The flame-graph frame of `pc`: `module!function`, `module+0xrva` without a symbol, the
+/// bare address outside every module. A return address (`ret`) is named by the call before
+/// it.
+pub fn frame_name(symbols: &Symbols, pc: u64, ret: bool) -> String {
+    let lookup = if ret { pc.wrapping_sub(1) } else { pc };
+    match symbols.resolve(lookup) {
+        Some(hit) => match hit.symbol {
+            Some(s) => format!("{}!{}", hit.module.name, s.name),
+            None => format!("{}+{:#x}", hit.module.name, hit.offset),
+        },
+        None => format!("{pc:#x}"),
+    }
+}
+
+/// The folded stacks of `profile`: one line per stack of objects with stacks, one per
+/// nonzero bucket of the others.
 pub fn folded(profile: &Profile, symbols: &Symbols) -> Vec<String> {
     let clean = |s: &str| s.replace(';', ":");
     let mut lines = Vec::new();
     for o in &profile.objects {
         let root = format!("object {} ({})", o.id, o.scope());
+        if !o.stacks.is_empty() {
+            for stack in &o.stacks {
+                let mut frames = vec![clean(&root)];
+                if stack.truncated {
+                    frames.push("[truncated]".to_string());
+                }
+                let n = stack.pcs.len();
+                frames.extend(
+                    stack
+                        .pcs
+                        .iter()
+                        .rev()
+                        .enumerate()
+                        .map(|(i, pc)| clean(&frame_name(symbols, pc.0, i + 1 < n))),
+                );
+                lines.push(format!("{} {}", frames.join(";"), stack.count));
+            }
+            if o.stacks_dropped > 0 {
+                lines.push(format!(
+                    "{};[stack not kept] {}",
+                    clean(&root),
+                    o.stacks_dropped
+                ));
+            }
+            continue;
+        }
         for b in o.nonzero() {
             let (module, function, bucket) = match symbols.resolve(b.start) {
                 Some(hit) => (hit.module.name.clone(), hit.function(), hit.describe()),
@@ -90,6 +140,43 @@ mod tests {
         assert_eq!(
             none[0],
             "object 1 (process 0x12345000);[unknown];0x1020;0x1020 5"
+        );
+    }
+
+    #[test]
+    fn stacks_fold_outermost_first_with_callers_named_by_their_call() {
+        use crate::hex::Hex;
+        use crate::profile::StackCount;
+        let mut p = sample_profile(0x1000);
+        p.objects[0].stacks = vec![
+            StackCount {
+                pcs: vec![Hex(0x1074), Hex(0x1050), Hex(0x9000)],
+                truncated: false,
+                count: 7,
+            },
+            StackCount {
+                pcs: vec![Hex(0x1074)],
+                truncated: true,
+                count: 2,
+            },
+        ];
+        p.objects[0].stacks_dropped = 1;
+        let symbols = Symbols::from_module(module(
+            "m",
+            0x1000,
+            &[
+                (0x40, 0x10, "caller"),
+                (0x50, 0x10, "next"),
+                (0x70, 0x30, "hot"),
+            ],
+        ));
+        assert_eq!(
+            folded(&p, &symbols),
+            [
+                "object 1 (process 0x12345000);0x9000;m!caller;m!hot 7",
+                "object 1 (process 0x12345000);[truncated];m!hot 2",
+                "object 1 (process 0x12345000);[stack not kept] 1",
+            ]
         );
     }
 

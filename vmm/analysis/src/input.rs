@@ -8,7 +8,7 @@ use profile_core::object::ObjectConfig;
 
 use crate::hex::{Hex, OptHex};
 use crate::profile::{
-    source_name, ObjectOwner, Profile, ProfileObject, RunInfo, VcpuStats, FORMAT_NAME,
+    source_name, ObjectOwner, Profile, ProfileObject, RunInfo, StackCount, VcpuStats, FORMAT_NAME,
     FORMAT_VERSION,
 };
 
@@ -55,6 +55,10 @@ pub struct HostObject<'a> {
     pub vcpus: Option<&'a [usize]>,
     /// Bucket index -> samples, nonzero only.
     pub counts: &'a BTreeMap<u64, u64>,
+    /// The samples' call stacks, in any order (empty without stacks).
+    pub stacks: &'a [StackCount],
+    /// Samples whose stack was not kept.
+    pub stacks_dropped: u64,
 }
 
 impl ProfileObject {
@@ -81,6 +85,8 @@ impl ProfileObject {
                 .map(|(i, c)| (i as u64, u64::from(*c)))
                 .collect(),
             functions: Vec::new(),
+            stacks: Vec::new(),
+            stacks_dropped: 0,
         }
     }
 
@@ -107,6 +113,13 @@ impl ProfileObject {
             total: h.counts.values().sum(),
             counts: h.counts.iter().map(|(b, c)| (*b, *c)).collect(),
             functions: Vec::new(),
+            stacks: {
+                let mut s = h.stacks.to_vec();
+                // Most samples first; ties in address order, so the file is the same every time.
+                s.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.pcs.cmp(&b.pcs)));
+                s
+            },
+            stacks_dropped: h.stacks_dropped,
         }
     }
 }
@@ -175,6 +188,12 @@ mod tests {
     #[test]
     fn a_whole_space_host_profile_spans_every_bucket_on_every_vcpu() {
         let counts = BTreeMap::from([(0x100, 3), (u64::MAX >> 4, 1)]);
+        let stack = |pcs: &[u64], count| StackCount {
+            pcs: pcs.iter().map(|p| Hex(*p)).collect(),
+            truncated: false,
+            count,
+        };
+        let stacks = [stack(&[0x1008, 0x2000], 1), stack(&[0x1000, 0x2000], 3)];
         let h = HostObject {
             id: 7,
             start: 0,
@@ -183,9 +202,16 @@ mod tests {
             cr3: Some(0x1234_5fff),
             vcpus: None,
             counts: &counts,
+            stacks: &stacks,
+            stacks_dropped: 0,
         };
         let o = ProfileObject::from_host(&h, 2);
         assert_eq!((o.owner, o.id, o.total), (ObjectOwner::Host, 7, 4));
+        assert_eq!(
+            o.stacks,
+            [stacks[1].clone(), stacks[0].clone()],
+            "most samples first"
+        );
         assert_eq!(
             (o.size.0, o.buckets),
             (u64::MAX, 1 << 60),
@@ -229,6 +255,8 @@ mod tests {
                 cr3: None,
                 vcpus: None,
                 counts: &counts,
+                stacks: &[],
+                stacks_dropped: 0,
             }],
         });
         let owners: Vec<ObjectOwner> = p.objects.iter().map(|o| o.owner).collect();

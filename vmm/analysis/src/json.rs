@@ -31,6 +31,8 @@ pub fn read(mut r: impl Read) -> Result<Profile, ReportError> {
     let version = value.get("format_version").and_then(|v| v.as_u64());
     match version {
         Some(v) if v == u64::from(FORMAT_VERSION) => {}
+        // Version 3 only added optional fields.
+        Some(2) => value["format_version"] = FORMAT_VERSION.into(),
         Some(1) => {
             upgrade_from_v1(&mut value)?;
             value["format_version"] = FORMAT_VERSION.into();
@@ -108,7 +110,11 @@ mod tests {
             text.contains(r#""counts":[["0x2",5],["0x7",9],["0x9",1]]"#),
             "{text}"
         );
-        assert!(text.contains(r#""format_version":2"#), "{text}");
+        assert!(text.contains(r#""format_version":3"#), "{text}");
+        assert!(
+            !text.contains("stacks"),
+            "an object without stacks has no stack fields"
+        );
         assert!(text.contains(r#""base":"0x1000""#), "{text}");
         assert!(text.contains(r#""process":"0x12345000""#), "{text}");
         assert!(text.ends_with("}\n"));
@@ -120,7 +126,7 @@ mod tests {
         let p = sample_profile(0x1000);
         for (bad, found) in [
             (Value::from(99), 99),
-            (Value::from(3), 3),
+            (Value::from(4), 4),
             (Value::from(0), 0),
             (Value::from("2"), 0),
             (Value::Null, 0),
@@ -131,7 +137,7 @@ mod tests {
             assert!(
                 matches!(
                     e,
-                    ReportError::Version { found: f, oldest: 1, newest: 2 } if f == found
+                    ReportError::Version { found: f, oldest: 1, newest: 3 } if f == found
                 ),
                 "{bad}: {e:?}"
             );
@@ -141,13 +147,13 @@ mod tests {
         let e = read(v.to_string().as_bytes()).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "profile format version 0; this hvprof reads versions 1 to 2"
+            "profile format version 0; this hvprof reads versions 1 to 3"
         );
         v["format_version"] = 99.into();
         let e = read(v.to_string().as_bytes()).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "profile format version 99; this hvprof reads versions 1 to 2"
+            "profile format version 99; this hvprof reads versions 1 to 3"
         );
         assert!(matches!(read(&b"not json"[..]), Err(ReportError::Json(_))));
     }
@@ -182,11 +188,11 @@ mod tests {
         let read_back = read(v1.as_bytes()).unwrap();
         assert_eq!(read_back.format_version, FORMAT_VERSION);
         assert_eq!(read_back, p, "indices above 2^53 are read exactly");
-        // Written again, it is a version-2 file.
+        // Written again, it is a current file.
         let mut buf = Vec::new();
         write(&read_back, &mut buf).unwrap();
         let v2 = String::from_utf8(buf).unwrap();
-        assert!(v2.contains(r#""format_version":2"#), "{v2}");
+        assert!(v2.contains(r#""format_version":3"#), "{v2}");
         assert!(
             v2.contains(r#"["0xffffffff8100000",3],["0xfffffffffffffff",1]]"#),
             "{v2}"
@@ -263,6 +269,30 @@ mod tests {
             schema["properties"]["format_version"]["const"],
             FORMAT_VERSION
         );
+    }
+
+    #[test]
+    fn stacks_round_trip_and_version_2_files_read_as_stackless() {
+        let mut p = sample_profile(0x1000);
+        p.objects[0].stacks = vec![crate::profile::StackCount {
+            pcs: vec![Hex(0x1020), Hex(0xffff_f800_0000_1234)],
+            truncated: true,
+            count: 4,
+        }];
+        p.objects[0].stacks_dropped = 2;
+        let mut buf = Vec::new();
+        write(&p, &mut buf).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        assert!(
+            text.contains(r#""stacks":[{"pcs":["0x1020","0xfffff80000001234"],"truncated":true,"count":4}],"stacks_dropped":2"#),
+            "{text}"
+        );
+        assert_eq!(read(text.as_bytes()).unwrap(), p);
+        let mut v2 = serde_json::to_value(sample_profile(0x1000)).unwrap();
+        v2["format_version"] = 2.into();
+        let read_back = read(v2.to_string().as_bytes()).unwrap();
+        assert_eq!(read_back.format_version, FORMAT_VERSION);
+        assert_eq!(read_back, sample_profile(0x1000));
     }
 
     #[test]

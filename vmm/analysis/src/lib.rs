@@ -19,6 +19,7 @@
 #![warn(missing_docs)]
 
 pub mod annotate;
+pub mod callers;
 pub mod compare;
 pub mod flame;
 pub mod hex;

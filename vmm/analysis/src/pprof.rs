@@ -6,7 +6,9 @@
 //!
 //! Mapping: one sample type, `samples/count`; one Sample per nonzero bucket of every object
 //! (value = count, labels `object` = its id and `process` = its scope), at one Location per
-//! bucket start address. Each Location has one Line naming the Function that covers it: the
+//! bucket start address; an object with call stacks gives one Sample per stack instead, its
+//! Locations leaf first (label `truncated` on stacks that end early), so `-traces`, `-tree`
+//! and `-peek` show callers. Each Location has one Line naming the Function that covers it: the
 //! symbol, or `module+0xrva` / the bare address where no symbol does, so pprof never needs
 //! to symbolize anything itself. One Mapping per module (ELF or PE image, or PDB) spans its
 //! load range. Objects that overlap (a global and a per-process profile of the same code)
@@ -196,7 +198,76 @@ fn id(n: usize) -> u64 {
     n as u64 + 1
 }
 
-/// The pprof message for `profile`, symbolized with `symbols`.
+/// Locations and functions under construction, each made once.
+struct Locations<'a> {
+    symbols: &'a Symbols,
+    functions: HashMap<String, u64>,
+    /// (address, is a return address) -> location id.
+    ids: HashMap<(u64, bool), u64>,
+}
+
+impl Locations<'_> {
+    /// The location of `addr`: a sampled PC, or with `ret` a return address, which is named
+    /// by the call before it (the return address itself may already lie past the caller's
+    /// last byte, after a call that never returns).
+    fn get(&mut self, out: &mut PprofProfile, strings: &mut Strings, addr: u64, ret: bool) -> u64 {
+        if let Some(l) = self.ids.get(&(addr, ret)) {
+            return *l;
+        }
+        let lookup = if ret { addr.wrapping_sub(1) } else { addr };
+        let modules = self.symbols.modules();
+        let hit = self.symbols.resolve(lookup);
+        let name = hit.map_or_else(|| format!("{addr:#x}"), |h| h.function());
+        // The address's source line, when its module has lines.
+        let source = hit.and_then(|h| h.source());
+        let mapping_id = hit
+            .and_then(|h| modules.iter().position(|m| std::ptr::eq(m, h.module)))
+            .map_or(0, id);
+        let function_id = match self.functions.get(&name) {
+            Some(f) => {
+                // A function's file: that of its first location with a line.
+                let function = usize::try_from(*f - 1)
+                    .ok()
+                    .and_then(|i| out.function.get_mut(i));
+                if let (Some(func), Some(l)) = (function, source) {
+                    if func.filename == 0 {
+                        func.filename = strings.get(l.file);
+                    }
+                }
+                *f
+            }
+            None => {
+                let f = id(out.function.len());
+                let n = strings.get(&name);
+                out.function.push(Function {
+                    id: f,
+                    name: n,
+                    system_name: n,
+                    filename: source.map_or(0, |l| strings.get(l.file)),
+                });
+                self.functions.insert(name, f);
+                f
+            }
+        };
+        let l = id(out.location.len());
+        out.location.push(Location {
+            id: l,
+            mapping_id,
+            address: addr,
+            line: vec![Line {
+                function_id,
+                line: source.map_or(0, |l| i64::from(l.line)),
+            }],
+        });
+        self.ids.insert((addr, ret), l);
+        l
+    }
+}
+
+/// The pprof message for `profile`, symbolized with `symbols`. An object with call stacks
+/// gives one Sample per stack (its locations leaf first, as profile.proto orders them);
+/// samples whose stack was not kept, and objects without stacks, give one Sample per
+/// nonzero bucket at its start address.
 pub fn build(profile: &Profile, symbols: &Symbols) -> PprofProfile {
     let mut strings = Strings::new();
     let mut out = PprofProfile {
@@ -224,8 +295,7 @@ pub fn build(profile: &Profile, symbols: &Symbols) -> PprofProfile {
     ] {
         out.comment.push(strings.get(&c));
     }
-    let modules = symbols.modules();
-    for (i, m) in modules.iter().enumerate() {
+    for (i, m) in symbols.modules().iter().enumerate() {
         let file = m
             .path
             .as_ref()
@@ -240,78 +310,83 @@ pub fn build(profile: &Profile, symbols: &Symbols) -> PprofProfile {
             has_functions: true,
         });
     }
-    let mut functions: HashMap<String, u64> = HashMap::new();
-    let mut locations: HashMap<u64, u64> = HashMap::new();
+    let mut locations = Locations {
+        symbols,
+        functions: HashMap::new(),
+        ids: HashMap::new(),
+    };
     let object_key = strings.get("object");
     let process_key = strings.get("process");
+    let truncated_key = strings.get("truncated");
     for o in &profile.objects {
-        let scope = strings.get(&o.scope());
-        for b in o.nonzero() {
-            let loc = match locations.get(&b.start) {
-                Some(l) => *l,
-                None => {
-                    let hit = symbols.resolve(b.start);
-                    let name = hit.map_or_else(|| format!("{:#x}", b.start), |h| h.function());
-                    // The bucket's first address's source line, when the module has lines.
-                    let source = hit.and_then(|h| h.source());
-                    let mapping_id = hit
-                        .and_then(|h| modules.iter().position(|m| std::ptr::eq(m, h.module)))
-                        .map_or(0, id);
-                    let function_id = match functions.get(&name) {
-                        Some(f) => {
-                            // A function's file: that of its first location with a line.
-                            let function = usize::try_from(*f - 1)
-                                .ok()
-                                .and_then(|i| out.function.get_mut(i));
-                            if let (Some(func), Some(l)) = (function, source) {
-                                if func.filename == 0 {
-                                    func.filename = strings.get(l.file);
-                                }
-                            }
-                            *f
-                        }
-                        None => {
-                            let f = id(out.function.len());
-                            let n = strings.get(&name);
-                            out.function.push(Function {
-                                id: f,
-                                name: n,
-                                system_name: n,
-                                filename: source.map_or(0, |l| strings.get(l.file)),
-                            });
-                            functions.insert(name, f);
-                            f
-                        }
-                    };
-                    let l = id(out.location.len());
-                    out.location.push(Location {
-                        id: l,
-                        mapping_id,
-                        address: b.start,
-                        line: vec![Line {
-                            function_id,
-                            line: source.map_or(0, |l| i64::from(l.line)),
-                        }],
-                    });
-                    locations.insert(b.start, l);
-                    l
-                }
-            };
+        let labels = vec![
+            Label {
+                key: object_key,
+                str: 0,
+                num: i64::try_from(o.id).unwrap_or(i64::MAX),
+            },
+            Label {
+                key: process_key,
+                str: strings.get(&o.scope()),
+                num: 0,
+            },
+        ];
+        let value = |n: u64| vec![i64::try_from(n).unwrap_or(i64::MAX)];
+        if o.stacks.is_empty() {
+            for b in o.nonzero() {
+                let loc = locations.get(&mut out, &mut strings, b.start, false);
+                out.sample.push(Sample {
+                    location_id: vec![loc],
+                    value: value(b.count),
+                    label: labels.clone(),
+                });
+            }
+            continue;
+        }
+        for stack in &o.stacks {
+            let location_id = stack
+                .pcs
+                .iter()
+                .enumerate()
+                .map(|(i, pc)| locations.get(&mut out, &mut strings, pc.0, i > 0))
+                .collect();
+            let mut label = labels.clone();
+            if stack.truncated {
+                label.push(Label {
+                    key: truncated_key,
+                    str: strings.get("yes"),
+                    num: 0,
+                });
+            }
             out.sample.push(Sample {
-                location_id: vec![loc],
-                value: vec![i64::try_from(b.count).unwrap_or(i64::MAX)],
-                label: vec![
-                    Label {
-                        key: object_key,
-                        str: 0,
-                        num: i64::try_from(o.id).unwrap_or(i64::MAX),
-                    },
-                    Label {
-                        key: process_key,
-                        str: scope,
-                        num: 0,
-                    },
-                ],
+                location_id,
+                value: value(stack.count),
+                label,
+            });
+        }
+        if o.stacks_dropped > 0 {
+            let name = strings.get("[stack not kept]");
+            let f = id(out.function.len());
+            out.function.push(Function {
+                id: f,
+                name,
+                system_name: name,
+                filename: 0,
+            });
+            let l = id(out.location.len());
+            out.location.push(Location {
+                id: l,
+                mapping_id: 0,
+                address: 0,
+                line: vec![Line {
+                    function_id: f,
+                    line: 0,
+                }],
+            });
+            out.sample.push(Sample {
+                location_id: vec![l],
+                value: value(o.stacks_dropped),
+                label: labels,
             });
         }
     }
@@ -380,6 +455,49 @@ mod tests {
         assert_eq!(lines, vec![0, 0, 43]);
         let files: Vec<&str> = pb.function.iter().map(|f| s(f.filename)).collect();
         assert_eq!(files, vec!["", "/src/m.rs"]);
+    }
+
+    #[test]
+    fn an_object_with_stacks_gives_one_sample_per_stack_leaf_first() {
+        use crate::hex::Hex;
+        use crate::profile::StackCount;
+        let mut p = sample_profile(0x1000);
+        let stack = |pcs: &[u64], truncated, count| StackCount {
+            pcs: pcs.iter().map(|p| Hex(*p)).collect(),
+            truncated,
+            count,
+        };
+        // `caller` ends at 0x1050 with a call: its return address 0x1050 is `next`'s first
+        // byte, and must still be named `caller`.
+        p.objects[0].stacks = vec![
+            stack(&[0x1074, 0x1050], false, 10),
+            stack(&[0x1074], true, 3),
+        ];
+        p.objects[0].stacks_dropped = 2;
+        let symbols = Symbols::from_module(module(
+            "m",
+            0x1000,
+            &[
+                (0x40, 0x10, "caller"),
+                (0x50, 0x10, "next"),
+                (0x70, 0x30, "hot"),
+            ],
+        ));
+        let pb = decoded(&p, &symbols);
+        let s = |i: i64| pb.string_table[usize::try_from(i).unwrap()].as_str();
+        let name = |loc: u64| {
+            let l = &pb.location[usize::try_from(loc - 1).unwrap()];
+            s(pb.function[usize::try_from(l.line[0].function_id - 1).unwrap()].name)
+        };
+        assert_eq!(pb.sample.len(), 3);
+        let first: Vec<&str> = pb.sample[0].location_id.iter().map(|l| name(*l)).collect();
+        assert_eq!(first, ["hot", "caller"]);
+        assert_eq!(pb.sample[0].value, [10]);
+        assert_eq!(pb.sample[1].location_id, [pb.sample[0].location_id[0]]);
+        assert!(pb.sample[1].label.iter().any(|l| s(l.key) == "truncated"));
+        assert!(!pb.sample[0].label.iter().any(|l| s(l.key) == "truncated"));
+        assert_eq!(name(pb.sample[2].location_id[0]), "[stack not kept]");
+        assert_eq!(pb.sample[2].value, [2]);
     }
 
     #[test]

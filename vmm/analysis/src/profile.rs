@@ -13,8 +13,9 @@ pub const FORMAT_NAME: &str = "hvprof-profile";
 /// The schema version this build writes. A new version is made for every change that old
 /// readers would misread (docs/profile-json.md). Version 2 writes bucket indices as `"0x..."`
 /// strings; version 1 wrote them as numbers, which readers of doubles (jq, JavaScript) round
-/// past 2^53.
-pub const FORMAT_VERSION: u32 = 2;
+/// past 2^53. Version 3 adds objects' call stacks (`stacks`, `stacks_dropped`); a version-2
+/// file reads as one without stacks.
+pub const FORMAT_VERSION: u32 = 3;
 
 /// The oldest version this build still reads (and upgrades to [`FORMAT_VERSION`] on reading).
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
@@ -187,6 +188,30 @@ pub struct ProfileObject {
     pub counts: Vec<(u64, u64)>,
     /// Per-function totals, largest first (empty when not symbolized).
     pub functions: Vec<FunctionCount>,
+    /// The samples' call stacks, most samples first (host profiles with a stack depth;
+    /// empty otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stacks: Vec<StackCount>,
+    /// Samples whose stack did not fit hvprof's table: in `counts`, not in `stacks`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stacks_dropped: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// One call stack and the samples that had it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackCount {
+    /// Program counters, innermost (the sampled PC) first, then each return address.
+    pub pcs: Vec<Hex>,
+    /// The walk stopped before the outermost frame (depth limit, unreadable or implausible
+    /// frame): the stack's base is unknown.
+    #[serde(default)]
+    pub truncated: bool,
+    /// Samples.
+    pub count: u64,
 }
 
 /// One nonzero bucket of an object.
@@ -372,6 +397,8 @@ pub(crate) mod tests {
             total: 15,
             counts: vec![(2, 5), (7, 9), (9, 1)],
             functions: Vec::new(),
+            stacks: Vec::new(),
+            stacks_dropped: 0,
         };
         Profile {
             format: FORMAT_NAME.into(),

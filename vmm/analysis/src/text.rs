@@ -1,6 +1,6 @@
 //! report.txt, Kernrate style: the run and its counters, then per profile object the samples
 //! per module, per function and the hottest buckets, each with its share of the object's
-//! samples.
+//! samples; for an object with call stacks, the callers and callees of its hottest functions.
 //!
 //! With symbols the tables are computed from them; without (a saved profile reprinted with no
 //! `--symbols`) the module and function tables come from the per-function totals stored in the
@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use super::callers;
 use super::profile::{Bucket, FunctionCount, ObjectOwner, Profile, ProfileObject};
 use super::symbols::Symbols;
 
@@ -149,6 +150,49 @@ fn object(out: &mut String, o: &ProfileObject, symbols: &Symbols, stored: bool, 
         })
         .collect();
     table(out, "Hottest buckets", &rows, total);
+    call_graph(out, o, symbols, top.min(5));
+}
+
+/// Callers and callees of the `n` functions with the most samples taken in them.
+fn call_graph(out: &mut String, o: &ProfileObject, symbols: &Symbols, n: usize) {
+    if o.stacks.is_empty() {
+        return;
+    }
+    let stacks = callers::named(o, symbols);
+    let truncated: u64 = o
+        .stacks
+        .iter()
+        .filter(|s| s.truncated)
+        .map(|s| s.count)
+        .sum();
+    let _ = writeln!(
+        out,
+        "
+  Call stacks: {} distinct, {} samples whose walk ended early, {} not kept",
+        o.stacks.len(),
+        truncated,
+        o.stacks_dropped
+    );
+    for (function, _) in callers::hottest(&stacks, n) {
+        let e = callers::edges(&stacks, &function);
+        let _ = writeln!(
+            out,
+            "
+  {function}: {} samples on the stack ({:.2}%), {} in it",
+            e.inclusive,
+            percent(e.inclusive, o.total),
+            e.own
+        );
+        for (kind, rows) in [("called by", &e.callers), ("calls", &e.callees)] {
+            for (name, count) in rows.iter().take(8) {
+                let _ = writeln!(
+                    out,
+                    "    {kind:<9} {name:<40} {count:>10} {:>7.2}%",
+                    percent(*count, e.inclusive)
+                );
+            }
+        }
+    }
 }
 
 /// A table of names, samples and shares, the name column as wide as its longest entry.
