@@ -31,5 +31,7 @@ mod profiling;
 mod refguest;
 /// `hvprof demo --out` and `hvprof report` (`go tool pprof` needs Debian's golang-go).
 mod reports;
+/// Call stacks: frame pointers and Windows x64 unwind data (clang, lld, llvm, golang-go).
+mod stacks;
 /// virtio-blk driven by a fixture kernel.
 mod virtio_blk;

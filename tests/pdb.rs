@@ -7,9 +7,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use crate::harness::TempDir;
+use crate::harness::{tool, TempDir};
 use analysis::symbols::{pdb, pe};
 use analysis::Symbols;
 
@@ -22,18 +21,6 @@ struct Built {
     map: BTreeMap<String, u64>,
     /// The preferred load address from the map file.
     image_base: u64,
-}
-
-fn tool(name: &str, package: &str, args: &[&std::ffi::OsStr]) {
-    let out = Command::new(name).args(args).output().unwrap_or_else(|e| {
-        panic!("cannot run {name} ({e}): install Debian's {package} package (apt-get install -y {package})")
-    });
-    assert!(
-        out.status.success(),
-        "{name} failed: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// Reads `Rva+Base` of every public and static symbol from an lld-link /map file.

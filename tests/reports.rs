@@ -46,21 +46,7 @@ fn flat(top: &str, function: &str) -> Option<u64> {
 
 /// `go tool pprof -top <options>` on DIR/profile.pb.gz: its stdout and stderr.
 fn pprof_top(dir: &TempDir, options: &[&str]) -> (String, String) {
-    let out = Command::new("go")
-        .args(["tool", "pprof", "-top"])
-        .args(options)
-        .arg(dir.join("profile.pb.gz"))
-        .env("HOME", dir.path()) // pprof keeps its history file there
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run `go` ({e}): install Debian's golang-go (apt-get install -y golang-go)"
-            )
-        });
-    let top = String::from_utf8_lossy(&out.stdout).into_owned();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "go tool pprof failed\n{top}\n{err}");
-    (top, err)
+    crate::harness::pprof(dir.path(), "-top", options)
 }
 
 #[test]

@@ -203,20 +203,6 @@ fn fixture_cache() -> &'static FixtureCache {
     })
 }
 
-fn tool(program: &str, args: &[OsString]) {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("running {program} (binutils must be installed): {e}"));
-    assert!(
-        out.status.success(),
-        "{program} {args:?} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Builds a fixture kernel (once per test process) and returns its path.
 ///
 /// Kernels go to `target/tmp/fixtures-<test binary>/`, a few KiB each.
@@ -255,15 +241,16 @@ pub fn fixture(f: Fixture) -> PathBuf {
         obj.clone().into(),
         src_dir.join(format!("{src}.S")).into(),
     ]);
-    tool("as", &as_args);
+    tool("as", "binutils", &as_args);
 
     let (emulation, script) = match format {
         Format::Elf32Pvh => ("elf_i386", "pvh.ld"),
         Format::Elf64Pvh => ("elf_x86_64", "pvh.ld"),
         Format::Elf32Multiboot | Format::FlatMultiboot => ("elf_i386", "multiboot.ld"),
     };
-    tool(
+    tool::<OsString>(
         "ld",
+        "binutils",
         &[
             "-m".into(),
             emulation.into(),
@@ -278,8 +265,9 @@ pub fn fixture(f: Fixture) -> PathBuf {
         ],
     );
     if let Format::FlatMultiboot = format {
-        tool(
+        tool::<OsString>(
             "objcopy",
+            "binutils",
             &[
                 "-O".into(),
                 "binary".into(),
@@ -641,4 +629,39 @@ impl Output {
         u64::from_str_radix(digits, 16)
             .unwrap_or_else(|e| panic!("bad hex {digits:?} after {prefix:?}: {e}\n{self}"))
     }
+}
+
+/// Runs a host tool a test needs (clang, lld-link), failing with the Debian package to install
+/// when it is missing and with its stderr when it fails.
+pub fn tool<S: AsRef<std::ffi::OsStr>>(name: &str, package: &str, args: &[S]) {
+    let out = Command::new(name).args(args).output().unwrap_or_else(|e| {
+        panic!("cannot run {name} ({e}): install Debian's {package} package (apt-get install -y {package})")
+    });
+    assert!(
+        out.status.success(),
+        "{name} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `go tool pprof <report> <options>` on DIR/profile.pb.gz (`report`: `-top`, `-traces`, ...):
+/// its stdout and stderr.
+pub fn pprof(dir: &Path, report: &str, options: &[&str]) -> (String, String) {
+    let out = Command::new("go")
+        .args(["tool", "pprof", report])
+        .args(options)
+        .arg(dir.join("profile.pb.gz"))
+        .env("HOME", dir) // pprof keeps its history file there
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run `go` ({e}): install Debian's golang-go (apt-get install -y golang-go)"
+            )
+        });
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "go tool pprof failed\n{text}\n{err}");
+    (text, err)
 }

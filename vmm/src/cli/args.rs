@@ -219,6 +219,10 @@ pub struct ReportArgs {
     /// Rows per table (and buckets annotated).
     #[arg(long, default_value_t = 20)]
     pub top: usize,
+    /// Also rewrite profile.json, profile.pb.gz, flamegraph.svg and report.txt into DIR with
+    /// these symbols (for symbols found after the run).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 /// `hvprof compare`.

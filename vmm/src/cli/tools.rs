@@ -14,6 +14,12 @@ pub fn report(a: &ReportArgs) -> ExitCode {
         let profile = analysis::read_profile(&a.profile)?;
         let symbols =
             vmm::export::saved_profile_symbols(&profile, &a.symbols, a.symbol_dir.as_deref())?;
+        if let Some(dir) = &a.out {
+            let files = analysis::write_all(dir, &profile, &symbols)?;
+            for path in files.all() {
+                eprintln!("hvprof: wrote {}", path.display());
+            }
+        }
         let mut out = analysis::text::render(&profile, &symbols, a.top);
         if a.annotate {
             out.push_str(&analysis::annotate::render(&profile, &symbols, a.top));

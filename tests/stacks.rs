@@ -1,0 +1,252 @@
+//! Call stacks walked at sample time, read back the way users read them (`go tool pprof
+//! -traces`): the reference guest's frame-pointer call tree (`scenario=stacks`) and a PE
+//! module without frame pointers (`scenario=pestacks`, tests/fixtures/pe/stacks.c built here
+//! with clang and lld-link), whose frames only its unwind data describes.
+//!
+//! Both trees spend all their time in one leaf reached by three paths costing 1 : 2 : 4. A
+//! path's share is binomial around its cost share; each must lie within 5 binomial standard
+//! deviations of it (never less than 5 points), which holds for every outcome of the
+//! sampling noise short of a one-in-a-million run, and fails when a walk loses or mislabels
+//! a frame.
+//!
+//! Needs Debian's `golang-go`, `clang`, `lld` and `llvm` (llvm-readobj).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::harness::{hvprof, pprof, tool, TempDir};
+
+/// A caller->leaf path (leaf first, up to the round function) and its cost weight.
+type Path3 = (&'static [&'static str], u64);
+
+const FP_PATHS: [Path3; 3] = [
+    (&["stacks_leaf", "stacks_a", "stacks_round"], 1),
+    (&["stacks_leaf", "stacks_b", "stacks_round"], 2),
+    (
+        &["stacks_leaf", "stacks_mid", "stacks_c", "stacks_round"],
+        4,
+    ),
+];
+
+const PE_PATHS: [Path3; 3] = [
+    (&["pe_leaf", "pe_a", "pe_round"], 1),
+    (&["pe_leaf", "pe_b", "pe_round"], 2),
+    (&["pe_leaf", "pe_mid", "pe_c", "pe_round"], 4),
+];
+
+/// `go tool pprof -traces` as (function names innermost first, samples), one per trace.
+fn traces(text: &str) -> Vec<(Vec<String>, u64)> {
+    let mut out = Vec::new();
+    for block in text.split("-----------+") {
+        let mut names = Vec::new();
+        let mut count = None;
+        for line in block.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                // Labels (`object: 1`) and the header.
+                [first, ..] if first.ends_with(':') => {}
+                [n, name] if count.is_none() && n.parse::<u64>().is_ok() => {
+                    count = n.parse().ok();
+                    names.push(name.to_string());
+                }
+                [name] if count.is_some() => names.push(name.to_string()),
+                _ => {}
+            }
+        }
+        if let Some(n) = count {
+            out.push((names, n));
+        }
+    }
+    out
+}
+
+/// Profiles the reference guest running `cmdline` (with `--initrd module` if given) for its
+/// CPL3 call stacks; returns the output directory.
+fn profile(cmdline: &str, module: Option<&Path>) -> TempDir {
+    let dir = TempDir::new("stacks");
+    let out = dir.join("out");
+    let mut args: Vec<String> = [
+        "profile",
+        "--cmdline",
+        cmdline,
+        "--cpl",
+        "3",
+        "--interval",
+        "10000",
+        "--quiet",
+        "--out",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.push(out.display().to_string());
+    if let Some(m) = module {
+        args.extend(["--initrd".to_string(), m.display().to_string()]);
+    }
+    hvprof(&args)
+        .run()
+        .assert_status(0)
+        .assert_stdout_contains("refguest: PASS");
+    dir
+}
+
+/// Checks the traces in `dir`/`sub` against `paths`; returns the measured shares.
+fn check_paths(dir: &TempDir, paths: &[Path3; 3], root: &str) -> Vec<f64> {
+    let (text, _) = pprof(&dir.join(root), "-traces", &[]);
+    let traces = traces(&text);
+    let total: u64 = traces.iter().map(|(_, n)| n).sum();
+    assert!(
+        total >= 300,
+        "too few samples to judge shares: {total}\n{text}"
+    );
+    assert!(
+        !text.contains("truncated:"),
+        "every walk reaches the outermost frame\n{text}"
+    );
+    let weight: u64 = paths.iter().map(|(_, w)| w).sum();
+    let mut shares = Vec::new();
+    let mut on_paths = 0;
+    for (path, w) in paths {
+        let n: u64 = traces
+            .iter()
+            .filter(|(names, _)| {
+                names.len() > path.len()
+                    && names.starts_with(&path.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+            })
+            .map(|(_, n)| n)
+            .sum();
+        on_paths += n;
+        let share = n as f64 / total as f64;
+        let ideal = *w as f64 / weight as f64;
+        let sd = (ideal * (1.0 - ideal) / total as f64).sqrt();
+        let tolerance = (5.0 * sd).max(0.05);
+        assert!(
+            (share - ideal).abs() <= tolerance,
+            "{path:?}: share {share:.4}, ideal {ideal:.4}, tolerance {tolerance:.4} over {total} samples\n{text}"
+        );
+        shares.push(share);
+    }
+    // Samples in the leaf's prologue or epilogue may miss a frame; nearly all must not.
+    assert!(
+        on_paths * 100 >= total * 98,
+        "{on_paths} of {total} samples on the three paths\n{text}"
+    );
+    shares
+}
+
+#[test]
+fn frame_pointer_stacks_show_each_path_at_its_cost_share() {
+    let dir = profile("scenario=stacks stacks.ms=3000", None);
+    let shares = check_paths(&dir, &FP_PATHS, "out");
+    eprintln!("frame-pointer path shares: {shares:.4?}");
+    // The flame graph folds the same stacks: the callers are in it.
+    let svg = std::fs::read_to_string(dir.join("out/flamegraph.svg")).unwrap();
+    for f in [
+        "stacks_round",
+        "stacks_mid",
+        "stacks_c",
+        "stacks_b",
+        "stacks_a",
+        "stacks_leaf",
+    ] {
+        assert!(svg.contains(f), "flamegraph.svg names {f}");
+    }
+    let text = std::fs::read_to_string(dir.join("out/report.txt")).unwrap();
+    assert!(text.contains("called by refguest!stacks_mid"), "{text}");
+}
+
+/// The PE module, its PDB, and the unwind codes llvm-readobj finds in it.
+struct PeModule {
+    exe: PathBuf,
+    unwind: String,
+}
+
+fn build_pe(dir: &TempDir) -> PeModule {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/pe/stacks.c");
+    let obj = dir.join("stacks.obj");
+    let exe = dir.join("stacks.exe");
+    let os = |s: &str| std::ffi::OsString::from(s);
+    let arg = |flag: &str, p: &Path| os(&format!("{flag}{}", p.display()));
+    tool(
+        "clang",
+        "clang",
+        &[
+            &os("--target=x86_64-pc-windows-msvc"),
+            &os("-O2"),
+            &os("-g"),
+            &os("-gcodeview"),
+            &os("-c"),
+            src.as_os_str(),
+            &os("-o"),
+            obj.as_os_str(),
+        ],
+    );
+    tool(
+        "lld-link",
+        "lld",
+        &[
+            &os("/entry:pe_round"),
+            &os("/subsystem:native"),
+            &os("/fixed"),
+            &os("/base:0x40300000"),
+            &os("/nodefaultlib"),
+            &os("/debug"),
+            &arg("/pdb:", &dir.join("stacks.pdb")),
+            &arg("/out:", &exe),
+            obj.as_os_str(),
+        ],
+    );
+    let out = Command::new("llvm-readobj")
+        .arg("--unwind")
+        .arg(&exe)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run llvm-readobj ({e}): install Debian's llvm (apt-get install -y llvm)")
+        });
+    PeModule {
+        exe,
+        unwind: String::from_utf8_lossy(&out.stdout).into_owned(),
+    }
+}
+
+#[test]
+fn pe_stacks_without_frame_pointers_unwind_from_their_unwind_data() {
+    let dir = TempDir::new("pestacks-build");
+    let pe = build_pe(&dir);
+    // The prologues exercise these codes (the walk must handle every one of them to reach
+    // pe_round), and pe_leaf has no unwind data at all.
+    for code in [
+        "PUSH_NONVOL",
+        "ALLOC_SMALL",
+        "ALLOC_LARGE",
+        "SAVE_XMM128",
+        "SET_FPREG",
+    ] {
+        assert!(
+            pe.unwind.contains(code),
+            "the module needs {code}\n{}",
+            pe.unwind
+        );
+    }
+    let run = profile("scenario=pestacks stacks.ms=3000", Some(&pe.exe));
+    // Symbols found after the run: `report --out` rewrites the four files with the PDB.
+    let profile_json = run.join("out/profile.json");
+    hvprof([
+        "report",
+        profile_json.to_str().unwrap(),
+        "--symbols",
+        pe.exe.to_str().unwrap(),
+        "--symbol-dir",
+        dir.path().to_str().unwrap(),
+        "--out",
+        run.join("named").to_str().unwrap(),
+    ])
+    .run()
+    .assert_status(0);
+    let shares = check_paths(&run, &PE_PATHS, "named");
+    eprintln!("x64-unwind path shares: {shares:.4?}");
+    let svg = std::fs::read_to_string(run.join("named/flamegraph.svg")).unwrap();
+    for f in ["pe_round", "pe_mid", "pe_c", "pe_b", "pe_a", "pe_leaf"] {
+        assert!(svg.contains(f), "flamegraph.svg names {f}");
+    }
+}
