@@ -117,8 +117,15 @@ fn compare_flags_a_function_made_twice_as_slow() {
     // are not. (In the host profile the functions' shares are diluted by guest-kernel samples,
     // which vary run to run on this host: docs/regression.md. f1 or f4 would be flagged only if
     // the kernel held over 29% of the base run's samples and none of the slow run's.)
-    let all = compare(&r.base, &r.slow, &[]);
+    let all = compare(&r.base, &r.slow, &["--out", dir.path().to_str().unwrap()]);
     all.assert_status(1);
+    // The host profile has call stacks: they are tested too, and the differential flame
+    // graph shows the new run's stacks.
+    all.assert_stdout_contains("Call stacks tested:");
+    let svg = std::fs::read_to_string(dir.join("diff-flamegraph.svg")).unwrap();
+    for f in ["shares_f2", "shares_f4", "red: more samples"] {
+        assert!(svg.contains(f), "diff-flamegraph.svg names {f}");
+    }
     let rows = flagged(&all);
     assert!(rows.iter().any(|l| l.contains("shares_f2")), "{all}");
     assert!(

@@ -117,6 +117,39 @@ pub fn write(profile: &Profile, symbols: &Symbols, w: impl Write) -> Result<(), 
     }
 }
 
+/// Writes the differential flame graph of two profiles (inferno's, as Brendan Gregg's
+/// difffolded.pl): the new profile's stacks, each frame colored by how its samples changed,
+/// red where they grew and blue where they shrank. The base's counts are scaled to the new
+/// total first, so a longer or busier run does not turn everything red.
+pub fn write_diff(
+    base: (&Profile, &Symbols),
+    new: (&Profile, &Symbols),
+    w: impl Write,
+) -> Result<(), ReportError> {
+    let before = folded(base.0, base.1).join("\n");
+    let after = folded(new.0, new.1).join("\n");
+    let mut diff = Vec::new();
+    let opts = inferno::differential::Options {
+        normalize: true,
+        strip_hex: false,
+    };
+    inferno::differential::from_readers(opts, before.as_bytes(), after.as_bytes(), &mut diff)
+        .map_err(ReportError::Io)?;
+    let diff = String::from_utf8_lossy(&diff);
+    let mut opts = inferno::flamegraph::Options::default();
+    opts.title = format!(
+        "hvprof compare: {} {} (red: more samples than the base run, blue: fewer)",
+        new.0.run.kernel, new.0.run.cmdline
+    );
+    opts.count_name = "samples".to_string();
+    let lines: Vec<&str> = diff.lines().collect();
+    match inferno::flamegraph::from_lines(&mut opts, lines.iter().copied(), w) {
+        Ok(()) => Ok(()),
+        Err(e) if lines.is_empty() && e.kind() == std::io::ErrorKind::InvalidData => Ok(()),
+        Err(e) => Err(ReportError::Io(e)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,6 +210,53 @@ mod tests {
                 "object 1 (process 0x12345000);[truncated];m!hot 2",
                 "object 1 (process 0x12345000);[stack not kept] 1",
             ]
+        );
+    }
+
+    #[test]
+    fn a_differential_graph_colors_growth_red_and_shrinking_blue() {
+        let base = sample_profile(0x1000);
+        let mut new = sample_profile(0x1000);
+        // Bucket 2 (0x1020) shrinks from 5 to 1, bucket 7 (hot) grows from 9 to 13.
+        new.objects[0].counts = vec![(2, 1), (7, 13), (9, 1)];
+        let symbols = Symbols::from_module(module("m", 0x1000, &[(0x70, 0x30, "hot")]));
+        let mut svg = Vec::new();
+        write_diff((&base, &symbols), (&new, &symbols), &mut svg).unwrap();
+        let svg = String::from_utf8(svg).unwrap();
+        // (title, [r, g, b]) of every frame.
+        let frames: Vec<(&str, Vec<u32>)> = svg
+            .split("<g><title>")
+            .skip(1)
+            .map(|g| {
+                let title = g.split("</title>").next().unwrap();
+                let rgb = g
+                    .split("fill=\"rgb(")
+                    .nth(1)
+                    .unwrap()
+                    .split(')')
+                    .next()
+                    .unwrap();
+                (
+                    title,
+                    rgb.split(',').map(|c| c.trim().parse().unwrap()).collect(),
+                )
+            })
+            .collect();
+        let red = |f: &(&str, Vec<u32>)| f.1[0] > f.1[2];
+        let blue = |f: &(&str, Vec<u32>)| f.1[2] > f.1[0];
+        assert!(
+            frames.iter().any(|f| f.0.starts_with("hot (") && red(f)),
+            "{frames:?}"
+        );
+        assert!(
+            frames
+                .iter()
+                .any(|f| f.0.starts_with("m+0x20 (") && blue(f)),
+            "{frames:?}"
+        );
+        assert!(
+            !frames.iter().any(|f| f.0.starts_with("hot") && blue(f)),
+            "{frames:?}"
         );
     }
 

@@ -253,6 +253,10 @@ pub struct CompareArgs {
     /// Write JUnit XML here.
     #[arg(long)]
     pub junit: Option<PathBuf>,
+    /// Write diff-flamegraph.svg here: the new run's stacks, red where they grew, blue where
+    /// they shrank.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 /// `hvprof merge`.

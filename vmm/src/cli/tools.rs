@@ -55,7 +55,20 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
         ScopeArg::Host => Scope::Host,
         ScopeArg::All => Scope::All,
     };
-    let (objects, unmatched) = compare_profiles(&base, &new, &opts, scope);
+    // Stack frames are named with each profile's own kernel; where it cannot be read (a
+    // profile from another host), by address.
+    let symbols_of = |p: &analysis::Profile, path: &std::path::Path| {
+        vmm::export::saved_profile_symbols(p, &[], None).unwrap_or_else(|e| {
+            eprintln!(
+                "hvprof: warning: {}: stack frames named by address: {e}",
+                path.display()
+            );
+            analysis::Symbols::default()
+        })
+    };
+    let symbols = [symbols_of(&base, &a.base), symbols_of(&new, &a.new)];
+    let (objects, unmatched) =
+        compare_profiles(&base, &new, &opts, scope, [&symbols[0], &symbols[1]]);
     if objects.is_empty() {
         return fail(
             anyhow::anyhow!("the profiles have no object of that scope in common"),
@@ -72,6 +85,22 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
             &opts,
             20,
         ));
+        let grown: Vec<_> = o.stacks.iter().filter(|s| s.regression).take(10).collect();
+        if !o.stacks.is_empty() {
+            md.push_str(&format!(
+                "\nCall stacks tested: {} (alpha split evenly with the functions); {} grew \
+                 significantly{}\n",
+                o.stacks.iter().filter(|s| s.tested).count(),
+                o.stacks.iter().filter(|s| s.regression).count(),
+                if grown.is_empty() { "." } else { ":\n" }
+            ));
+            for s in grown {
+                md.push_str(&format!(
+                    "- `{}`: {:.2}% -> {:.2}% of samples ({:+.1}%)\n",
+                    s.name, s.base_share, s.new_share, s.relative
+                ));
+            }
+        }
         let moved: Vec<_> = o.buckets.iter().filter(|b| b.regression).take(10).collect();
         if !moved.is_empty() {
             md.push_str("\nBuckets whose share grew significantly:\n\n");
@@ -102,6 +131,20 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
         write(&a.markdown, &md).and_then(|()| write(&a.junit, &junit("hvprof compare", &xml_rows)))
     {
         return fail(e, STATUS_HOST_ERROR);
+    }
+    if let Some(dir) = &a.out {
+        let written = std::fs::create_dir_all(dir)
+            .map_err(anyhow::Error::from)
+            .and_then(|()| {
+                let path = dir.join("diff-flamegraph.svg");
+                let file = std::io::BufWriter::new(std::fs::File::create(&path)?);
+                analysis::flame::write_diff((&base, &symbols[0]), (&new, &symbols[1]), file)?;
+                Ok(path)
+            });
+        match written {
+            Ok(path) => eprintln!("hvprof: wrote {}", path.display()),
+            Err(e) => return fail(e, STATUS_HOST_ERROR),
+        }
     }
     let regressions: usize = objects.iter().map(|o| o.regressions()).sum();
     if regressions > 0 {

@@ -1,11 +1,18 @@
 //! Comparing and merging saved profiles (profile.json). Objects are matched across runs by
 //! owner, id, range and bucket size (a guest agent creates its objects in the same order each
 //! run; per-process keys are not compared, since CR3 values differ between boots).
+//!
+//! Objects with call stacks on both sides are also compared stack by stack (each stack named
+//! by its functions, outermost first): a caller path that grew is a regression even when the
+//! function at its leaf did not. The family-wise alpha is then split evenly between the
+//! function tests and the stack tests (Bonferroni over both families).
 
 use std::collections::BTreeMap;
 
 use super::stats::{compare, Change, TestOptions};
-use crate::profile::FunctionTotals;
+use crate::callers::named;
+use crate::profile::{FunctionTotals, StackCount};
+use crate::symbols::Symbols;
 use crate::{FunctionCount, ObjectOwner, Profile, ProfileObject};
 
 /// The identity of an object across runs.
@@ -33,13 +40,33 @@ pub struct ObjectComparison {
     pub functions: Vec<Change>,
     /// Per-bucket changes (detail).
     pub buckets: Vec<Change>,
+    /// Whole-stack changes (empty unless both objects have call stacks).
+    pub stacks: Vec<Change>,
 }
 
 impl ObjectComparison {
-    /// Function-level regressions.
+    /// Function-level and stack-level regressions.
     pub fn regressions(&self) -> usize {
-        self.functions.iter().filter(|c| c.regression).count()
+        self.functions
+            .iter()
+            .chain(&self.stacks)
+            .filter(|c| c.regression)
+            .count()
     }
+}
+
+/// (stack name, samples) rows of an object's call stacks: frames outermost first, joined by
+/// `;` as in a folded flame graph, named with `symbols`.
+pub fn stack_rows(o: &ProfileObject, symbols: &Symbols) -> Vec<(String, u64)> {
+    let mut rows: BTreeMap<String, u64> = BTreeMap::new();
+    for s in named(o, symbols) {
+        let mut frames: Vec<&str> = s.frames.iter().rev().map(String::as_str).collect();
+        if s.truncated {
+            frames.insert(0, "[truncated]");
+        }
+        *rows.entry(frames.join(";")).or_default() += s.count;
+    }
+    rows.into_iter().collect()
 }
 
 /// (name, samples) rows of one object.
@@ -88,13 +115,15 @@ impl Scope {
     }
 }
 
-/// Compares every object of `scope` present in both profiles. Objects in only one are
-/// ignored (and reported by the caller from `unmatched`).
+/// Compares every object of `scope` present in both profiles; `symbols` name the base's and
+/// the new profile's stack frames. Objects in only one are ignored (and reported by the
+/// caller from `unmatched`).
 pub fn compare_profiles(
     base: &Profile,
     new: &Profile,
     opts: &TestOptions,
     scope: Scope,
+    symbols: [&Symbols; 2],
 ) -> (Vec<ObjectComparison>, Vec<String>) {
     let new_by_key: BTreeMap<ObjectKey, &ProfileObject> =
         new.objects.iter().map(|o| (key(o), o)).collect();
@@ -104,10 +133,26 @@ pub fn compare_profiles(
         match new_by_key.get(&key(b)) {
             Some(n) => {
                 let (base_rows, new_rows) = function_rows(b, n);
+                let with_stacks = !b.stacks.is_empty() && !n.stacks.is_empty();
+                let family = TestOptions {
+                    alpha: if with_stacks {
+                        opts.alpha / 2.0
+                    } else {
+                        opts.alpha
+                    },
+                    ..*opts
+                };
+                let stacks = if with_stacks {
+                    let (bs, ns) = (stack_rows(b, symbols[0]), stack_rows(n, symbols[1]));
+                    compare(&bs, &ns, &family)
+                } else {
+                    Vec::new()
+                };
                 out.push(ObjectComparison {
                     label: label(b),
-                    functions: compare(&base_rows, &new_rows, opts),
+                    functions: compare(&base_rows, &new_rows, &family),
                     buckets: compare(&bucket_rows(b), &bucket_rows(n), opts),
+                    stacks,
                 });
             }
             None => unmatched.push(label(b)),
@@ -190,6 +235,22 @@ fn add_object(into: &mut ProfileObject, from: &ProfileObject) {
             .or_default() += f.samples;
     }
     into.functions = FunctionCount::ranked(functions);
+    let mut stacks: BTreeMap<(Vec<u64>, bool), u64> = BTreeMap::new();
+    for s in into.stacks.iter().chain(&from.stacks) {
+        let pcs = s.pcs.iter().map(|p| p.0).collect();
+        *stacks.entry((pcs, s.truncated)).or_default() += s.count;
+    }
+    let mut merged: Vec<StackCount> = stacks
+        .into_iter()
+        .map(|((pcs, truncated), count)| StackCount {
+            pcs: pcs.into_iter().map(crate::hex::Hex).collect(),
+            truncated,
+            count,
+        })
+        .collect();
+    merged.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.pcs.cmp(&b.pcs)));
+    into.stacks = merged;
+    into.stacks_dropped += from.stacks_dropped;
 }
 
 #[cfg(test)]
@@ -213,12 +274,88 @@ mod tests {
             min_samples: 1,
             ..TestOptions::default()
         };
-        let (objects, unmatched) = compare_profiles(&with, &without, &opts, Scope::All);
+        let none = Symbols::default();
+        let (objects, unmatched) =
+            compare_profiles(&with, &without, &opts, Scope::All, [&none, &none]);
         assert!(unmatched.is_empty());
         assert_eq!(objects[0].regressions(), 0);
         assert!(objects[0]
             .functions
             .iter()
             .all(|c| c.name.starts_with("0x")));
+    }
+
+    fn with_stacks(paths: &[(&[u64], u64)]) -> Profile {
+        let mut p = sample_profile(0x1000);
+        p.objects[0].stacks = paths
+            .iter()
+            .map(|(pcs, count)| StackCount {
+                pcs: pcs.iter().map(|x| crate::hex::Hex(*x)).collect(),
+                truncated: false,
+                count: *count,
+            })
+            .collect();
+        p
+    }
+
+    #[test]
+    fn a_caller_path_that_grew_is_a_regression_even_if_its_leaf_did_not() {
+        use crate::symbols::tests::module;
+        // `hot` is called from `a` and from `b`; in the new run the `b` path took the time.
+        let base = with_stacks(&[
+            (&[0x1074, 0x1041, 0x1011], 500),
+            (&[0x1074, 0x1051, 0x1011], 500),
+        ]);
+        let new = with_stacks(&[
+            (&[0x1074, 0x1041, 0x1011], 300),
+            (&[0x1074, 0x1051, 0x1011], 700),
+        ]);
+        let symbols = Symbols::from_module(module(
+            "m",
+            0x1000,
+            &[
+                (0x10, 0x10, "main"),
+                (0x40, 0x10, "a"),
+                (0x50, 0x10, "b"),
+                (0x70, 0x30, "hot"),
+            ],
+        ));
+        let rows = stack_rows(&new.objects[0], &symbols);
+        assert_eq!(
+            rows,
+            [
+                ("m!main;m!a;m!hot".into(), 300),
+                ("m!main;m!b;m!hot".into(), 700)
+            ]
+        );
+        let (objects, _) = compare_profiles(
+            &base,
+            &new,
+            &TestOptions::default(),
+            Scope::All,
+            [&symbols, &symbols],
+        );
+        let o = &objects[0];
+        assert!(
+            o.functions.iter().all(|c| !c.regression),
+            "the flat counts did not move"
+        );
+        let grown: Vec<&str> = o
+            .stacks
+            .iter()
+            .filter(|c| c.regression)
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(grown, ["m!main;m!b;m!hot"]);
+        assert_eq!(o.regressions(), 1);
+    }
+
+    #[test]
+    fn merging_adds_up_stacks() {
+        let a = with_stacks(&[(&[1, 2], 3), (&[1, 3], 1)]);
+        let b = with_stacks(&[(&[1, 2], 4)]);
+        let m = merge_profiles(vec![a, b]).unwrap();
+        let counts: Vec<u64> = m.objects[0].stacks.iter().map(|s| s.count).collect();
+        assert_eq!(counts, [7, 1]);
     }
 }
