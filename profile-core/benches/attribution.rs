@@ -1,6 +1,6 @@
 //! Attribution cost per sample with 1, 100 and 10,000 started objects, for the index
 //! (`record/index/*`) and the naive model that walks every object (`record/naive/*`), in the
-//! same run; and the cost of a start and a stop with 10,000 objects started.
+//! same run; and the cost of starts and stops with 10,000 objects started.
 //! docs/performance.md records the figures and the budgets.
 //!
 //! The objects are laid out like a busy Windows guest: 10% global kernel-range objects (one per
@@ -129,9 +129,9 @@ fn bench_record(c: &mut Criterion) {
     group.finish();
 }
 
-/// A start and a stop each rebuild the table they change: the global table (1,000 objects)
-/// and one process's (45), with 10,000 objects started; and all 10,000 started from none,
-/// then stopped.
+/// Start and stop, with 10,000 objects started, in the global table (1,000 objects) and in
+/// one process's (45), including the rebuild every few dozen changes; and all 10,000 started
+/// from none, then stopped.
 fn bench_start_stop(c: &mut Criterion) {
     let (mut m, _) = scenario(10_000);
     let mut group = c.benchmark_group("start_stop_with_10000_started");

@@ -9,9 +9,13 @@
 //! Each object's record, the fields a sample needs copied out of its configuration beside the
 //! VMM's pin token, lives in its table, so a hit reads one record.
 //!
-//! A start or stop rebuilds the one table it changes: O(n log n) in that table's size. Starts
-//! and stops are hypercalls, far rarer than samples, so the lookup gets the simple static
-//! structure; [`Stab`]'s Tree layout keeps memory O(n log n) whatever ranges a guest picks.
+//! Starts and stops are rarer than samples, but a guest may start thousands of objects in one
+//! table (the refguest's `objects` scenario starts 8192 per vCPU over one range), so a table is
+//! not rebuilt on every change: up to [`SLACK`] new objects wait in a short list that lookups
+//! scan, and up to as many stopped ones stay behind as empty places the lookup skips. The
+//! change after that rebuilds the table, O(n log n): amortized O((n log n) / SLACK) per start
+//! or stop instead of O(n log n). [`Stab`]'s Tree layout keeps memory O(n log n) whatever
+//! ranges a guest picks.
 
 use alloc::vec::Vec;
 
@@ -20,6 +24,10 @@ use super::stab::Stab;
 use crate::handle::ObjectId;
 use crate::object::ObjectConfig;
 use crate::source::ProfileSource;
+
+/// Starts and stops a table takes before it rebuilds its stabbing structure: bounds both the
+/// records a lookup scans outside it and the empty places it skips.
+const SLACK: usize = 32;
 
 /// What a sample needs of a started object.
 #[derive(Clone, Debug)]
@@ -31,8 +39,7 @@ pub(crate) struct Rec<P> {
     /// Bytes of the buffer counters can use (defensive bound for the offset).
     pub(crate) counters_len: u64,
     pub(crate) id: ObjectId,
-    /// The object's slot in the manager (for the full affinity, and to find the record on
-    /// stop).
+    /// The object's slot in the manager (for the full affinity).
     pub(crate) slot: u32,
     /// The VMM's pin token (the object's only copy while started).
     pub(crate) pin: P,
@@ -46,9 +53,15 @@ pub(crate) struct Rec<P> {
 /// The started objects of one process, or the global ones.
 #[derive(Clone, Debug)]
 struct Table<P> {
-    /// In no particular order; the stabbing structure names them by position.
-    recs: Vec<Rec<P>>,
+    /// `None` where an object stopped since the last rebuild.
+    recs: Vec<Option<Rec<P>>>,
+    /// Over `recs[..built]`; the records after those are scanned.
     stab: Stab,
+    built: usize,
+    /// Starts and stops since the last rebuild.
+    changes: usize,
+    /// Records that are not `None`.
+    live: usize,
 }
 
 impl<P> Default for Table<P> {
@@ -56,24 +69,45 @@ impl<P> Default for Table<P> {
         Table {
             recs: Vec::new(),
             stab: Stab::default(),
+            built: 0,
+            changes: 0,
+            live: 0,
         }
     }
 }
 
 impl<P> Table<P> {
-    fn rebuild(&mut self) {
-        let ranges: Vec<(u64, u64)> = self.recs.iter().map(|r| (r.base, r.end)).collect();
-        self.stab = Stab::build(&ranges);
-    }
-
     /// Calls `f` for each record whose range holds `pc`.
     #[inline]
     fn query<F: FnMut(&Rec<P>)>(&self, pc: u64, mut f: F) {
         self.stab.query(pc, |i| {
-            if let Some(r) = self.recs.get(i as usize) {
+            if let Some(Some(r)) = self.recs.get(i as usize) {
                 f(r);
             }
         });
+        for r in self.recs[self.built..].iter().flatten() {
+            if r.base <= pc && pc < r.end {
+                f(r);
+            }
+        }
+    }
+
+    /// Counts a start or stop; past [`SLACK`] of them, drops the empty places and rebuilds
+    /// the stabbing structure over every record, noting each one's new place in `places`.
+    fn changed(&mut self, places: &mut [u32]) {
+        self.changes += 1;
+        if self.changes <= SLACK {
+            return;
+        }
+        self.recs.retain(Option::is_some);
+        let mut ranges = Vec::with_capacity(self.recs.len());
+        for (at, r) in (0u32..).zip(self.recs.iter().flatten()) {
+            places[r.slot as usize] = at;
+            ranges.push((r.base, r.end));
+        }
+        self.stab = Stab::build(&ranges);
+        self.built = self.recs.len();
+        self.changes = 0;
     }
 }
 
@@ -82,6 +116,8 @@ impl<P> Table<P> {
 pub(crate) struct Index<P> {
     global: Table<P>,
     procs: ProcMap<Table<P>>,
+    /// By manager slot: the started object's place in its table's records.
+    places: Vec<u32>,
     started: usize,
 }
 
@@ -90,6 +126,7 @@ impl<P> Default for Index<P> {
         Index {
             global: Table::default(),
             procs: ProcMap::default(),
+            places: Vec::new(),
             started: 0,
         }
     }
@@ -113,6 +150,7 @@ impl<P> Index<P> {
             .recs
             .iter()
             .chain(self.procs.values().flat_map(|t| t.recs.iter()))
+            .flatten()
     }
 
     /// Started objects.
@@ -139,8 +177,14 @@ impl<P> Index<P> {
             None => &mut self.global,
             Some(key) => self.procs.get_or_insert_with(key, Table::default),
         };
-        table.recs.push(record);
-        table.rebuild();
+        if self.places.len() <= slot as usize {
+            self.places.resize(slot as usize + 1, 0);
+        }
+        // Fewer than 2^32 objects can be started (8192 x at most 2048 processors).
+        self.places[slot as usize] = u32::try_from(table.recs.len()).unwrap_or(u32::MAX);
+        table.recs.push(Some(record));
+        table.live += 1;
+        table.changed(&mut self.places);
         self.started += 1;
     }
 
@@ -150,14 +194,17 @@ impl<P> Index<P> {
             None => &mut self.global,
             Some(key) => self.procs.get_mut(key)?,
         };
-        let at = table
+        let place = table
             .recs
-            .iter()
-            .position(|r| r.slot == slot && r.id == id)?;
-        let record = table.recs.swap_remove(at);
-        table.rebuild();
-        if let (Some(key), true) = (process, table.recs.is_empty()) {
-            // A process whose objects are all stopped costs nothing to later samples.
+            .get_mut(*self.places.get(slot as usize)? as usize)?;
+        if !matches!(place, Some(r) if r.slot == slot && r.id == id) {
+            return None;
+        }
+        let record = place.take()?;
+        table.live -= 1;
+        table.changed(&mut self.places);
+        if let (Some(key), 0) = (process, table.live) {
+            // A process whose objects are all stopped costs its samples no lookup.
             self.procs.remove(key);
         }
         self.started -= 1;
