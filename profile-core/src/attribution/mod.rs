@@ -8,7 +8,8 @@
 //!
 //! [`ObjectManager::record`] finds the objects whose range holds the PC through an index of
 //! one stabbing table per process plus one for global objects (see `index.rs`), in
-//! O(log n + hits) for n objects in the tables consulted; it then checks source and affinity.
+//! O(log n + hits) for n objects in the tables consulted, plus a scan of the few objects
+//! started or stopped since a table was last rebuilt; it then checks source and affinity.
 //! [`ObjectManager::record_naive`] is the reference model: it walks every object and applies
 //! the rule to each. Both call the same [`CounterSink`]; the order of the calls is unspecified.
 
