@@ -5,8 +5,8 @@
 //!   NtStopProfile, close, NtSetIntervalProfile and NtQueryIntervalProfile, with their checks in
 //!   Windows' order and their exact [`NtStatus`] values.
 //! * [`attribution`]: [`ObjectManager::record`] counts a [`Sample`] into every matching started
-//!   object through a [`CounterSink`], via a chunk-hash index whose lookup cost does not grow
-//!   with the number of started objects.
+//!   object through a [`CounterSink`], via one stabbing table of started objects per process
+//!   plus one for global objects.
 //! * [`abi`]: the versioned hypercall ABI shared by the VMM and the guest agents.
 //!
 //! Features: `alloc` (default) enables the object manager and attribution. Without it only the

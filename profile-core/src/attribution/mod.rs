@@ -6,29 +6,23 @@
 //! the sample's process. The counter is the `ULONG` at byte offset
 //! `((PC - Base) >> BucketSize) * 4` of the object's buffer. Overlapping objects all count.
 //!
-//! [`ObjectManager::record`] finds the candidates through an index whose lookup cost does not
-//! grow with the number of started objects (see [`index`]: one hash probe into address-space
-//! chunks per table whose bounds hold the PC, plus a stabbing structure for the rare objects too
-//! wide for chunks and one for each crowded chunk);
-//! the candidates are then filtered by range, source and affinity.
+//! [`ObjectManager::record`] finds the objects whose range holds the PC through an index of
+//! one stabbing table per process plus one for global objects (see `index.rs`), in
+//! O(log n + hits) for n objects in the tables consulted, plus a scan of the few objects
+//! started or stopped since a table was last rebuilt; it then checks source and affinity.
 //! [`ObjectManager::record_naive`] is the reference model: it walks every object and applies
-//! the rule to each. Both call the same [`CounterSink`].
+//! the rule to each. Both call the same [`CounterSink`]; the order of the calls is unspecified.
 
-mod chunkmap;
-pub mod index;
+pub(crate) mod index;
 mod naive;
 mod procmap;
-pub mod stab;
-mod wide;
+mod stab;
 
 use crate::handle::ObjectId;
 use crate::object::ObjectManager;
 use crate::source::ProfileSource;
 
 pub use crate::abi::{process_key, CR3_KEY_MASK};
-#[cfg(test)]
-pub(crate) use chunkmap::tag as chunk_tag;
-pub use index::IndexStats;
 
 /// One sample taken from a vCPU.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -68,31 +62,30 @@ impl<P> ObjectManager<P> {
     #[inline]
     pub fn record<S: CounterSink<P>>(&self, sample: &Sample, sink: &mut S) -> u32 {
         let mut counted = 0;
-        self.index.candidates(sample.pc, sample.process, |slot, r| {
-            counted += self.count_one(slot, r, sample, sink);
+        self.index.candidates(sample.pc, sample.process, |r| {
+            counted += self.count_one(r, sample, sink);
         });
         counted
     }
 
     /// Applies the rule to one candidate; counts and returns 1 if it matches.
-    #[inline(always)]
     fn count_one<S: CounterSink<P>>(
         &self,
-        slot: u32,
         r: &index::Rec<P>,
         sample: &Sample,
         sink: &mut S,
     ) -> u32 {
         let pc = sample.pc;
-        // Non-short-circuit `&`: one branch instead of three data-dependent ones.
-        if !((r.source == sample.source) & (pc >= r.base) & (pc < r.end)) {
+        // The index yields only records whose range holds the PC; the range is checked again
+        // here so that the offset below is in bounds by this function alone.
+        if !(r.source == sample.source && pc >= r.base && pc < r.end) {
             return 0;
         }
         let in_affinity = if sample.vcpu < 64 {
             r.group0 >> sample.vcpu & 1 != 0
         } else {
             r.higher_groups
-                && matches!(self.slots().get(slot as usize),
+                && matches!(self.slots().get(r.slot as usize),
                     Some(Some(o)) if o.config().affinity.contains(sample.vcpu))
         };
         if !in_affinity {
@@ -104,24 +97,5 @@ impl<P> ObjectManager<P> {
         }
         sink.increment(&r.pin, r.id, offset);
         1
-    }
-
-    /// Forces the wide tables' layout (tests and benchmarks).
-    #[doc(hidden)]
-    pub fn set_index_layout(&mut self, layout: stab::Layout) {
-        self.index.set_layout(layout);
-    }
-
-    /// Forces the chunk size of the index to `2^shift` bytes (clamped to
-    /// [`index::MIN_CHUNK_SHIFT`]..=[`index::MAX_CHUNK_SHIFT`]) for every table, or `None` for
-    /// the adaptive policy (tests: small chunks make objects wide).
-    #[doc(hidden)]
-    pub fn set_index_chunk_shift(&mut self, shift: Option<u32>) {
-        self.index.set_chunk_shift(shift);
-    }
-
-    /// The shape of the attribution index now.
-    pub fn index_stats(&self) -> IndexStats {
-        self.index.stats()
     }
 }

@@ -7,8 +7,8 @@ impl<P> ObjectManager<P> {
     /// Counts `sample` like [`ObjectManager::record`] but by walking every started object and
     /// applying the rule to each from the object's own configuration: O(n). The model the
     /// index is tested and benchmarked against. (It reaches the started objects through the
-    /// index's records, where the pin tokens live, but uses none of the records' copied fields,
-    /// the chunk maps or the wide tables.)
+    /// index's records, where the pin tokens live, but uses none of the records' copied fields
+    /// and no stabbing structure.)
     pub fn record_naive<S: CounterSink<P>>(&self, sample: &Sample, sink: &mut S) -> u32 {
         let mut counted = 0;
         let slots = self.slots();
@@ -17,8 +17,8 @@ impl<P> ObjectManager<P> {
             self.started_count(),
             "every started object is in the index exactly once"
         );
-        for (slot, entry) in self.index.records() {
-            let object = match slots.get(slot as usize) {
+        for entry in self.index.records() {
+            let object = match slots.get(entry.slot as usize) {
                 Some(Some(object)) if object.is_started() && object.id() == entry.id => object,
                 _ => continue,
             };

@@ -94,9 +94,9 @@ impl<T> ProcMap<T> {
         Some(value)
     }
 
-    /// The values, mutably, in no particular order.
-    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
-        self.values.iter_mut().map(|(_, v)| v)
+    /// The values, in no particular order.
+    pub fn values(&self) -> impl Iterator<Item = &T> {
+        self.values.iter().map(|(_, v)| v)
     }
 
     /// Number of keys.

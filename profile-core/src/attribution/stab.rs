@@ -1,6 +1,6 @@
 //! A static stabbing-query structure over half-open ranges `[start, end)`: given a point, yield
-//! every range that contains it in O(log n + k). The attribution index uses it for "wide"
-//! objects, those spanning too many chunks to list under each (see [`super::index`]).
+//! every range that contains it in O(log n + k). The attribution index keeps one per table of
+//! started objects (see [`super::index`]).
 //!
 //! The range endpoints cut the address space into elementary segments; a binary search finds
 //! the segment holding the point. Two layouts answer from there:
@@ -12,30 +12,20 @@
 //!   nodes that cover it and a query walks from the leaf to the root. Size O(n log n) whatever
 //!   the ranges, so a guest cannot make the VMM allocate n² memory.
 //!
-//! `Auto` picks Flat unless its coverage exceeds `FLAT_BUDGET_FACTOR x n + FLAT_BUDGET_SLACK`.
+//! [`Stab::build`] picks Flat unless its coverage exceeds `FLAT_BUDGET_FACTOR x n +
+//! FLAT_BUDGET_SLACK`.
 
 use alloc::vec;
 use alloc::vec::Vec;
 
 /// Flat is used while total coverage <= this x ranges + [`FLAT_BUDGET_SLACK`].
-pub const FLAT_BUDGET_FACTOR: usize = 8;
+const FLAT_BUDGET_FACTOR: usize = 8;
 /// See [`FLAT_BUDGET_FACTOR`].
-pub const FLAT_BUDGET_SLACK: usize = 1024;
-
-/// Which layout to build.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Layout {
-    /// Flat within the memory budget, else Tree.
-    Auto,
-    /// Always Flat (tests).
-    Flat,
-    /// Always Tree (tests).
-    Tree,
-}
+const FLAT_BUDGET_SLACK: usize = 1024;
 
 /// The built structure; members are indexes into the slice given to [`Stab::build`].
 #[derive(Clone, Default, Debug)]
-pub struct Stab {
+pub(crate) struct Stab {
     bounds: Vec<u64>,
     offsets: Vec<u32>,
     members: Vec<u32>,
@@ -49,8 +39,14 @@ fn to_u32(x: usize) -> u32 {
 }
 
 impl Stab {
-    /// Builds over `ranges` (`[start, end)`; empty ranges never match and are left out).
-    pub fn build(ranges: &[(u64, u64)], layout: Layout) -> Stab {
+    /// Builds over `ranges` (`[start, end)`; empty ranges never match and are left out), Flat
+    /// within the memory budget, else Tree.
+    pub(crate) fn build(ranges: &[(u64, u64)]) -> Stab {
+        Self::build_as(ranges, None)
+    }
+
+    /// [`Stab::build`], or with `flat` the layout forced (tests of both layouts).
+    fn build_as(ranges: &[(u64, u64)], flat: Option<bool>) -> Stab {
         let mut bounds: Vec<u64> = Vec::with_capacity(ranges.len() * 2);
         for &(s, e) in ranges {
             if s < e {
@@ -69,12 +65,7 @@ impl Stab {
             .collect();
         let coverage: usize = spans.iter().map(|&(l, r, _)| r - l).sum();
         let budget = FLAT_BUDGET_FACTOR * spans.len() + FLAT_BUDGET_SLACK;
-        let flat = match layout {
-            Layout::Flat => true,
-            Layout::Tree => false,
-            Layout::Auto => coverage <= budget,
-        };
-        if flat {
+        if flat.unwrap_or(coverage <= budget) {
             Self::build_flat(bounds, &spans, coverage)
         } else {
             Self::build_tree(bounds, &spans)
@@ -142,19 +133,9 @@ impl Stab {
         }
     }
 
-    /// True if built with the Tree layout.
-    pub fn is_tree(&self) -> bool {
-        self.tree_leaves != 0
-    }
-
-    /// Entries stored (the memory the structure costs, in u32s, besides bounds and offsets).
-    pub fn stored(&self) -> usize {
-        self.members.len()
-    }
-
     /// Calls `f` with the index of every range containing `pc` (each exactly once).
     #[inline]
-    pub fn query<F: FnMut(u32)>(&self, pc: u64, mut f: F) {
+    pub(crate) fn query<F: FnMut(u32)>(&self, pc: u64, mut f: F) {
         let i = self.bounds.partition_point(|&b| b <= pc);
         if i == 0 {
             return;
@@ -198,6 +179,10 @@ fn canonical_nodes<F: FnMut(usize)>(leaves: usize, l: usize, r: usize, mut f: F)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// Each layout forced, and the automatic choice.
+    const LAYOUTS: [Option<bool>; 3] = [Some(true), Some(false), None];
 
     fn hits(stab: &Stab, pc: u64) -> Vec<u32> {
         let mut v = Vec::new();
@@ -216,8 +201,8 @@ mod tests {
             (50, 50),
             (0, u64::MAX),
         ];
-        for layout in [Layout::Flat, Layout::Tree, Layout::Auto] {
-            let stab = Stab::build(&ranges, layout);
+        for layout in LAYOUTS {
+            let stab = Stab::build_as(&ranges, layout);
             assert_eq!(hits(&stab, 15), vec![0, 1, 3, 5]);
             assert_eq!(hits(&stab, 20), vec![1, 2, 5]);
             assert_eq!(hits(&stab, 50), vec![1, 5]);
@@ -227,12 +212,34 @@ mod tests {
     }
 
     #[test]
-    fn deep_nesting_switches_auto_to_tree() {
+    fn deep_nesting_builds_a_tree_of_n_log_n_entries() {
         let ranges: Vec<(u64, u64)> = (0..2000u64).map(|i| (i, 10_000 - i)).collect();
-        let stab = Stab::build(&ranges, Layout::Auto);
-        assert!(stab.is_tree());
-        assert!(stab.stored() < 2 * 2000 * 13);
+        let stab = Stab::build(&ranges);
+        assert!(stab.tree_leaves != 0, "Flat would store 2000 x 2000 / 2");
+        assert!(stab.members.len() < 2 * 2000 * 13);
         assert_eq!(hits(&stab, 5000).len(), 2000);
         assert_eq!(hits(&stab, 0), vec![0]);
+    }
+
+    proptest! {
+        #[test]
+        fn stab_matches_brute_force(
+            ranges in proptest::collection::vec((0u64..200, 0u64..200), 0..60),
+            pcs in proptest::collection::vec(0u64..210, 1..30),
+        ) {
+            let ranges: Vec<(u64, u64)> =
+                ranges.into_iter().map(|(a, b)| (a.min(b), a.max(b))).collect();
+            for layout in LAYOUTS {
+                let stab = Stab::build_as(&ranges, layout);
+                for &pc in &pcs {
+                    let want: Vec<u32> = (0u32..)
+                        .zip(&ranges)
+                        .filter(|(_, &(s, e))| s <= pc && pc < e)
+                        .map(|(i, _)| i)
+                        .collect();
+                    prop_assert_eq!(hits(&stab, pc), want);
+                }
+            }
+        }
     }
 }

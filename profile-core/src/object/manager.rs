@@ -303,9 +303,9 @@ impl<P> ObjectManager<P> {
             return None;
         }
         object.started = false;
-        let (id, source) = (object.id, object.config.source);
+        let (id, source, process) = (object.id, object.config.source, object.config.process);
         let slot32 = u32::try_from(slot).ok()?;
-        let pin = self.index.remove(slot32, id);
+        let pin = self.index.remove(slot32, id, process);
         debug_assert!(pin.is_some(), "a started object is in the index");
         self.started -= 1;
         self.count_source(source, false);

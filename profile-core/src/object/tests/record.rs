@@ -106,18 +106,13 @@ fn started_for_source_tracks_which_sources_to_sample() {
 }
 
 #[test]
-fn record_lone_large_object_is_chunked_not_wide() {
-    // The first chunk-size policy counted a wide object as only MAX_SPAN memberships, within
-    // the slack, so a lone object went wide at the finest chunk size.
+fn record_large_object_counts_at_its_last_bucket() {
     let mut m = manager(4);
     let mut p = params();
     p.size = 0x8_0000;
     p.buffer_size = 0x8_0000 / 16 * 4;
     let h = create(&mut m, &p).unwrap();
     start(&mut m, h, 1).unwrap();
-    let stats = m.index_stats();
-    assert_eq!((stats.wide, stats.started), (0, 1));
-    assert!(stats.memberships <= 64, "{stats:?}");
     assert_eq!(
         hits(&m, sample(0, KBASE + 0x7_FFFF, None)),
         vec![(1, 0x7_FFF0 / 4)]
@@ -125,10 +120,10 @@ fn record_lone_large_object_is_chunked_not_wide() {
 }
 
 #[test]
-fn record_wide_objects_and_chunk_boundaries_with_forced_small_chunks() {
-    // 4 KiB chunks: a 64-page object is chunked, a 65-page one is wide, per process and global.
+fn record_objects_of_both_tables_at_their_range_ends() {
+    // Global and per-process objects, adjacent, nested and overlapping; every end checked
+    // against the naive model for a sample of the process, of another one and of none.
     let mut m = manager(4);
-    m.set_index_chunk_shift(Some(12));
     let proc_a = Some(0x1000);
     let mut objects = Vec::new();
     for (tag, process, base, size) in [
@@ -145,85 +140,60 @@ fn record_wide_objects_and_chunk_boundaries_with_forced_small_chunks() {
         p.buffer_size = 4 * 128;
         let h = create(&mut m, &p).unwrap();
         start(&mut m, h, tag).unwrap();
-        objects.push((process, base, size));
+        objects.push((base, size));
     }
-    assert_eq!(m.index_stats().wide, 2, "{:?}", m.index_stats());
-    for (_, base, size) in objects {
-        for pc in [
-            base,
-            base + 0xFFF,
-            base + 0x1000,
-            base + size - 1,
-            base + size,
-        ] {
+    for (base, size) in objects {
+        for pc in [base - 1, base, base + 0x1000, base + size - 1, base + size] {
             for process in [None, proc_a, Some(0x2000)] {
-                hits(&m, sample(1, pc & !0xFFF, process));
                 hits(&m, sample(1, pc, process));
             }
         }
     }
     assert_eq!(hits(&m, sample(0, 0x7FF0_0000_0FFF, proc_a)).len(), 2);
     assert_eq!(hits(&m, sample(0, KBASE + 0x800, Some(0x2000))).len(), 2);
-    m.set_index_chunk_shift(None);
-    assert_eq!(m.index_stats().wide, 0);
-    assert_eq!(hits(&m, sample(0, 0x7FF0_0000_0FFF, proc_a)).len(), 2);
 }
 
 #[test]
-fn record_keys_of_one_tag_in_different_chunks_share_a_slot_and_count_exactly() {
-    // Two (process, chunk) keys with the same chunk-map tag share a slot. Their members' chunk
-    // offsets are relative to different chunks, so no split may choose between them: object
-    // 1 sits high in the lower chunk, object 2 low in the higher one, where a split at 2's
-    // offset would send 1's samples to 2.
-    use crate::attribution::chunk_tag;
-    use alloc::collections::BTreeMap;
-    const SHIFT: u32 = 16;
-    let first = 0x7FF8_0000_0000u64 >> SHIFT;
-    let mut seen = BTreeMap::new();
-    // Keys from xorshift: a multiplicative sequence would be spread without collisions, as
-    // the map spreads a process's consecutive chunks.
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x >> 24
-    };
-    let ((a1, b1), (a2, b2)) = (0..1 << 18)
-        .map(|_| next())
-        .map(|x| ((x >> 4) << 12, first + (x & 15)))
-        .find_map(|(a, b)| match seen.insert(chunk_tag(a, b), (a, b)) {
-            Some((a0, b0)) if b0 != b => Some(((a0, b0), (a, b))),
-            _ => None,
-        })
-        .expect("some of 2^18 keys of 2^32 tags collide");
-    let ((lo_a, lo_b), (hi_a, hi_b)) = if b1 < b2 {
-        ((a1, b1), (a2, b2))
-    } else {
-        ((a2, b2), (a1, b1))
-    };
-    let objects = [
-        (1, lo_a, (lo_b << SHIFT) + 0x9000),
-        (2, hi_a, (hi_b << SHIFT) + 0x8000),
-    ];
+fn record_objects_at_the_same_range_count_for_their_own_process_only() {
     let mut m = manager(1);
-    m.set_index_chunk_shift(Some(SHIFT));
-    for (tag, process, base) in objects {
+    for (tag, process) in [(1, Some(0x1000)), (2, Some(0x2000)), (3, None)] {
         let p = CreateParams {
-            process: Some(process),
-            base,
+            process,
             ..params()
         };
         let h = create(&mut m, &p).unwrap();
         start(&mut m, h, tag).unwrap();
     }
-    assert_eq!(m.index_stats().keys, 1, "the two keys share one slot");
-    for (_, process, base) in objects {
-        for pc in [base - 1, base, base + 0x800, base + 0xFFF, base + 0x1000] {
-            for p in [Some(lo_a), Some(hi_a)] {
-                hits(&m, sample(0, pc, p));
-            }
-        }
-        assert_eq!(hits(&m, sample(0, base + 0x800, Some(process))).len(), 1);
-    }
+    assert_eq!(
+        hits(&m, sample(0, KBASE, Some(0x1000))),
+        vec![(1, 0), (3, 0)]
+    );
+    assert_eq!(
+        hits(&m, sample(0, KBASE, Some(0x2000))),
+        vec![(2, 0), (3, 0)]
+    );
+    assert_eq!(hits(&m, sample(0, KBASE, Some(0x3000))), vec![(3, 0)]);
+    assert_eq!(hits(&m, sample(0, KBASE, None)), vec![(3, 0)]);
+}
+
+#[test]
+fn record_after_a_process_table_empties_and_fills_again() {
+    // Stopping a process's last object drops its table; starting one makes a new table.
+    let mut m = manager(1);
+    let p = CreateParams {
+        process: Some(0x5000),
+        ..params()
+    };
+    let a = create(&mut m, &p).unwrap();
+    let b = create(&mut m, &p).unwrap();
+    start(&mut m, a, 1).unwrap();
+    start(&mut m, b, 2).unwrap();
+    let pc = sample(0, KBASE, Some(0x5000));
+    assert_eq!(hits(&m, pc), vec![(1, 0), (2, 0)]);
+    assert_eq!(m.stop(OWNER, a), Ok(1));
+    assert_eq!(hits(&m, pc), vec![(2, 0)]);
+    assert_eq!(m.close(OWNER, b), Ok(Some(2)));
+    assert!(hits(&m, pc).is_empty());
+    start(&mut m, a, 3).unwrap();
+    assert_eq!(hits(&m, pc), vec![(3, 0)]);
 }
