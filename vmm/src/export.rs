@@ -6,7 +6,6 @@
 use std::path::Path;
 use std::time::SystemTime;
 
-use analysis::hex::Hex;
 use analysis::input::{GuestObject, HostObject, RunInput};
 use analysis::profile::StackCount;
 use analysis::symbols::elf;
@@ -126,11 +125,7 @@ pub fn profile(report: &RunReport, meta: &RunMetadata) -> Profile {
 fn stack_counts(s: &StackCounts) -> Vec<StackCount> {
     s.stacks
         .iter()
-        .map(|(k, count)| StackCount {
-            pcs: k.pcs.iter().map(|pc| Hex(*pc)).collect(),
-            truncated: k.truncated,
-            count: *count,
-        })
+        .map(|(k, count)| StackCount::new(k.pcs.iter().copied(), k.truncated, *count))
         .collect()
 }
 

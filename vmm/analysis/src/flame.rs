@@ -178,20 +178,11 @@ mod tests {
 
     #[test]
     fn stacks_fold_outermost_first_with_callers_named_by_their_call() {
-        use crate::hex::Hex;
         use crate::profile::StackCount;
         let mut p = sample_profile(0x1000);
         p.objects[0].stacks = vec![
-            StackCount {
-                pcs: vec![Hex(0x1074), Hex(0x1050), Hex(0x9000)],
-                truncated: false,
-                count: 7,
-            },
-            StackCount {
-                pcs: vec![Hex(0x1074)],
-                truncated: true,
-                count: 2,
-            },
+            StackCount::new([0x1074, 0x1050, 0x9000], false, 7),
+            StackCount::new([0x1074], true, 2),
         ];
         p.objects[0].stacks_dropped = 1;
         let symbols = Symbols::from_module(module(

@@ -188,12 +188,10 @@ mod tests {
     #[test]
     fn a_whole_space_host_profile_spans_every_bucket_on_every_vcpu() {
         let counts = BTreeMap::from([(0x100, 3), (u64::MAX >> 4, 1)]);
-        let stack = |pcs: &[u64], count| StackCount {
-            pcs: pcs.iter().map(|p| Hex(*p)).collect(),
-            truncated: false,
-            count,
-        };
-        let stacks = [stack(&[0x1008, 0x2000], 1), stack(&[0x1000, 0x2000], 3)];
+        let stacks = [
+            StackCount::new([0x1008, 0x2000], false, 1),
+            StackCount::new([0x1000, 0x2000], false, 3),
+        ];
         let h = HostObject {
             id: 7,
             start: 0,

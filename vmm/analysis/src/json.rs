@@ -274,11 +274,11 @@ mod tests {
     #[test]
     fn stacks_round_trip_and_version_2_files_read_as_stackless() {
         let mut p = sample_profile(0x1000);
-        p.objects[0].stacks = vec![crate::profile::StackCount {
-            pcs: vec![Hex(0x1020), Hex(0xffff_f800_0000_1234)],
-            truncated: true,
-            count: 4,
-        }];
+        p.objects[0].stacks = vec![crate::profile::StackCount::new(
+            [0x1020, 0xffff_f800_0000_1234],
+            true,
+            4,
+        )];
         p.objects[0].stacks_dropped = 2;
         let mut buf = Vec::new();
         write(&p, &mut buf).unwrap();

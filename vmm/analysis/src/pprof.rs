@@ -459,14 +459,10 @@ mod tests {
 
     #[test]
     fn an_object_with_stacks_gives_one_sample_per_stack_leaf_first() {
-        use crate::hex::Hex;
         use crate::profile::StackCount;
         let mut p = sample_profile(0x1000);
-        let stack = |pcs: &[u64], truncated, count| StackCount {
-            pcs: pcs.iter().map(|p| Hex(*p)).collect(),
-            truncated,
-            count,
-        };
+        let stack =
+            |pcs: &[u64], truncated, count| StackCount::new(pcs.iter().copied(), truncated, count);
         // `caller` ends at 0x1050 with a call: its return address 0x1050 is `next`'s first
         // byte, and must still be named `caller`.
         p.objects[0].stacks = vec![

@@ -214,6 +214,17 @@ pub struct StackCount {
     pub count: u64,
 }
 
+impl StackCount {
+    /// A stack of `pcs` (innermost first) seen `count` times.
+    pub fn new(pcs: impl IntoIterator<Item = u64>, truncated: bool, count: u64) -> Self {
+        StackCount {
+            pcs: pcs.into_iter().map(Hex).collect(),
+            truncated,
+            count,
+        }
+    }
+}
+
 /// One nonzero bucket of an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bucket {

@@ -3,7 +3,7 @@
 use guest_agent::{abi, Error, Found, ProfileParams, ProfileSource};
 
 use crate::prof;
-use crate::sched;
+use crate::sched::{self, State, Table};
 use crate::sync::SpinLock;
 use crate::user::prof as work;
 
@@ -144,4 +144,15 @@ pub fn has(found: &Found, feature: u32) -> bool {
 /// The started-object limit and processors, from QUERY_INFO.
 pub fn info() -> Result<abi::InfoReply, &'static str> {
     prof::with(|c| c.query_info()).map_err(|e| report("QUERY_INFO", e))
+}
+
+/// The verdict of a workload-only scenario: every process `name` spawned exited cleanly.
+pub fn all_exited(name: &str, table: &Table) -> Result<(), &'static str> {
+    let clean = table.procs.iter().take(table.count).flatten().all(|p| p.state == State::Exited && p.exit_code == 0);
+    crate::println!("{} processes={} {}", name, table.count, ok(clean));
+    if clean && table.count > 0 {
+        Ok(())
+    } else {
+        Err("a workload process did not exit cleanly")
+    }
 }

@@ -6,7 +6,7 @@
 
 use super::common;
 use super::{Env, Scenario};
-use crate::sched::{State, Table};
+use crate::sched::Table;
 use crate::start_info::{module, param_u64};
 use crate::user::prof as work;
 
@@ -24,11 +24,5 @@ fn setup(env: &Env) -> Result<(), &'static str> {
 }
 
 fn check(table: &Table) -> Result<(), &'static str> {
-    let clean = table.procs.iter().take(table.count).flatten().all(|p| p.state == State::Exited && p.exit_code == 0);
-    crate::println!("pestacks processes={} {}", table.count, common::ok(clean));
-    if clean && table.count > 0 {
-        Ok(())
-    } else {
-        Err("a workload process did not exit cleanly")
-    }
+    common::all_exited("pestacks", table)
 }

@@ -5,6 +5,24 @@
 //! Keep functions to simple integer loops and `#[inline(always)]` helpers,
 //! and check `objdump -d` of the `.user` section after changes.
 
+/// The workloads' unit of work, in AT&T syntax: RDI iterations of a register loop (RCX, RAX
+/// and flags clobbered), the same in every function that spins so that their costs compare.
+macro_rules! spin_loop_asm {
+    () => {
+        "
+    mov %rdi, %rcx
+    xor %eax, %eax
+    test %rcx, %rcx
+    jz 2f
+1:  add %rcx, %rax
+    xor $0x5a, %rax
+    dec %rcx
+    jnz 1b
+2:
+"
+    };
+}
+
 pub mod prof;
 pub mod smoke;
 // After `prof`, so that the profiling scenarios' functions keep their addresses.

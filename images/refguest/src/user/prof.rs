@@ -23,16 +23,10 @@ core::arch::global_asm!(
     .p2align 6
     .global \name
     .type \name, @function
-\name:
-    mov %rdi, %rcx
-    xor %eax, %eax
-    test %rcx, %rcx
-    jz 2f
-1:  add %rcx, %rax
-    xor $0x5a, %rax
-    dec %rcx
-    jnz 1b
-2:  ret
+\name:"#,
+    spin_loop_asm!(),
+    r#"
+    ret
     .global \name\()_end
 \name\()_end:
     .size \name, \name\()_end - \name

@@ -31,16 +31,9 @@ core::arch::global_asm!(
     .size \name, \name\()_end - \name
     .endm
 
-    FRAME_FN stacks_leaf
-    mov %rdi, %rcx
-    xor %eax, %eax
-    test %rcx, %rcx
-    jz 2f
-1:  add %rcx, %rax
-    xor $0x5a, %rax
-    dec %rcx
-    jnz 1b
-2:
+    FRAME_FN stacks_leaf"#,
+    spin_loop_asm!(),
+    r#"
     END_FN stacks_leaf
 
     FRAME_FN stacks_a

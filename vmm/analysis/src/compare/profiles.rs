@@ -242,11 +242,7 @@ fn add_object(into: &mut ProfileObject, from: &ProfileObject) {
     }
     let mut merged: Vec<StackCount> = stacks
         .into_iter()
-        .map(|((pcs, truncated), count)| StackCount {
-            pcs: pcs.into_iter().map(crate::hex::Hex).collect(),
-            truncated,
-            count,
-        })
+        .map(|((pcs, truncated), count)| StackCount::new(pcs, truncated, count))
         .collect();
     merged.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.pcs.cmp(&b.pcs)));
     into.stacks = merged;
@@ -289,11 +285,7 @@ mod tests {
         let mut p = sample_profile(0x1000);
         p.objects[0].stacks = paths
             .iter()
-            .map(|(pcs, count)| StackCount {
-                pcs: pcs.iter().map(|x| crate::hex::Hex(*x)).collect(),
-                truncated: false,
-                count: *count,
-            })
+            .map(|(pcs, count)| StackCount::new(pcs.iter().copied(), false, *count))
             .collect();
         p
     }
