@@ -8,11 +8,13 @@
 //!   count, the registers, attribution under the read lock, the counter increments in guest
 //!   memory and the VMM's copy). A third kind adds a host-side profile that walks each
 //!   sample's call stack (the guest spins 16 frame-pointer frames deep). The kinds alternate
-//!   in rounds; medians are compared.
+//!   in rounds; medians are compared. A second VM does the same spinning 16 frames deep in a
+//!   PE image without frame pointers ([`pe`]), for the cost of Windows x64 unwinding.
 //! * Hypercall path. The guest times, with RDTSC at CPL0, a bare port-I/O exit (OUT to an
 //!   unclaimed port) and a full hypercall round trip (QUERY_INTERVAL rung through the
 //!   doorbell), minus the measurement's own overhead.
 
+pub mod pe;
 mod stats;
 
 use std::sync::Arc;
@@ -55,7 +57,7 @@ impl Default for BenchOptions {
 pub struct BenchReport {
     /// Full sample path / bare kick, medians.
     pub sample_ratio: f64,
-    /// Full sample path with a call-stack walk / bare kick, medians.
+    /// Full sample path with a frame-pointer stack walk / bare kick, medians.
     pub stack_ratio: f64,
     /// Full hypercall / bare port-I/O exit, medians net of measurement overhead.
     pub hypercall_ratio: f64,
@@ -69,6 +71,17 @@ pub struct BenchReport {
     pub stack_frames: f64,
     /// (stack - full) / frames: what one frame of the walk adds.
     pub ns_per_frame: f64,
+    /// Full sample path with a Windows x64 unwind of the guest's PE frames / bare kick,
+    /// medians, in a second VM with its own baseline.
+    pub unwind_ratio: f64,
+    /// That VM's bare kick, median.
+    pub kick_unwind_bare_ns: f64,
+    /// Its sample path with the x64 unwind, median.
+    pub kick_unwind_ns: f64,
+    /// Frames per unwound stack, mean.
+    pub unwind_frames: f64,
+    /// What one frame of the x64 unwind adds.
+    pub ns_per_unwind_frame: f64,
     /// 90th percentiles of the same.
     pub kick_bare_p90_ns: f64,
     /// 90th percentile of the full path.
@@ -98,6 +111,9 @@ pub enum BenchError {
     /// The VM could not run.
     #[error(transparent)]
     Vm(#[from] VmError),
+    /// The PE image for the unwind session could not be written.
+    #[error("cannot write the benchmark's PE image: {0}")]
+    Module(#[source] std::io::Error),
     /// The guest did not report what the benchmark needs.
     #[error("the reference guest did not {0}; its output:\n{1}")]
     Guest(&'static str, String),
@@ -237,10 +253,24 @@ fn measure_kicks(control: &VmControl, stamp: &EntryStamp, opts: &BenchOptions) -
     t
 }
 
-/// Runs the benchmark on the bundled reference guest.
-pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
+/// One VM's measurements: the kick timings, the guest's output, samples taken.
+struct Session {
+    timings: Timings,
+    text: String,
+    samples: u64,
+}
+
+/// Boots the reference guest with `cmdline` (and `module` as module 0) and times kicks of
+/// every kind once it spins.
+fn session(
+    opts: &BenchOptions,
+    cmdline: &str,
+    module: Option<std::path::PathBuf>,
+) -> Result<Session, BenchError> {
     let serial = SharedBuffer::default();
-    let mut config = VmConfig::new(crate::demo::kernel_spec("scenario=bench"));
+    let mut spec = crate::demo::kernel_spec(cmdline);
+    spec.initrd = module;
+    let mut config = VmConfig::new(spec);
     config.serial = SerialOutput::Buffer(serial.clone());
     config.serial_input = false;
     config.timeout = Some(opts.timeout);
@@ -274,42 +304,72 @@ pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
             ..Default::default()
         },
     )?;
-
     let text = serial.text();
-    let times = parse_guest_times(&text)
-        .ok_or_else(|| BenchError::Guest("report its hypercall timings", text.clone()))?;
-    let t = result
+    let timings = result
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .take()
         .ok_or_else(|| BenchError::Guest("start its profile and spin", text.clone()))?;
-    if t.bare.is_empty() || t.full.is_empty() || t.stack.is_empty() {
+    if timings.bare.is_empty() || timings.full.is_empty() || timings.stack.is_empty() {
         return Err(BenchError::Guest(
             "keep running while the kicks were timed",
             text,
         ));
     }
+    Ok(Session {
+        timings,
+        text,
+        samples: crate::profiler::stats::total(&report.profile_stats).samples,
+    })
+}
+
+/// The x64-unwind session: the guest spins inside [`pe::deep_module`], handed over as a
+/// file for the run's length.
+fn unwind_session(opts: &BenchOptions) -> Result<Session, BenchError> {
+    let path = std::env::temp_dir().join(format!("hvprof-bench-{}.exe", std::process::id()));
+    std::fs::write(&path, pe::deep_module()).map_err(BenchError::Module)?;
+    let result = session(opts, "scenario=bench bench.pe=1", Some(path.clone()));
+    let _ = std::fs::remove_file(&path);
+    result
+}
+
+/// Runs the benchmark on the bundled reference guest: once spinning in frame-pointer code,
+/// once in a PE image's frames (each VM with its own same-run baseline).
+pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
+    let fp = session(opts, "scenario=bench", None)?;
+    let x64 = unwind_session(opts)?;
+    let times = parse_guest_times(&fp.text)
+        .ok_or_else(|| BenchError::Guest("report its hypercall timings", fp.text.clone()))?;
+    let t = &fp.timings;
+    let u = &x64.timings;
     let ns_per_cycle = 1e6 / times.tsc_khz;
     let io_net = (times.io - times.empty).max(1.0);
     let hc_net = (times.hypercall - times.empty).max(1.0);
     let (kb, kf, ks) = (median(&t.bare), median(&t.full), median(&t.stack));
+    let (ub, uf, us) = (median(&u.bare), median(&u.full), median(&u.stack));
     let frames = t.frames as f64 / t.walks.max(1) as f64;
+    let unwind_frames = u.frames as f64 / u.walks.max(1) as f64;
     Ok(BenchReport {
         sample_ratio: kf / kb,
         stack_ratio: ks / kb,
+        unwind_ratio: us / ub,
         hypercall_ratio: hc_net / io_net,
         kick_bare_ns: kb,
         kick_full_ns: kf,
         kick_stack_ns: ks,
         stack_frames: frames,
         ns_per_frame: (ks - kf) / frames.max(1.0),
+        kick_unwind_bare_ns: ub,
+        kick_unwind_ns: us,
+        unwind_frames,
+        ns_per_unwind_frame: (us - uf) / unwind_frames.max(1.0),
         kick_bare_p90_ns: percentile(&t.bare, 90),
         kick_full_p90_ns: percentile(&t.full, 90),
         io_exit_ns: io_net * ns_per_cycle,
         hypercall_ns: hc_net * ns_per_cycle,
         kicks: t.bare.len().min(t.full.len()).min(t.stack.len()),
-        kicks_timed_out: t.lost,
-        samples: crate::profiler::stats::total(&report.profile_stats).samples,
+        kicks_timed_out: t.lost + u.lost,
+        samples: fp.samples + x64.samples,
     })
 }
 

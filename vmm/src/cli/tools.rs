@@ -208,10 +208,15 @@ pub fn bench(a: &BenchArgs) -> ExitCode {
             );
             println!("sample_ratio    {:>9.3}   (target <= 1.15)", r.sample_ratio);
             println!(
-                "stack path:     {:>9.0} ns with a {:.1}-frame walk ({:.0} ns a frame over the sample path)",
+                "stack path:     {:>9.0} ns with a {:.1}-frame frame-pointer walk ({:.0} ns a frame over the sample path)",
                 r.kick_stack_ns, r.stack_frames, r.ns_per_frame
             );
             println!("stack_ratio     {:>9.3}   (target <= 1.25)", r.stack_ratio);
+            println!(
+                "x64 unwind:     {:>9.0} ns with a {:.1}-frame unwind vs {:>9.0} ns bare kick, second VM ({:.0} ns a frame)",
+                r.kick_unwind_ns, r.unwind_frames, r.kick_unwind_bare_ns, r.ns_per_unwind_frame
+            );
+            println!("unwind_ratio    {:>9.3}   (target <= 1.25)", r.unwind_ratio);
             println!(
                 "hypercall path: {:>9.0} ns full vs {:>9.0} ns bare port-I/O exit (guest-measured medians)",
                 r.hypercall_ns, r.io_exit_ns

@@ -2,9 +2,10 @@
 //!
 //! Finding an image means scanning down from the PC a page at a time for a header, which is
 //! far too slow to repeat on every frame of every sample. The cache keeps the images found
-//! (checked again on each use, by re-reading their headers: the guest may have unmapped or
-//! replaced them) and the page ranges known to hold no header (forgotten every
-//! [`MISS_LIFETIME`] lookups, so an image mapped later is found).
+//! (checked again by re-reading their headers the first time each walk uses them: the guest
+//! may have unmapped or replaced them since the last sample, but not during a walk, which
+//! happens while the sampled vCPU is out of the guest) and the page ranges known to hold no
+//! header (forgotten every [`MISS_LIFETIME`] lookups, so an image mapped later is found).
 
 use crate::mem::Memory;
 use crate::pe::{Image, PAGE};
@@ -23,10 +24,13 @@ const KERNEL_SPACE: u64 = u64::MAX;
 pub struct ImageCache {
     /// How far below a PC the scan looks for its image's header.
     scan_limit: u64,
-    images: Vec<(u64, Image)>,
+    /// (space, image, the walk that last checked it).
+    images: Vec<(u64, Image, u64)>,
     /// (space, first page, last page) with no image header.
     misses: Vec<(u64, u64, u64)>,
     lookups: u32,
+    /// The current walk's number.
+    walk: u64,
 }
 
 impl ImageCache {
@@ -37,7 +41,13 @@ impl ImageCache {
             images: Vec::new(),
             misses: Vec::new(),
             lookups: 0,
+            walk: 0,
         }
+    }
+
+    /// Starts a walk: images are checked again on their first use after this.
+    pub fn begin_walk(&mut self) {
+        self.walk += 1;
     }
 
     /// The image holding `pc` in the address space `cr3` (its page-table root; PCID bits are
@@ -56,10 +66,11 @@ impl ImageCache {
         if let Some(i) = self
             .images
             .iter()
-            .position(|(s, im)| *s == space && im.contains(pc))
+            .position(|(s, im, _)| *s == space && im.contains(pc))
         {
-            let cached = self.images[i].1;
-            if Image::read(mem, cached.base).ok() == Some(cached) {
+            let (_, cached, checked) = self.images[i];
+            if checked == self.walk || Image::read(mem, cached.base).ok() == Some(cached) {
+                self.images[i].2 = self.walk;
                 return Some(cached);
             }
             self.images.remove(i);
@@ -69,7 +80,7 @@ impl ImageCache {
             if self.images.len() == MAX_IMAGES {
                 self.images.remove(0);
             }
-            self.images.push((space, image));
+            self.images.push((space, image, self.walk));
         }
         found
     }
@@ -157,8 +168,11 @@ mod tests {
         let mut mem = Regions::new().with(base, ImageBuilder::new(0x2000).build());
         let mut cache = ImageCache::new(0x10_0000);
         assert!(cache.find(&mut mem, 0, base + 0x1800).is_some());
-        // The guest unmaps it: the cached copy is not trusted.
+        // The guest unmaps it: within a walk the image stays (the guest is stopped), in the
+        // next walk the cached copy is not trusted.
         let mut gone = Regions::new().with(base, vec![0; 0x2000]);
+        assert!(cache.find(&mut gone, 0, base + 0x1800).is_some());
+        cache.begin_walk();
         assert_eq!(cache.find(&mut gone, 0, base + 0x1800), None);
         assert!(cache.images.is_empty());
     }

@@ -22,7 +22,9 @@
 //! (b) Sample path: a global ProfileTime profile of `.user` (16-byte buckets, page-list START)
 //! with the ProfileTime interval at its maximum (1 s, so the VMM's own timer rarely samples),
 //! then `refguest: bench profile started`, then `bench_spin` (a CPL3 register loop) on every
-//! vCPU, forever, entered `bench.frames` (default 16) frame-pointer frames deep. Any failure on the way prints `refguest: FAIL: bench: setup: ...` (exit 0x11).
+//! vCPU, forever, entered `bench.frames` (default 16) frame-pointer frames deep; with
+//! `bench.pe=1`, as deep in module 0, a PE image hvprof bench generates, whose frames only its
+//! unwind data describes. Any failure on the way prints `refguest: FAIL: bench: setup: ...` (exit 0x11).
 
 use core::arch::asm;
 
@@ -240,8 +242,17 @@ fn setup(env: &Env) -> Result<(), &'static str> {
     // The host times 16-frame stack walks: the spin PC, then 15 return addresses into
     // bench_deep; the outermost frame returns to the zero at the stack top, ending the walk.
     let frames = param_u64("bench.frames", 16).clamp(1, 200);
+    // `bench.pe=1`: module 0 is hvprof bench's PE image, whose entry builds the same depth
+    // of frames without frame pointers (only its unwind data describes them) and spins.
+    let entry = if param_u64("bench.pe", 0) != 0 {
+        let image = crate::pe::load(crate::start_info::module().ok_or("bench.pe=1 needs module 0")?)?;
+        crate::println!("bench pe base={:#x} entry={:#x}", image.base, image.entry);
+        image.entry
+    } else {
+        work::deep_entry()
+    };
     for cpu in 0..env.cpus {
-        sched::spawn(work::deep_entry(), cpu, [frames, 0]).ok_or("spawn failed")?;
+        sched::spawn(entry, cpu, [frames, 0]).ok_or("spawn failed")?;
     }
     crate::println!("bench profile started");
     Ok(())

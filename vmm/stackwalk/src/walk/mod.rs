@@ -67,6 +67,7 @@ pub fn walk(
         };
     }
     pcs.push(regs.rip);
+    images.begin_walk();
     let end = loop {
         if pcs.len() >= opts.max_depth {
             break End::Depth;
