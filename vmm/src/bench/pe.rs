@@ -32,8 +32,13 @@ fn put(image: &mut [u8], at: usize, bytes: &[u8]) {
     image[at..at + bytes.len()].copy_from_slice(bytes);
 }
 
-fn put32(image: &mut [u8], at: usize, v: u32) {
-    put(image, at, &v.to_le_bytes());
+/// A 32-bit field; every value here is an offset or size within the 12 KiB image.
+fn put32(image: &mut [u8], at: usize, v: usize) {
+    put(
+        image,
+        at,
+        &u32::try_from(v).unwrap_or(u32::MAX).to_le_bytes(),
+    );
 }
 
 /// A section header: name, virtual size and address, raw size and file offset (the file is
@@ -41,16 +46,16 @@ fn put32(image: &mut [u8], at: usize, v: u32) {
 fn section(image: &mut [u8], at: usize, name: &[u8; 8], rva: usize, flags: u32) {
     put(image, at, name);
     for (i, v) in [PAGE, rva, PAGE, rva].into_iter().enumerate() {
-        put32(image, at + 8 + 4 * i, v as u32);
+        put32(image, at + 8 + 4 * i, v);
     }
-    put32(image, at + 36, flags);
+    put(image, at + 36, &flags.to_le_bytes());
 }
 
 /// The image, as a file (whose layout is its memory layout: file alignment = page).
 pub fn deep_module() -> Vec<u8> {
     let mut m = vec![0u8; SIZE];
     put(&mut m, 0, b"MZ");
-    put32(&mut m, 0x3c, LFANEW as u32);
+    put32(&mut m, 0x3c, LFANEW);
     put(&mut m, LFANEW, b"PE\0\0");
     let file = LFANEW + 4;
     put(&mut m, file, &0x8664u16.to_le_bytes()); // Machine
@@ -59,24 +64,24 @@ pub fn deep_module() -> Vec<u8> {
     put(&mut m, file + 18, &0x0022u16.to_le_bytes()); // executable, large address aware
     let opt = file + 20;
     put(&mut m, opt, &0x20bu16.to_le_bytes()); // PE32+
-    put32(&mut m, opt + 16, TEXT as u32); // AddressOfEntryPoint
-    put32(&mut m, opt + 20, TEXT as u32); // BaseOfCode
+    put32(&mut m, opt + 16, TEXT); // AddressOfEntryPoint
+    put32(&mut m, opt + 20, TEXT); // BaseOfCode
     put(&mut m, opt + 24, &IMAGE_BASE.to_le_bytes());
-    put32(&mut m, opt + 32, PAGE as u32); // SectionAlignment
-    put32(&mut m, opt + 36, PAGE as u32); // FileAlignment
+    put32(&mut m, opt + 32, PAGE); // SectionAlignment
+    put32(&mut m, opt + 36, PAGE); // FileAlignment
     put(&mut m, opt + 48, &6u16.to_le_bytes()); // MajorSubsystemVersion
-    put32(&mut m, opt + 56, SIZE as u32); // SizeOfImage
-    put32(&mut m, opt + 60, PAGE as u32); // SizeOfHeaders
+    put32(&mut m, opt + 56, SIZE); // SizeOfImage
+    put32(&mut m, opt + 60, PAGE); // SizeOfHeaders
     put(&mut m, opt + 68, &1u16.to_le_bytes()); // Subsystem: native
     put32(&mut m, opt + 108, 16); // NumberOfRvaAndSizes
-    put32(&mut m, opt + 112 + 3 * 8, PDATA as u32); // the exception directory
+    put32(&mut m, opt + 112 + 3 * 8, PDATA); // the exception directory
     put32(&mut m, opt + 116 + 3 * 8, 12);
     let sections = opt + 240;
     section(&mut m, sections, b".text\0\0\0", TEXT, 0x6000_0020);
     section(&mut m, sections + 40, b".rdata\0\0", PDATA, 0x4000_0040);
     put(&mut m, TEXT, &CODE);
     for (i, v) in [TEXT, TEXT + CODE.len(), XDATA].into_iter().enumerate() {
-        put32(&mut m, PDATA + 4 * i, v as u32);
+        put32(&mut m, PDATA + 4 * i, v);
     }
     put(&mut m, XDATA, &UNWIND);
     m
