@@ -95,3 +95,32 @@ fn bench_scenario_reports_hypercall_timings_then_spins_until_stopped() {
     assert!(profile.contains(" bucket=4 "), "{profile}");
     assert!(profile.contains(" interval=10000000 "), "{profile}");
 }
+
+/// `bench.pe=1`: the guest maps the PE image `hvprof bench` generates (here written by the
+/// test from the same library function) and spins in it, 16 frames deep, until stopped.
+#[test]
+fn bench_scenario_spins_in_the_generated_pe_image() {
+    let elf = Path::new(env!("HVPROF_REFGUEST_ELF"));
+    let dir = crate::harness::TempDir::new("bench-pe");
+    let module = dir.write("deep.exe", &vmm::bench::pe::deep_module());
+    let mut run = hvprof_run(
+        elf,
+        &[
+            "--initrd",
+            module.to_str().unwrap(),
+            "--cmdline",
+            "scenario=bench bench.pe=1",
+        ],
+    )
+    .limit(Duration::from_secs(60))
+    .spawn();
+    run.wait_for_stdout(STARTED_LINE, WITHIN);
+    std::thread::sleep(Duration::from_millis(300));
+    run.signal(libc::SIGTERM);
+    let out = run.wait();
+    out.assert_status(status::SIGNALLED);
+    out.assert_stdout_lacks("refguest: FAIL");
+    out.assert_stdout_lacks("user fault");
+    let base = out.stdout_hex("refguest: bench pe base=");
+    assert_eq!(base, vmm::bench::pe::IMAGE_BASE, "{out}");
+}
