@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use stackwalk::{walk, End, ImageCache, Options, Regions, Regs};
+use introspect::{walk, End, ImageCache, Options, Regions, Regs};
 
 const BASE: u64 = 0x1000;
 const STACK: u64 = 0x10_0000;

@@ -90,8 +90,8 @@ pub fn deep_module() -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stackwalk::pe::Image;
-    use stackwalk::{walk, End, ImageCache, Options, Regions, Regs};
+    use introspect::pe::Image;
+    use introspect::{walk, End, ImageCache, Options, Regions, Regs};
 
     #[test]
     fn the_module_unwinds_frame_by_frame_to_its_caller() {

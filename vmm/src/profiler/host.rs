@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
-use stackwalk::Stack;
+use introspect::Stack;
 
 use crate::outcome::{Blame, Fault};
 use profile_core::attribution::process_key;
@@ -391,7 +391,7 @@ mod tests {
         assert_eq!(p.total(), 1, "filtered samples are not counted");
     }
 
-    fn stack(pcs: &[u64], end: stackwalk::End) -> Stack {
+    fn stack(pcs: &[u64], end: introspect::End) -> Stack {
         Stack {
             pcs: pcs.to_vec(),
             end,
@@ -400,7 +400,7 @@ mod tests {
 
     #[test]
     fn stacks_are_counted_cut_to_depth_and_marked_truncated() {
-        use stackwalk::End;
+        use introspect::End;
         let mut spec = HostProfileSpec::whole_space();
         spec.stack_depth = 2;
         let p = HostProfile::new(1, spec, 2);
@@ -440,7 +440,7 @@ mod tests {
 
     #[test]
     fn a_full_stack_table_drops_new_stacks_but_counts_known_ones() {
-        use stackwalk::End;
+        use introspect::End;
         let mut c = VcpuCounts::default();
         c.count_stack(&stack(&[1, 2], End::Complete), 64);
         c.stack_frames = MAX_STACK_FRAMES - 1;

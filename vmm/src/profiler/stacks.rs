@@ -1,11 +1,11 @@
 //! Call stacks of sampled vCPUs, walked in guest memory at sample time.
 //!
 //! The walk itself (which unwinder for which frame, every bound on guest data) is the
-//! `stackwalk` crate's; this module gives it the sampled vCPU's address space: reads go
+//! `introspect` crate's; this module gives it the sampled vCPU's address space: reads go
 //! through the guest's own page tables for the sampled CR3 ([`super::walk`]), never write,
 //! and a page that does not translate is simply unreadable (the guest never sees a fault).
 
-use stackwalk::{ImageCache, Memory, Options, Regs, Stack, Unreadable};
+use introspect::{ImageCache, Memory, Options, Regs, Stack, Unreadable};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::calls::CpuState;
@@ -88,7 +88,7 @@ impl StackWalker {
             rip: cpu.rip,
         };
         let mut virt = GuestVirt::new(mem, cpu.paging);
-        stackwalk::walk(
+        introspect::walk(
             &mut virt,
             &mut self.images,
             cpu.paging.cr3,
@@ -101,7 +101,7 @@ impl StackWalker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stackwalk::End;
+    use introspect::End;
 
     const CR0_PG: u64 = 1 << 31;
     const CR4_PAE: u64 = 1 << 5;

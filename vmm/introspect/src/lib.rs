@@ -1,6 +1,7 @@
-//! Guest call stacks read from outside the guest.
+//! Reading a guest from outside: what hvprof learns from guest memory alone, read-only and
+//! treating every byte as hostile.
 //!
-//! Given a sampled vCPU's registers and read-only access to its address space, [`walk`]
+//! Call stacks: given a sampled vCPU's registers and read-only access to its address space, [`walk`]
 //! returns the return addresses of the stack, choosing an unwinder per frame:
 //!
 //! - inside a PE32+ image mapped in the guest ([`pe`], found and cached by [`ImageCache`]),
