@@ -118,6 +118,7 @@ pub fn profile(report: &RunReport, meta: &RunMetadata) -> Profile {
                 stacks_dropped: h.stacks.dropped,
             })
             .collect(),
+        guest_modules: Vec::new(),
     })
 }
 

@@ -8,8 +8,8 @@ use profile_core::object::ObjectConfig;
 
 use crate::hex::{Hex, OptHex};
 use crate::profile::{
-    source_name, ObjectOwner, Profile, ProfileObject, RunInfo, StackCount, VcpuStats, FORMAT_NAME,
-    FORMAT_VERSION,
+    source_name, GuestModule, ObjectOwner, Profile, ProfileObject, RunInfo, StackCount, VcpuStats,
+    FORMAT_NAME, FORMAT_VERSION,
 };
 
 /// A finished run.
@@ -25,6 +25,8 @@ pub struct RunInput<'a> {
     pub guest: Vec<GuestObject<'a>>,
     /// The host-side profiles.
     pub host: Vec<HostObject<'a>>,
+    /// The PE images found in guest memory.
+    pub guest_modules: Vec<GuestModule>,
 }
 
 /// A guest agent's profile object as the run left it.
@@ -135,6 +137,7 @@ impl Profile {
             run: input.run,
             vcpus: input.vcpus,
             modules: Vec::new(),
+            guest_modules: input.guest_modules,
             objects: input
                 .guest
                 .iter()
@@ -256,6 +259,7 @@ mod tests {
                 stacks: &[],
                 stacks_dropped: 0,
             }],
+            guest_modules: Vec::new(),
         });
         let owners: Vec<ObjectOwner> = p.objects.iter().map(|o| o.owner).collect();
         assert_eq!(owners, [ObjectOwner::Guest, ObjectOwner::Host]);

@@ -36,6 +36,10 @@ pub struct Profile {
     pub vcpus: Vec<VcpuStats>,
     /// The modules the profile was symbolized with (empty when it was not).
     pub modules: Vec<ModuleInfo>,
+    /// The PE images hvprof found in guest memory during the run, with what a symbol server
+    /// needs to find their PDBs (empty when it found none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub guest_modules: Vec<GuestModule>,
     /// Every profile object that ran.
     pub objects: Vec<ProfileObject>,
 }
@@ -111,6 +115,36 @@ pub struct ModuleInfo {
     pub size: Hex,
     /// Build id or PDB GUID+age.
     pub debug_id: Option<String>,
+}
+
+/// A PE image found in guest memory during the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestModule {
+    /// The address space: a process key (CR3 without PCID bits) for an image in user space,
+    /// null for one in kernel space (the same in every address space).
+    pub process: OptHex,
+    /// Its name: the export directory's, else its PDB's with `.pdb` dropped, else
+    /// `image@<base>`.
+    pub name: String,
+    /// Where it is mapped.
+    pub base: Hex,
+    /// SizeOfImage.
+    pub size: Hex,
+    /// The file header's TimeDateStamp (with the size, the image's key on a symbol server).
+    pub timestamp: u32,
+    /// The PDB its CodeView record names, if it has one.
+    pub pdb: Option<GuestPdb>,
+}
+
+/// The PDB a guest image names: what a symbol server looks it up by.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestPdb {
+    /// The PDB's file name, directories dropped.
+    pub name: String,
+    /// The GUID as 32 upper-case hex digits in symbol-server order.
+    pub guid: String,
+    /// The age.
+    pub age: u32,
 }
 
 /// A function's share of one object's samples.
@@ -438,6 +472,7 @@ pub(crate) mod tests {
                 hypercalls: 7,
             }],
             modules: Vec::new(),
+            guest_modules: Vec::new(),
             objects: vec![object],
         }
     }
