@@ -6,8 +6,9 @@
 use std::path::Path;
 use std::time::SystemTime;
 
+use analysis::hex::{Hex, OptHex};
 use analysis::input::{GuestObject, HostObject, RunInput};
-use analysis::profile::StackCount;
+use analysis::profile::{GuestModule, StackCount};
 use analysis::symbols::elf;
 use analysis::{
     KernelImage, Module, Profile, ReportError, RunInfo, SymbolSpec, Symbols, VcpuStats,
@@ -16,6 +17,7 @@ use analysis::{
 use crate::boot::KernelSpec;
 use crate::config::VmConfig;
 use crate::profiler::host::StackCounts;
+use crate::profiler::stacks::FoundModule;
 use crate::profiler::stats::StatsSnapshot;
 use crate::vm::RunReport;
 
@@ -118,8 +120,20 @@ pub fn profile(report: &RunReport, meta: &RunMetadata) -> Profile {
                 stacks_dropped: h.stacks.dropped,
             })
             .collect(),
-        guest_modules: Vec::new(),
+        guest_modules: report.guest_modules.iter().map(guest_module).collect(),
     })
+}
+
+/// A PE image found in guest memory, as profile.json records it.
+fn guest_module(m: &FoundModule) -> GuestModule {
+    GuestModule {
+        process: OptHex(m.process.map(profile_core::abi::process_key)),
+        name: format!("image@{:#x}", m.image.base),
+        base: Hex(m.image.base),
+        size: Hex(u64::from(m.image.size)),
+        timestamp: m.image.timestamp,
+        pdb: None,
+    }
 }
 
 /// A host profile's stacks as analysis keeps them.
@@ -307,6 +321,17 @@ mod tests {
                 counts: BTreeMap::from([(0x100, 5)]),
                 stacks: Default::default(),
             }],
+            guest_modules: vec![FoundModule {
+                process: Some(0x7000),
+                image: introspect::pe::Image {
+                    base: 0x7ff6_0000_0000,
+                    size: 0x3000,
+                    timestamp: 0x5eed_1234,
+                    exports: Default::default(),
+                    exceptions: Default::default(),
+                    debug: Default::default(),
+                },
+            }],
             interval_100ns: 39_063,
         }
     }
@@ -330,5 +355,10 @@ mod tests {
             (3, 6, Some(0x5000))
         );
         assert_eq!((host.id, host.total, &host.affinity), (1, 5, &vec![1]));
+        let m = &p.guest_modules[0];
+        assert_eq!(
+            (m.process.0, m.base.0, m.size.0, m.timestamp),
+            (Some(0x7000), 0x7ff6_0000_0000, 0x3000, 0x5eed_1234)
+        );
     }
 }

@@ -16,8 +16,20 @@ const MAX_IMAGES: usize = 256;
 const MAX_MISSES: usize = 1024;
 /// Lookups after which the header-free ranges are forgotten.
 pub const MISS_LIFETIME: u32 = 16_384;
-/// Addresses with bit 63 set are the kernel's, the same in every address space.
-const KERNEL_SPACE: u64 = u64::MAX;
+/// The address-space key of kernel addresses (bit 63 set): the same in every address space.
+pub const KERNEL_SPACE: u64 = u64::MAX;
+/// Newly found images kept until the caller takes them; more are not reported.
+const MAX_FOUND: usize = 256;
+
+/// The address-space key of `addr` under the page tables at `cr3`: [`KERNEL_SPACE`] for
+/// kernel addresses, else `cr3` without its PCID bits.
+pub fn space_of(cr3: u64, addr: u64) -> u64 {
+    if addr >> 63 == 1 {
+        KERNEL_SPACE
+    } else {
+        cr3 & !(PAGE - 1)
+    }
+}
 
 /// PE images found in guest address spaces.
 #[derive(Debug)]
@@ -31,6 +43,8 @@ pub struct ImageCache {
     lookups: u32,
     /// The current walk's number.
     walk: u64,
+    /// Images found by a scan since [`ImageCache::take_found`] was last called.
+    found: Vec<(u64, Image)>,
 }
 
 impl ImageCache {
@@ -42,7 +56,15 @@ impl ImageCache {
             misses: Vec::new(),
             lookups: 0,
             walk: 0,
+            found: Vec::new(),
         }
+    }
+
+    /// The images scans found since the last call, each with its address-space key: what a
+    /// caller records as the guest's modules. Re-validated hits are not reported again; an
+    /// image replaced by another at the same place is.
+    pub fn take_found(&mut self) -> Vec<(u64, Image)> {
+        std::mem::take(&mut self.found)
     }
 
     /// Starts a walk: images are checked again on their first use after this.
@@ -53,11 +75,7 @@ impl ImageCache {
     /// The image holding `pc` in the address space `cr3` (its page-table root; PCID bits are
     /// ignored), or None if no header lies within the scan limit below it.
     pub fn find(&mut self, mem: &mut dyn Memory, cr3: u64, pc: u64) -> Option<Image> {
-        let space = if pc >> 63 == 1 {
-            KERNEL_SPACE
-        } else {
-            cr3 & !(PAGE - 1)
-        };
+        let space = space_of(cr3, pc);
         self.lookups += 1;
         if self.lookups >= MISS_LIFETIME {
             self.lookups = 0;
@@ -81,6 +99,9 @@ impl ImageCache {
                 self.images.remove(0);
             }
             self.images.push((space, image, self.walk));
+            if self.found.len() < MAX_FOUND {
+                self.found.push((space, image));
+            }
         }
         found
     }
@@ -160,6 +181,22 @@ mod tests {
             Some(base)
         );
         assert_eq!(cache.images.len(), 2);
+    }
+
+    #[test]
+    fn new_images_are_reported_once() {
+        let base = 0x1_4000_0000;
+        let mut mem = Regions::new().with(base, ImageBuilder::new(0x2000).build());
+        let mut cache = ImageCache::new(0x10_0000);
+        for _ in 0..3 {
+            cache.begin_walk();
+            assert!(cache.find(&mut mem, 0x5003, base + 0x10).is_some());
+        }
+        let found = cache.take_found();
+        assert_eq!(found.len(), 1);
+        assert_eq!((found[0].0, found[0].1.base), (0x5000, base));
+        assert!(cache.take_found().is_empty());
+        assert_eq!(space_of(0x5003, 0xffff_8000_0000_0000), KERNEL_SPACE);
     }
 
     #[test]

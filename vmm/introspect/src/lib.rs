@@ -22,7 +22,7 @@ pub mod x64;
 #[cfg(test)]
 mod testimage;
 
-pub use images::ImageCache;
+pub use images::{space_of, ImageCache, KERNEL_SPACE};
 pub use mem::{Memory, Regions, Unreadable};
 pub use walk::{walk, End, Options, Stack};
 

@@ -205,10 +205,15 @@ impl HostProfile {
         self.running && self.spec.covers_vcpu(v)
     }
 
+    /// True if a sample of vCPU `v` at `pc` counts in this profile.
+    pub(super) fn takes(&self, v: usize, pc: u64, cr3: u64, cpl: u8) -> bool {
+        self.samples_vcpu(v) && self.spec.bucket(pc, cr3, cpl).is_some()
+    }
+
     /// The stack depth a sample of vCPU `v` at `pc` needs for this profile: 0 if the
     /// sample does not count here or the profile keeps no stacks.
     pub(super) fn stack_depth(&self, v: usize, pc: u64, cr3: u64, cpl: u8) -> usize {
-        if self.samples_vcpu(v) && self.spec.bucket(pc, cr3, cpl).is_some() {
+        if self.takes(v, pc, cr3, cpl) {
             self.spec.stack_depth
         } else {
             0

@@ -201,16 +201,25 @@ impl Profiler {
         let profiles = self.host.read().unwrap_or_else(|e| e.into_inner());
         let (cr3, cpl) = (cpu.paging.cr3, cpu.cpl);
         // One walk serves every host profile this sample counts in, at the deepest depth any
-        // of them keeps.
+        // of them keeps. Without stacks, the image holding the PC is still looked for, so that
+        // the guest's modules are known.
         let depth = profiles
             .iter()
             .map(|p| p.stack_depth(v, cpu.rip, cr3, cpl))
             .max()
             .unwrap_or(0);
-        let stack = (depth > 0).then(|| {
+        let counted = depth > 0 || profiles.iter().any(|p| p.takes(v, cpu.rip, cr3, cpl));
+        let stack = if counted {
             let mut walker = slot.walker.lock().unwrap_or_else(|e| e.into_inner());
-            walker.walk(&self.mem, cpu, depth)
-        });
+            if depth > 0 {
+                Some(walker.walk(&self.mem, cpu, depth))
+            } else {
+                walker.note_pc(&self.mem, cpu);
+                None
+            }
+        } else {
+            None
+        };
         for p in profiles.iter() {
             host += u64::from(p.record(v, cpu.rip, cr3, cpl, stack.as_ref()));
         }
@@ -272,6 +281,21 @@ impl Profiler {
         if changed {
             self.timers_changed();
         }
+    }
+
+    /// The PE images the vCPUs found in guest memory while sampling for host profiles, each
+    /// once, in the order found.
+    pub fn guest_modules(&self) -> Vec<stacks::FoundModule> {
+        let mut all: Vec<stacks::FoundModule> = Vec::new();
+        for slot in self.vcpus.iter() {
+            let walker = slot.walker.lock().unwrap_or_else(|e| e.into_inner());
+            for m in walker.modules() {
+                if !all.contains(m) {
+                    all.push(*m);
+                }
+            }
+        }
+        all
     }
 
     /// Starts a host-side profile; returns its id.

@@ -5,7 +5,8 @@
 //! through the guest's own page tables for the sampled CR3 ([`super::walk`]), never write,
 //! and a page that does not translate is simply unreadable (the guest never sees a fault).
 
-use introspect::{ImageCache, Memory, Options, Regs, Stack, Unreadable};
+use introspect::pe::Image;
+use introspect::{ImageCache, Memory, Options, Regs, Stack, Unreadable, KERNEL_SPACE};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::calls::CpuState;
@@ -67,20 +68,62 @@ impl Memory for GuestVirt<'_> {
     }
 }
 
-/// A vCPU's stack walker: the PE images it has found, kept across samples.
+/// Guest modules one vCPU records; images found beyond this are not.
+const MAX_MODULES: usize = 4096;
+
+/// A PE image found in guest memory during the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FoundModule {
+    /// The address space (CR3 without PCID bits) of an image in user space; None for one in
+    /// kernel space, which every address space maps.
+    pub process: Option<u64>,
+    /// Its headers.
+    pub image: Image,
+}
+
+/// A vCPU's stack walker: the PE images it has found, kept across samples, and the list of
+/// every one it found (the guest's modules, as far as samples reached them).
 pub struct StackWalker {
     images: ImageCache,
+    modules: Vec<FoundModule>,
 }
 
 impl Default for StackWalker {
     fn default() -> Self {
         StackWalker {
             images: ImageCache::new(IMAGE_SCAN_LIMIT),
+            modules: Vec::new(),
         }
     }
 }
 
 impl StackWalker {
+    /// The modules found so far, in the order found.
+    pub fn modules(&self) -> &[FoundModule] {
+        &self.modules
+    }
+
+    /// Looks for the image holding the sampled PC only (a sample whose stack is not walked).
+    pub fn note_pc(&mut self, mem: &GuestMemoryMmap, cpu: &CpuState) {
+        let mut virt = GuestVirt::new(mem, cpu.paging);
+        self.images.begin_walk();
+        self.images.find(&mut virt, cpu.paging.cr3, cpu.rip);
+        self.collect();
+    }
+
+    /// Moves the images the cache found into the module list.
+    fn collect(&mut self) {
+        for (space, image) in self.images.take_found() {
+            let m = FoundModule {
+                process: (space != KERNEL_SPACE).then_some(space),
+                image,
+            };
+            if self.modules.len() < MAX_MODULES && !self.modules.contains(&m) {
+                self.modules.push(m);
+            }
+        }
+    }
+
     /// The call stack of a vCPU sampled at `cpu`, at most `max_depth` frames.
     pub fn walk(&mut self, mem: &GuestMemoryMmap, cpu: &CpuState, max_depth: usize) -> Stack {
         let regs = Regs {
@@ -88,13 +131,15 @@ impl StackWalker {
             rip: cpu.rip,
         };
         let mut virt = GuestVirt::new(mem, cpu.paging);
-        introspect::walk(
+        let stack = introspect::walk(
             &mut virt,
             &mut self.images,
             cpu.paging.cr3,
             regs,
             Options { max_depth },
-        )
+        );
+        self.collect();
+        stack
     }
 }
 

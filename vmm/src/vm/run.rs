@@ -55,6 +55,8 @@ pub struct RunReport {
     pub results: Vec<ObjectResult>,
     /// Every host-side profile, with its counts.
     pub host_results: Vec<HostProfileResult>,
+    /// The PE images found in guest memory by host-profile sampling.
+    pub guest_modules: Vec<crate::profiler::stacks::FoundModule>,
     /// The ProfileTime interval in force at the end, in 100 ns units.
     pub interval_100ns: u32,
 }
@@ -260,6 +262,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
     let profile_stats = profiler.stats();
     let results = profiler.results();
     let host_results = profiler.host_results();
+    let guest_modules = profiler.guest_modules();
     let interval_100ns = profiler.time_interval();
     drop(profiler);
     drop(vm_fd);
@@ -279,6 +282,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
         profile_stats,
         results,
         host_results,
+        guest_modules,
         interval_100ns,
     })
 }
