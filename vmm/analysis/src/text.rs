@@ -216,11 +216,40 @@ pub fn render(p: &Profile, symbols: &Symbols, top: usize) -> String {
     if p.objects.is_empty() {
         let _ = writeln!(out, "\nno profile objects ran");
     }
+    guest_modules(&mut out, p);
     let stored = p.symbolized_with(symbols);
     for o in &p.objects {
         object(&mut out, o, symbols, stored, top);
     }
     out
+}
+
+/// The PE images found in guest memory, with the PDB each names (what a symbol path needs).
+fn guest_modules(out: &mut String, p: &Profile) {
+    if p.guest_modules.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nModules found in guest memory:\n");
+    let _ = writeln!(
+        out,
+        "  {:<24} {:<20} {:>10} {:<18} PDB",
+        "Name", "Base", "Size", "Address space"
+    );
+    for m in &p.guest_modules {
+        let space = m
+            .process
+            .0
+            .map_or_else(|| "kernel".to_string(), |k| format!("{k:#x}"));
+        let pdb = m.pdb.as_ref().map_or_else(
+            || "(no CodeView record)".to_string(),
+            |d| format!("{} {}{:X}", d.name, d.guid, d.age),
+        );
+        let _ = writeln!(
+            out,
+            "  {:<24} {:<#20x} {:>#10x} {:<18} {pdb}",
+            m.name, m.base.0, m.size.0, space
+        );
+    }
 }
 
 #[cfg(test)]
@@ -237,6 +266,47 @@ mod tests {
                 .join(" ")
                 .contains(want)
         })
+    }
+
+    #[test]
+    fn guest_modules_are_listed_with_their_pdbs() {
+        use crate::hex::{Hex, OptHex};
+        use crate::profile::{GuestModule, GuestPdb};
+        let mut p = sample_profile(0x1000);
+        p.guest_modules = vec![
+            GuestModule {
+                process: OptHex(None),
+                name: "ntoskrnl.exe".into(),
+                base: Hex(0xffff_f800_0000_0000),
+                size: Hex(0xa0_0000),
+                timestamp: 1,
+                pdb: Some(GuestPdb {
+                    name: "ntkrnlmp.pdb".into(),
+                    guid: "0123456789ABCDEF0123456789ABCDEF".into(),
+                    age: 1,
+                }),
+            },
+            GuestModule {
+                process: OptHex(Some(0x5000)),
+                name: "image@0x40300000".into(),
+                base: Hex(0x4030_0000),
+                size: Hex(0x5000),
+                timestamp: 2,
+                pdb: None,
+            },
+        ];
+        let t = render(&p, &Symbols::default(), 10);
+        assert!(
+            has(&t, "ntoskrnl.exe 0xfffff80000000000 0xa00000 kernel ntkrnlmp.pdb 0123456789ABCDEF0123456789ABCDEF1"),
+            "{t}"
+        );
+        assert!(
+            has(
+                &t,
+                "image@0x40300000 0x40300000 0x5000 0x5000 (no CodeView record)"
+            ),
+            "{t}"
+        );
     }
 
     #[test]
