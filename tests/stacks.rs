@@ -3,11 +3,15 @@
 //! module without frame pointers (`scenario=pestacks`, tests/fixtures/pe/stacks.c built here
 //! with clang and lld-link), whose frames only its unwind data describes.
 //!
-//! Both trees spend all their time in one leaf reached by three paths costing 1 : 2 : 4. A
-//! path's share is binomial around its cost share; each must lie within 5 binomial standard
-//! deviations of it (never less than 5 points), which holds for every outcome of the
-//! sampling noise short of a one-in-a-million run, and fails when a walk loses or mislabels
-//! a frame.
+//! Both trees spend all their time in one leaf reached by three paths costing 1 : 2 : 4. What
+//! the walk must get right is each sample's path: nearly every sample (all but those in the
+//! leaf's own prologue and epilogue) must be on one of the three, complete to the process
+//! entry, none truncated. How the samples divide between the paths is the workload's timing
+//! on the host: run alone, the shares are within 2.3 points of 1/7, 2/7, 4/7 (docs/stacks.md),
+//! but with other guests running beside it a path of the PE tree was seen 7 points off
+//! (pe_b's leaf at 33.5 %). So the shares are held only to within a factor of 1.5 of their
+//! costs and to their order, which a walk that loses or mislabels a frame breaks (a lost
+//! caller moves a whole path's samples elsewhere) and host load does not.
 //!
 //! Needs Debian's `golang-go`, `clang`, `lld` and `llvm` (llvm-readobj).
 
@@ -118,14 +122,16 @@ fn check_paths(dir: &TempDir, paths: &[Path3; 3], root: &str) -> Vec<f64> {
         on_paths += n;
         let share = n as f64 / total as f64;
         let ideal = *w as f64 / weight as f64;
-        let sd = (ideal * (1.0 - ideal) / total as f64).sqrt();
-        let tolerance = (5.0 * sd).max(0.05);
         assert!(
-            (share - ideal).abs() <= tolerance,
-            "{path:?}: share {share:.4}, ideal {ideal:.4}, tolerance {tolerance:.4} over {total} samples\n{text}"
+            share >= ideal / 1.5 && share <= ideal * 1.5,
+            "{path:?}: share {share:.4}, cost share {ideal:.4}, over {total} samples\n{text}"
         );
         shares.push(share);
     }
+    assert!(
+        shares[0] < shares[1] && shares[1] < shares[2],
+        "the paths' shares follow their costs: {shares:?}\n{text}"
+    );
     // Samples in the leaf's prologue or epilogue may miss a frame; nearly all must not.
     assert!(
         on_paths * 100 >= total * 98,
