@@ -5,8 +5,8 @@
 //! the stack sit at small addresses so that small stack words point into the image.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
 use introspect::{walk, End, ImageCache, Options, Regions, Regs};
+use libfuzzer_sys::fuzz_target;
 
 const BASE: u64 = 0x1000;
 const STACK: u64 = 0x10_0000;
