@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::harness::{hvprof_run, status};
+use crate::harness::{hvprof_run, status, Output};
 
 const HYPERCALL_LINE: &str = "refguest: bench hypercall ";
 const STARTED_LINE: &str = "refguest: bench profile started";
@@ -25,22 +25,25 @@ fn field(line: &str, key: &str) -> u64 {
         .unwrap_or_else(|e| panic!("{key}={word} is not a u64 ({e}) in {line:?}"))
 }
 
-#[test]
-fn bench_scenario_reports_hypercall_timings_then_spins_until_stopped() {
+/// Runs the reference guest with `args` until its bench profile has started and its
+/// spinners have run a little, then stops it: the guest never ends on its own, so only the
+/// signal does (status 10; a guest that ended first would have another status).
+fn spin_then_stop(args: &[&str]) -> Output {
     let elf = Path::new(env!("HVPROF_REFGUEST_ELF"));
-    let mut run = hvprof_run(elf, &["--cpus", "2", "--cmdline", "scenario=bench"])
-        .limit(Duration::from_secs(60))
-        .spawn();
-    run.wait_for_stdout(HYPERCALL_LINE, WITHIN);
+    let mut run = hvprof_run(elf, args).limit(Duration::from_secs(60)).spawn();
     run.wait_for_stdout(STARTED_LINE, WITHIN);
-    // Let the spinners run a little: the guest never ends on its own, so only the signal stops
-    // it (status 10; a guest that ended first would have another status).
     std::thread::sleep(Duration::from_millis(300));
     run.signal(libc::SIGTERM);
     let out = run.wait();
     out.assert_status(status::SIGNALLED);
     out.assert_stdout_lacks("refguest: FAIL");
     out.assert_stdout_lacks("refguest: PASS");
+    out
+}
+
+#[test]
+fn bench_scenario_reports_hypercall_timings_then_spins_until_stopped() {
+    let out = spin_then_stop(&["--cpus", "2", "--cmdline", "scenario=bench"]);
 
     let lines: Vec<&str> = out
         .stdout
@@ -100,26 +103,14 @@ fn bench_scenario_reports_hypercall_timings_then_spins_until_stopped() {
 /// test from the same library function) and spins in it, 16 frames deep, until stopped.
 #[test]
 fn bench_scenario_spins_in_the_generated_pe_image() {
-    let elf = Path::new(env!("HVPROF_REFGUEST_ELF"));
     let dir = crate::harness::TempDir::new("bench-pe");
     let module = dir.write("deep.exe", &vmm::bench::pe::deep_module());
-    let mut run = hvprof_run(
-        elf,
-        &[
-            "--initrd",
-            module.to_str().unwrap(),
-            "--cmdline",
-            "scenario=bench bench.pe=1",
-        ],
-    )
-    .limit(Duration::from_secs(60))
-    .spawn();
-    run.wait_for_stdout(STARTED_LINE, WITHIN);
-    std::thread::sleep(Duration::from_millis(300));
-    run.signal(libc::SIGTERM);
-    let out = run.wait();
-    out.assert_status(status::SIGNALLED);
-    out.assert_stdout_lacks("refguest: FAIL");
+    let out = spin_then_stop(&[
+        "--initrd",
+        module.to_str().unwrap(),
+        "--cmdline",
+        "scenario=bench bench.pe=1",
+    ]);
     out.assert_stdout_lacks("user fault");
     let base = out.stdout_hex("refguest: bench pe base=");
     assert_eq!(base, vmm::bench::pe::IMAGE_BASE, "{out}");

@@ -185,15 +185,7 @@ mod tests {
             StackCount::new([0x1074], true, 2),
         ];
         p.objects[0].stacks_dropped = 1;
-        let symbols = Symbols::from_module(module(
-            "m",
-            0x1000,
-            &[
-                (0x40, 0x10, "caller"),
-                (0x50, 0x10, "next"),
-                (0x70, 0x30, "hot"),
-            ],
-        ));
+        let symbols = crate::profile::tests::call_site_symbols();
         assert_eq!(
             folded(&p, &symbols),
             [

@@ -470,15 +470,7 @@ mod tests {
             stack(&[0x1074], true, 3),
         ];
         p.objects[0].stacks_dropped = 2;
-        let symbols = Symbols::from_module(module(
-            "m",
-            0x1000,
-            &[
-                (0x40, 0x10, "caller"),
-                (0x50, 0x10, "next"),
-                (0x70, 0x30, "hot"),
-            ],
-        ));
+        let symbols = crate::profile::tests::call_site_symbols();
         let pb = decoded(&p, &symbols);
         let s = |i: i64| pb.string_table[usize::try_from(i).unwrap()].as_str();
         let name = |loc: u64| {

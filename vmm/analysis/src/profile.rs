@@ -425,6 +425,20 @@ pub fn source_name(source: u32) -> &'static str {
 pub(crate) mod tests {
     use super::*;
 
+    /// Module `m` at 0x1000 whose `caller` (0x1040..0x1050) ends with a call, so that its
+    /// return address 0x1050 is the first byte of `next`; `hot` at 0x1070..0x10a0.
+    pub(crate) fn call_site_symbols() -> crate::symbols::Symbols {
+        crate::symbols::Symbols::from_module(crate::symbols::tests::module(
+            "m",
+            0x1000,
+            &[
+                (0x40, 0x10, "caller"),
+                (0x50, 0x10, "next"),
+                (0x70, 0x30, "hot"),
+            ],
+        ))
+    }
+
     /// A small profile used by every format's tests: one object over `base..base+0x100` with
     /// 16-byte buckets and counts 5, 9, 1 in buckets 2, 7, 9.
     pub(crate) fn sample_profile(base: u64) -> Profile {
