@@ -217,8 +217,9 @@ fn injected_profile_interrupts_match_samples_and_stop_when_disabled() {
     let out = run(2, "scenario=interrupts");
     assert_passed(&out);
     // What holds however the host schedules the vCPUs (images/refguest/src/scenario/
-    // interrupts.rs): every delivery follows a sample, and only samples taken in kernel code
-    // with interrupts off can merge with a pending one, so each `.user` sample was delivered.
+    // interrupts.rs): every delivery follows a sample, and a `.user` sample merges with a
+    // pending one only when it is the second of two taken before the vCPU re-entered the guest,
+    // so at least half of them were delivered.
     let per_vcpu = lines(&out, "interrupts vcpu=");
     assert_eq!(per_vcpu.len(), 2, "{out}");
     for l in per_vcpu {
@@ -228,12 +229,12 @@ fn injected_profile_interrupts_match_samples_and_stop_when_disabled() {
             num(l, "deliveries"),
         );
         assert!(user > 0, "{l}");
-        assert!(user <= deliveries + 1 && deliveries <= samples, "{l}");
+        assert!(user <= 2 * deliveries && deliveries <= samples, "{l}");
     }
     let total = line(&out, "interrupts injected=");
     let (injected, delivered) = (num(total, "injected"), num(total, "delivered"));
     assert!(delivered <= injected + 2, "{total}");
-    assert!(num(total, "user_samples") <= delivered + 2, "{total}");
+    assert!(num(total, "user_samples") <= 2 * delivered, "{total}");
     // After the disable: at most one interrupt pending and one in its handler, per vCPU.
     for l in lines(&out, "interrupts after_disable ") {
         assert!(num(l, "new_deliveries") <= 2, "{l}");

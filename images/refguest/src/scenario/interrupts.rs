@@ -7,16 +7,17 @@
 //!
 //! The checks hold however the host schedules the vCPU threads. Every delivery follows its
 //! sample, so a vCPU's deliveries never exceed its samples. Deliveries fall short of samples
-//! only where an injection finds the previous one still pending (the APIC merges them), which
-//! takes a sample while interrupts are off, in kernel code: a sample in `.user` (interrupts on)
-//! finds nothing pending and is delivered before the next user instruction. So, per vCPU,
+//! where an injection finds the previous one still pending (the APIC merges them): a sample
+//! taken while interrupts are off, in kernel code, or a second sample taken before the vCPU
+//! re-entered the guest after the first (its thread was descheduled between two ticks: 5 of
+//! 579 user samples merged so in one CI run under load). Merging needs such a pair, so it can
+//! take at most half of the user samples; per vCPU,
 //!
-//!     user samples before the disable - 1 <= deliveries <= samples
+//!     user samples before the disable / 2 <= deliveries <= samples
 //!
-//! (the 1: a handler between its EOI and its count, on another vCPU), and in total deliveries
-//! are at most READ_STATS' injected_interrupts plus one in flight per vCPU. How many samples
-//! land in kernel code with interrupts off and merge depends on the host's scheduling (up to 9%
-//! of them under a parallel build here), so deliveries are not held to a share of the samples.
+//! and in total deliveries are at most READ_STATS' injected_interrupts plus one in flight per
+//! vCPU. How many samples merge depends on the host's scheduling (up to 9% of them under a
+//! parallel build here), so deliveries are not held to a tighter share of the samples.
 //! After the disable, at most two interrupts per vCPU still arrive (one pending in the APIC,
 //! one in its handler before the count).
 //! Parameters: `interrupts.ms` per phase (default 1000), `interrupts.interval` (default 10000).
@@ -123,7 +124,7 @@ fn control(_cpu: usize, phase: u64) -> u64 {
             d.store(deliveries, Ordering::Relaxed);
             delivered += deliveries;
             user_total += user[cpu];
-            let good = user[cpu] > 0 && user[cpu] <= deliveries + 1 && deliveries <= samples;
+            let good = user[cpu] > 0 && user[cpu] <= 2 * deliveries && deliveries <= samples;
             crate::println!(
                 "interrupts vcpu={} samples={} user_samples={} deliveries={} {}",
                 crate::smp::apic_id(cpu),
@@ -133,13 +134,13 @@ fn control(_cpu: usize, phase: u64) -> u64 {
                 common::ok(good)
             );
             if !good {
-                common::fail_later("deliveries outside [user samples - 1, samples] (or no user samples)");
+                common::fail_later("deliveries outside [user samples / 2, samples] (or no user samples)");
             }
         }
-        let good = delivered <= injected + cpus as u64 && user_total <= delivered + cpus as u64;
+        let good = delivered <= injected + cpus as u64 && user_total <= 2 * delivered;
         crate::println!("interrupts injected={} delivered={} user_samples={} {}", injected, delivered, user_total, common::ok(good));
         if !good {
-            common::fail_later("deliveries outside [user samples, READ_STATS injected_interrupts]");
+            common::fail_later("deliveries outside [user samples / 2, READ_STATS injected_interrupts]");
         }
     } else {
         for (cpu, (s, d)) in PHASE1.iter().enumerate().take(cpus) {
