@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use analysis::hex::{Hex, OptHex};
 use analysis::input::{GuestObject, HostObject, RunInput};
-use analysis::profile::{GuestModule, StackCount};
+use analysis::profile::{GuestModule, GuestPdb, StackCount};
 use analysis::symbols::elf;
 use analysis::{
     KernelImage, Module, Profile, ReportError, RunInfo, SymbolSpec, Symbols, VcpuStats,
@@ -126,13 +126,23 @@ pub fn profile(report: &RunReport, meta: &RunMetadata) -> Profile {
 
 /// A PE image found in guest memory, as profile.json records it.
 fn guest_module(m: &FoundModule) -> GuestModule {
+    let pdb = m.codeview.as_ref().map(|cv| GuestPdb {
+        name: cv.pdb.clone(),
+        guid: cv.guid.clone(),
+        age: cv.age,
+    });
+    // The export name, else the PDB's without `.pdb`, else the address.
+    let name = m.name.clone().or_else(|| {
+        pdb.as_ref()
+            .map(|p| p.name.trim_end_matches(".pdb").to_string())
+    });
     GuestModule {
         process: OptHex(m.process.map(profile_core::abi::process_key)),
-        name: format!("image@{:#x}", m.image.base),
+        name: name.unwrap_or_else(|| format!("image@{:#x}", m.image.base)),
         base: Hex(m.image.base),
         size: Hex(u64::from(m.image.size)),
         timestamp: m.image.timestamp,
-        pdb: None,
+        pdb,
     }
 }
 
@@ -331,6 +341,12 @@ mod tests {
                     exceptions: Default::default(),
                     debug: Default::default(),
                 },
+                name: None,
+                codeview: Some(introspect::pe::CodeView {
+                    pdb: "app.pdb".into(),
+                    guid: "0123456789ABCDEF0123456789ABCDEF".into(),
+                    age: 2,
+                }),
             }],
             interval_100ns: 39_063,
         }
@@ -360,5 +376,7 @@ mod tests {
             (m.process.0, m.base.0, m.size.0, m.timestamp),
             (Some(0x7000), 0x7ff6_0000_0000, 0x3000, 0x5eed_1234)
         );
+        assert_eq!(m.name, "app", "named after its PDB when it exports no name");
+        assert_eq!(m.pdb.as_ref().map(|p| p.age), Some(2));
     }
 }

@@ -12,6 +12,7 @@ pub struct ImageBuilder {
     size: usize,
     functions: Vec<[u32; 3]>,
     bytes: Vec<(usize, Vec<u8>)>,
+    directories: Vec<(usize, u32, u32)>,
 }
 
 impl ImageBuilder {
@@ -21,7 +22,14 @@ impl ImageBuilder {
             size,
             functions: Vec::new(),
             bytes: Vec::new(),
+            directories: Vec::new(),
         }
+    }
+
+    /// Sets data directory `index` (0 exports, 6 debug) to `rva`, `size`.
+    pub fn directory(mut self, index: usize, rva: u32, size: u32) -> Self {
+        self.directories.push((index, rva, size));
+        self
     }
 
     /// Adds a RUNTIME_FUNCTION.
@@ -61,6 +69,10 @@ impl ImageBuilder {
             put(&mut m, opt + 112 + 24, &(EXCEPTIONS as u32).to_le_bytes());
             put(&mut m, opt + 116 + 24, &(table.len() as u32).to_le_bytes());
             put(&mut m, EXCEPTIONS, &table);
+        }
+        for (index, rva, size) in &self.directories {
+            put(&mut m, opt + 112 + 8 * index, &rva.to_le_bytes());
+            put(&mut m, opt + 116 + 8 * index, &size.to_le_bytes());
         }
         for (at, b) in &self.bytes {
             put(&mut m, *at, b);

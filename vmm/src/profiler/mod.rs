@@ -290,8 +290,11 @@ impl Profiler {
         for slot in self.vcpus.iter() {
             let walker = slot.walker.lock().unwrap_or_else(|e| e.into_inner());
             for m in walker.modules() {
-                if !all.contains(m) {
-                    all.push(*m);
+                if !all
+                    .iter()
+                    .any(|a| a.process == m.process && a.image == m.image)
+                {
+                    all.push(m.clone());
                 }
             }
         }

@@ -5,7 +5,7 @@
 //! through the guest's own page tables for the sampled CR3 ([`super::walk`]), never write,
 //! and a page that does not translate is simply unreadable (the guest never sees a fault).
 
-use introspect::pe::Image;
+use introspect::pe::{CodeView, Image};
 use introspect::{ImageCache, Memory, Options, Regs, Stack, Unreadable, KERNEL_SPACE};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
@@ -71,14 +71,18 @@ impl Memory for GuestVirt<'_> {
 /// Guest modules one vCPU records; images found beyond this are not.
 const MAX_MODULES: usize = 4096;
 
-/// A PE image found in guest memory during the run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A PE image found in guest memory during the run, read when it was found.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FoundModule {
     /// The address space (CR3 without PCID bits) of an image in user space; None for one in
     /// kernel space, which every address space maps.
     pub process: Option<u64>,
     /// Its headers.
     pub image: Image,
+    /// The name its export directory gives it.
+    pub name: Option<String>,
+    /// The PDB its CodeView record names.
+    pub codeview: Option<CodeView>,
 }
 
 /// A vCPU's stack walker: the PE images it has found, kept across samples, and the list of
@@ -108,18 +112,25 @@ impl StackWalker {
         let mut virt = GuestVirt::new(mem, cpu.paging);
         self.images.begin_walk();
         self.images.find(&mut virt, cpu.paging.cr3, cpu.rip);
-        self.collect();
+        self.collect(&mut virt);
     }
 
-    /// Moves the images the cache found into the module list.
-    fn collect(&mut self) {
+    /// Moves the images the cache found into the module list, reading each one's name and
+    /// CodeView record while its address space is the one being walked.
+    fn collect(&mut self, virt: &mut GuestVirt) {
         for (space, image) in self.images.take_found() {
-            let m = FoundModule {
-                process: (space != KERNEL_SPACE).then_some(space),
-                image,
-            };
-            if self.modules.len() < MAX_MODULES && !self.modules.contains(&m) {
-                self.modules.push(m);
+            let process = (space != KERNEL_SPACE).then_some(space);
+            let known = self
+                .modules
+                .iter()
+                .any(|m| m.process == process && m.image == image);
+            if self.modules.len() < MAX_MODULES && !known {
+                self.modules.push(FoundModule {
+                    process,
+                    image,
+                    name: image.export_name(virt),
+                    codeview: image.codeview(virt),
+                });
             }
         }
     }
@@ -138,7 +149,7 @@ impl StackWalker {
             regs,
             Options { max_depth },
         );
-        self.collect();
+        self.collect(&mut virt);
         stack
     }
 }

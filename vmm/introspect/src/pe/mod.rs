@@ -4,6 +4,9 @@
 
 use crate::mem::{Memory, Unreadable};
 
+mod meta;
+pub use meta::{CodeView, MAX_NAME};
+
 /// Images are mapped on page boundaries; the header scan steps a page at a time.
 pub const PAGE: u64 = 0x1000;
 /// The NT headers must start within the first page, after the DOS header.
