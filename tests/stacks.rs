@@ -256,3 +256,49 @@ fn pe_stacks_without_frame_pointers_unwind_from_their_unwind_data() {
         assert!(svg.contains(f), "flamegraph.svg names {f}");
     }
 }
+
+/// The module is found in guest memory with the PDB its CodeView record names, and a symbol
+/// directory in symbol-server layout holding only that PDB names its functions: no
+/// `--symbols`, no load address given.
+#[test]
+fn a_module_found_in_guest_memory_is_named_from_a_symbol_directory() {
+    let dir = TempDir::new("pestacks-symdir");
+    let pe = build_pe(&dir);
+    let r = analysis::symbols::pe::pdb_ref(&std::fs::read(&pe.exe).unwrap())
+        .unwrap()
+        .expect("the module names its PDB");
+    let store = dir.join("store");
+    let slot = store.join(&r.name).join(r.id.key());
+    std::fs::create_dir_all(&slot).unwrap();
+    std::fs::copy(dir.join("stacks.pdb"), slot.join(&r.name)).unwrap();
+    let out = dir.join("out");
+    hvprof([
+        "profile",
+        "--cmdline",
+        "scenario=pestacks stacks.ms=1000",
+        "--cpl",
+        "3",
+        "--quiet",
+        "--initrd",
+        pe.exe.to_str().unwrap(),
+        "--symbol-dir",
+        store.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ])
+    .run()
+    .assert_status(0);
+    let profile = analysis::read_profile(&out.join("profile.json")).unwrap();
+    let m = profile
+        .guest_modules
+        .iter()
+        .find(|m| m.base.0 == 0x4030_0000)
+        .unwrap_or_else(|| panic!("the module is listed: {:?}", profile.guest_modules));
+    let pdb = m.pdb.as_ref().expect("with its PDB");
+    assert_eq!(
+        (pdb.name.as_str(), pdb.guid.as_str(), pdb.age),
+        (r.name.as_str(), r.id.guid.as_str(), r.id.age)
+    );
+    let text = std::fs::read_to_string(out.join("report.txt")).unwrap();
+    assert!(text.contains("stacks!pe_leaf"), "{text}");
+}

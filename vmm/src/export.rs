@@ -188,6 +188,18 @@ pub fn config_symbols(config: &VmConfig) -> Symbols {
     config.kernel().map(kernel_symbols).unwrap_or_default()
 }
 
+/// The symbols of a run just ended: its kernel's, and with a symbol directory the PDBs of
+/// the modules it found in guest memory.
+pub fn run_symbols(config: &VmConfig, profile: &Profile, symbol_dir: Option<&Path>) -> Symbols {
+    let mut symbols = config_symbols(config);
+    if let Some(dir) = symbol_dir {
+        for m in analysis::load::guest_modules(profile, dir, &symbols) {
+            symbols.push(m);
+        }
+    }
+    symbols
+}
+
 /// The symbols for a saved profile: its kernel's (the built-in reference guest's bytes when
 /// the profile ran it, else the kernel file if it is still there), then every `specs` image.
 pub fn saved_profile_symbols(

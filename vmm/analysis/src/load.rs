@@ -139,7 +139,55 @@ pub fn for_profile(
     for spec in specs {
         symbols.push(module(spec, symbol_dir, Some(profile))?);
     }
+    if let Some(dir) = symbol_dir {
+        for m in guest_modules(profile, dir, &symbols) {
+            symbols.push(m);
+        }
+    }
     Ok(symbols)
+}
+
+/// The modules found in guest memory whose PDBs `dir` holds (matched by GUID), each placed at
+/// its base; those at a base another module already covers, and repeats of one image mapped
+/// in several address spaces, are left out. A PDB that is missing or unreadable only logs.
+pub fn guest_modules(profile: &Profile, dir: &Path, have: &Symbols) -> Vec<Module> {
+    let mut out: Vec<Module> = Vec::new();
+    for g in &profile.guest_modules {
+        let Some(p) = &g.pdb else { continue };
+        let taken = |base: u64| have.modules().iter().chain(&out).any(|m| m.base == base);
+        if taken(g.base.0) {
+            continue;
+        }
+        let r = pe::PdbRef {
+            name: p.name.clone(),
+            id: pdb::PdbId {
+                guid: p.guid.clone(),
+                age: p.age,
+            },
+        };
+        let Some(path) = pe::find_pdb(dir, &r) else {
+            log::info!(
+                "{}: no {} {} in {}",
+                g.name,
+                p.name,
+                r.id.key(),
+                dir.display()
+            );
+            continue;
+        };
+        match std::fs::read(&path)
+            .map_err(|e| SymbolError::Read(path.clone(), e))
+            .and_then(|b| pdb::read(&g.name, &b))
+        {
+            Ok(m) => out.push(Module {
+                path: Some(path),
+                size: g.size.0,
+                ..m.placed_at(g.base.0)
+            }),
+            Err(e) => log::warn!("{}: {e}", path.display()),
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -189,6 +189,10 @@ pub struct ProfileArgs {
     /// No host-side profile: collect only the guest agent's objects.
     #[arg(long)]
     pub no_host_profile: bool,
+    /// Where the PDBs of PE images found in guest memory are: DIR/NAME.pdb/GUIDAGE/NAME.pdb
+    /// or DIR/NAME.pdb (matched by GUID).
+    #[arg(long, value_name = "DIR")]
+    pub symbol_dir: Option<PathBuf>,
     /// Call-stack frames walked per host-side sample, the sampled PC included (0: no stacks)
     #[arg(long, value_name = "N", default_value_t = vmm::profiler::host::DEFAULT_STACK_DEPTH)]
     pub stack_depth: usize,

@@ -54,6 +54,7 @@ fn finish(
     result: Result<RunReport, vmm::vm::VmError>,
     started: SystemTime,
     out: Option<&Path>,
+    symbol_dir: Option<&Path>,
     status_of: impl Fn(&RunReport) -> i32,
 ) -> ExitCode {
     let report = match result {
@@ -71,7 +72,7 @@ fn finish(
     let symbols = if profile.objects.is_empty() && out.is_none() {
         Symbols::default()
     } else {
-        vmm::export::config_symbols(config)
+        vmm::export::run_symbols(config, &profile, symbol_dir)
     };
     // Once: the printed report and every file written below use these per-function totals.
     if !symbols.modules().is_empty() {
@@ -102,7 +103,9 @@ pub fn run(a: RunArgs) -> ExitCode {
     };
     let started = SystemTime::now();
     let result = vmm::vm::run_with(&config, hooks);
-    finish(&config, result, started, None, |r| r.outcome.exit_status())
+    finish(&config, result, started, None, None, |r| {
+        r.outcome.exit_status()
+    })
 }
 
 /// `hvprof demo`.
@@ -117,7 +120,7 @@ pub fn demo(a: DemoArgs) -> ExitCode {
     };
     let started = SystemTime::now();
     let result = vmm::vm::run_with(&config, hooks);
-    finish(&config, result, started, a.out.as_deref(), |r| {
+    finish(&config, result, started, a.out.as_deref(), None, |r| {
         vmm::demo::exit_status(&r.outcome)
     })
 }
@@ -151,11 +154,18 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
     };
     let started = SystemTime::now();
     let result = vmm::session::run(&config, &opts, hooks, progress);
-    finish(&config, result, started, Some(&a.out), |r| {
-        if embedded {
-            vmm::demo::exit_status(&r.outcome)
-        } else {
-            r.outcome.exit_status()
-        }
-    })
+    finish(
+        &config,
+        result,
+        started,
+        Some(&a.out),
+        a.symbol_dir.as_deref(),
+        |r| {
+            if embedded {
+                vmm::demo::exit_status(&r.outcome)
+            } else {
+                r.outcome.exit_status()
+            }
+        },
+    )
 }
