@@ -299,9 +299,35 @@ fn pe_frames() -> Vec<u8> {
     v
 }
 
+/// A pe_image input whose shaped image has an export name, a CodeView record and one
+/// RUNTIME_FUNCTION.
+fn pe_image() -> Vec<u8> {
+    let mut v = vec![0u8; 16];
+    v[0] = 1; // shape the headers
+    v[1..7].copy_from_slice(&[22, 10, 6, 3, 54, 7]); // exports 0x200, exceptions 0x180, debug 0x300
+    v[8..10].copy_from_slice(&0x404u16.to_le_bytes()); // a PC inside the function
+    let mut image = vec![0u8; 0x800];
+    let mut put = |at: usize, b: &[u8]| image[at..at + b.len()].copy_from_slice(b);
+    put(0x200 + 12, &0x280u32.to_le_bytes());
+    put(0x280, b"seed.dll\0");
+    put(0x300 + 12, &2u32.to_le_bytes()); // CODEVIEW
+    put(0x300 + 16, &0x30u32.to_le_bytes());
+    put(0x300 + 20, &0x340u32.to_le_bytes());
+    put(0x340, b"RSDS");
+    put(0x344, &[7; 16]);
+    put(0x354, &1u32.to_le_bytes());
+    put(0x358, b"x\\seed.pdb\0");
+    for (i, x) in [0x400u32, 0x410, 0x500].iter().enumerate() {
+        put(0x180 + 4 * i, &x.to_le_bytes());
+    }
+    put(0x500, &[1, 0, 0, 0]);
+    v.extend(image);
+    v
+}
+
 fn main() -> std::io::Result<()> {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
-    let seeds: [(&str, &str, Vec<u8>); 9] = [
+    let seeds: [(&str, &str, Vec<u8>); 10] = [
         ("platform_io", "virtio-ioeventfd", virtio(true, false)),
         ("platform_io", "virtio-exits", virtio(false, false)),
         ("platform_io", "virtio-ring", virtio(true, true)),
@@ -311,6 +337,7 @@ fn main() -> std::io::Result<()> {
         ("kernel_load", "pvh-elf", pvh_elf()),
         ("kernel_elf", "pvh-elf", pvh_elf()[1..].to_vec()),
         ("stack_walk", "pe-frames", pe_frames()),
+        ("pe_image", "named", pe_image()),
     ];
     for (target, name, bytes) in seeds {
         let at = Path::new(&dir).join(target);

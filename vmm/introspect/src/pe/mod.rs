@@ -174,10 +174,13 @@ impl Image {
         if f.unwind & 1 == 0 {
             return Ok(self.checked(f));
         }
+        // The entry keeps its own range, which must be checked like any other.
         let target = self.entry(mem, f.unwind & !1)?;
-        Ok(self.checked(target).map(|t| RuntimeFunction {
-            unwind: t.unwind,
-            ..f
+        Ok(self.checked(target).and_then(|t| {
+            self.checked(RuntimeFunction {
+                unwind: t.unwind,
+                ..f
+            })
         }))
     }
 

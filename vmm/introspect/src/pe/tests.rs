@@ -109,3 +109,16 @@ fn an_indirect_entry_borrows_its_targets_unwind_data() {
         .unwrap();
     assert_eq!((f.begin, f.end, f.unwind), (0x1200, 0x1280, 0x3000));
 }
+
+/// Found by the pe_image fuzz target: an indirect entry whose own range runs past the image
+/// was returned unchecked.
+#[test]
+fn an_indirect_entry_past_the_image_end_is_refused() {
+    let bytes = ImageBuilder::new(0x4000)
+        .function(0x1000, 0x1100, 0x3000)
+        .function(0x3f00, 0x9000, 0x200 | 1)
+        .build();
+    let (mut mem, image) = image_at(bytes);
+    let image = image.unwrap();
+    assert_eq!(image.function(&mut mem, BASE + 0x3f10).unwrap(), None);
+}

@@ -1,0 +1,64 @@
+//! A PE image read from guest memory: headers, export name, CodeView record and function
+//! lookups over arbitrary bytes must never panic, and names stay within their limit. With the
+//! shape bit set the image gets well-formed PE32+ headers whose export, exception and debug
+//! directories point into fuzzer bytes, so the readers behind them are reached.
+#![no_main]
+
+use introspect::pe::{Image, MAX_NAME};
+use introspect::Regions;
+use libfuzzer_sys::fuzz_target;
+
+const BASE: u64 = 0x1000;
+const LFANEW: usize = 0x40;
+
+fn shape(image: &mut [u8], dirs: &[u8]) {
+    let len = image.len();
+    let mut put = |at: usize, b: &[u8]| image[at..at + b.len()].copy_from_slice(b);
+    put(0, b"MZ");
+    put(0x3c, &(LFANEW as u32).to_le_bytes());
+    put(LFANEW, b"PE\0\0");
+    put(LFANEW + 4, &0x8664u16.to_le_bytes());
+    put(LFANEW + 20, &240u16.to_le_bytes());
+    let opt = LFANEW + 24;
+    put(opt, &0x20bu16.to_le_bytes());
+    put(opt + 56, &u32::try_from(len).unwrap().to_le_bytes());
+    put(opt + 108, &16u32.to_le_bytes());
+    // Directories 0 (exports), 3 (exceptions), 6 (debug) at fuzzer-chosen places in the image.
+    for (i, index) in [0usize, 3, 6].into_iter().enumerate() {
+        let rva = 0x150 + usize::from(dirs[2 * i]) * 8;
+        let size = usize::from(dirs[2 * i + 1]) * 4;
+        put(
+            opt + 112 + 8 * index,
+            &u32::try_from(rva).unwrap().to_le_bytes(),
+        );
+        put(
+            opt + 116 + 8 * index,
+            &u32::try_from(size).unwrap().to_le_bytes(),
+        );
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    if data.len() < 16 {
+        return;
+    }
+    let (head, rest) = data.split_at(16);
+    let mut image = rest.to_vec();
+    if head[0] & 1 == 1 && image.len() >= 0x400 {
+        shape(&mut image, &head[1..7]);
+    }
+    let mut mem = Regions::new().with(BASE, image);
+    let Ok(im) = Image::read(&mut mem, BASE) else {
+        return;
+    };
+    if let Some(name) = im.export_name(&mut mem) {
+        assert!(!name.is_empty() && name.len() <= MAX_NAME);
+    }
+    if let Some(cv) = im.codeview(&mut mem) {
+        assert!(cv.pdb.len() <= MAX_NAME && cv.guid.len() == 32);
+    }
+    let pc = BASE + u64::from(u16::from_le_bytes([head[8], head[9]]));
+    if let Ok(Some(f)) = im.function(&mut mem, pc) {
+        assert!(f.begin < f.end && f.end <= im.size);
+    }
+});
