@@ -37,14 +37,7 @@ impl PdbId {
 /// Formats a GUID stored as in a CodeView record (Data1..Data3 little-endian, Data4 as bytes)
 /// as 32 upper-case hex digits.
 pub fn guid_hex(raw: [u8; 16]) -> String {
-    let d1 = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
-    let d2 = u16::from_le_bytes([raw[4], raw[5]]);
-    let d3 = u16::from_le_bytes([raw[6], raw[7]]);
-    let mut s = format!("{d1:08X}{d2:04X}{d3:04X}");
-    for b in &raw[8..] {
-        s.push_str(&format!("{b:02X}"));
-    }
-    s
+    introspect::pe::guid_hex(&raw)
 }
 
 /// The identity of a PDB.

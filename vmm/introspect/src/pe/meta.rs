@@ -55,9 +55,9 @@ fn file_name(path: &str) -> &str {
     path.rsplit(['\\', '/']).next().unwrap_or(path)
 }
 
-/// The GUID of an RSDS record in symbol-server order: Data1, Data2, Data3 as numbers, then the
-/// last eight bytes as they are.
-fn guid_hex(raw: &[u8; 16]) -> String {
+/// A PDB GUID as symbol servers write it (32 upper-case hex digits): Data1, Data2, Data3 as
+/// little-endian numbers, then the last eight bytes as they are.
+pub fn guid_hex(raw: &[u8; 16]) -> String {
     let d1 = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
     let d2 = u16::from_le_bytes([raw[4], raw[5]]);
     let d3 = u16::from_le_bytes([raw[6], raw[7]]);

@@ -5,7 +5,7 @@
 use crate::mem::{Memory, Unreadable};
 
 mod meta;
-pub use meta::{CodeView, MAX_NAME};
+pub use meta::{guid_hex, CodeView, MAX_NAME};
 
 /// Images are mapped on page boundaries; the header scan steps a page at a time.
 pub const PAGE: u64 = 0x1000;
