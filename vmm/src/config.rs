@@ -136,6 +136,8 @@ pub struct VmConfig {
     pub watchdog_period: Duration,
     /// Disk images, one virtio-blk device each, in PCI slot order.
     pub disks: Vec<DiskConfig>,
+    /// Whether each thread filters its system calls.
+    pub seccomp: crate::seccomp::Seccomp,
 }
 
 impl VmConfig {
@@ -158,6 +160,7 @@ impl VmConfig {
             timeout: None,
             watchdog_period: Duration::from_millis(500),
             disks: Vec::new(),
+            seccomp: crate::seccomp::Seccomp::On,
         }
     }
 

@@ -12,6 +12,7 @@ const FLOORS: &[(&str, u8)] = &[
     ("signals", 0),
     // What a guest is made of.
     ("memory", 1),
+    ("seccomp", 1),
     ("boot", 2),
     ("config", 3),
     ("demo", 3),

@@ -20,6 +20,7 @@ pub mod memory;
 pub mod outcome;
 pub mod profiler;
 pub mod sampler;
+pub mod seccomp;
 pub mod session;
 pub mod signals;
 pub mod vcpu;

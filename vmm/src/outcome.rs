@@ -19,6 +19,8 @@ pub const STATUS_TIMEOUT: i32 = 8;
 pub const STATUS_SIGNALLED: i32 = 10;
 /// Exit status: KVM or the host failed.
 pub const STATUS_HOST_ERROR: i32 = 12;
+/// Exit status: a thread made a system call its seccomp filter does not allow.
+pub const STATUS_SECCOMP: i32 = 14;
 
 /// Who can mend an error that ends hvprof outside the guest's run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

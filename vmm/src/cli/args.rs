@@ -34,6 +34,10 @@ pub struct VmArgs {
     /// the VM runs: exclusively, or shared with other readers with ,readonly.
     #[arg(long = "disk", value_name = "IMAGE[,readonly]")]
     pub disks: Vec<String>,
+    /// System-call filters on every vCPU, event-loop and controller thread (off: for
+    /// debugging a refused call only).
+    #[arg(long, value_enum, default_value = "on")]
+    pub seccomp: OnOff,
 }
 
 /// `--scope` of `hvprof compare`.
@@ -300,6 +304,10 @@ impl VmArgs {
             path => SerialOutput::File(path.into()),
         };
         c.debugcon = self.debugcon;
+        c.seccomp = match self.seccomp {
+            OnOff::On => vmm::seccomp::Seccomp::On,
+            OnOff::Off => vmm::seccomp::Seccomp::Off,
+        };
         c.disks = self
             .disks
             .iter()

@@ -26,6 +26,7 @@ use crate::outcome::{RunOutcome, StopSignal};
 use crate::profiler::walk::Paging;
 use crate::profiler::{CpuState, Profiler};
 use crate::sampler::SampleTimer;
+use crate::seccomp::{Seccomp, ThreadKind};
 use crate::signals::{tick, KickTable};
 use exit::{handle_exit, Buses, ExitAction};
 pub use setup::{configure_vcpu, SetupError};
@@ -88,6 +89,8 @@ pub struct SharedState {
     pub kicks: Arc<KickTable>,
     /// Marks every guest entry (benchmarks only).
     pub entry_stamp: Option<Arc<stamp::EntryStamp>>,
+    /// Whether the vCPU threads filter their system calls.
+    pub seccomp: Seccomp,
 }
 
 /// A configured vCPU, ready to start on its own thread.
@@ -155,6 +158,13 @@ impl Vcpu {
                 None
             }
         };
+        // Everything the thread sets up for itself is done: from here on it runs guest code.
+        if let Err(e) = crate::seccomp::install(ThreadKind::Vcpu, self.shared.seccomp) {
+            self.shared
+                .stop
+                .request(RunOutcome::HostError(format!("vCPU {}: {e}", self.index)));
+            return;
+        }
         let mut generation = None;
         let mut state = State::Running;
         loop {

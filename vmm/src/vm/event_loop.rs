@@ -15,6 +15,7 @@ use vmm_sys_util::timerfd::TimerFd;
 use crate::devices::serial::SerialDevice;
 use crate::devices::virtio::notify::QueueEventWatch;
 use crate::outcome::{RunOutcome, StopSignal};
+use crate::seccomp::{Seccomp, ThreadKind};
 use crate::signals::StopSignals;
 use crate::vcpu::{guest_is_hung, Request, VcpuRequester};
 
@@ -211,6 +212,8 @@ pub struct LoopParams {
     pub watchdog_period: Duration,
     /// Virtio devices' queue eventfds (`KVM_IOEVENTFD`): their queues are served here.
     pub queue_watches: Vec<QueueEventWatch>,
+    /// Whether the loop's thread filters its system calls once its set-up is done.
+    pub seccomp: Seccomp,
 }
 
 /// Runs the event loop until a stop is requested.
@@ -246,6 +249,8 @@ pub fn run_until_stopped(p: LoopParams) -> std::io::Result<()> {
             _tty: TtyMode::enter(),
         }));
     }
+    crate::seccomp::install(ThreadKind::EventLoop, p.seccomp)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
     while !p.stop.is_requested() {
         em.run_with_timeout(1000)
             .map_err(|e| std::io::Error::other(format!("{e:?}")))?;

@@ -236,6 +236,7 @@ impl Vm {
             profiler: profiler.clone(),
             kicks,
             entry_stamp,
+            seccomp: config.seccomp,
         };
 
         let supported = kvm

@@ -12,6 +12,7 @@ use crate::profiler::host::{HostProfileResult, HostProfileSpec};
 use crate::profiler::stats::{total, StatsSnapshot};
 use crate::profiler::ObjectResult;
 use crate::profiler::Profiler;
+use crate::seccomp::{install, ThreadKind};
 use crate::signals::{self, StopSignals};
 use crate::vcpu::stamp::EntryStamp;
 use crate::vcpu::stats::{ExitCounters, ExitKind};
@@ -209,9 +210,15 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
                 vcpus: handles.iter().map(|h| h.requester()).collect(),
                 entry_stamp: hooks.entry_stamp.clone(),
             };
+            let seccomp = config.seccomp;
             let spawned = std::thread::Builder::new()
                 .name("controller".into())
-                .spawn(move || f(control));
+                .spawn(move || match install(ThreadKind::Controller, seccomp) {
+                    Ok(()) => f(control),
+                    Err(e) => {
+                        control.stop.request(RunOutcome::HostError(e.to_string()));
+                    }
+                });
             match spawned {
                 Ok(t) => controllers.push(t),
                 Err(e) => {
@@ -231,8 +238,17 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
             timeout: config.timeout,
             watchdog_period: config.watchdog_period,
             queue_watches: disks.iter_mut().filter_map(|d| d.watch.take()).collect(),
+            seccomp: config.seccomp,
         };
-        if let Err(e) = run_until_stopped(params) {
+        // The loop gets a thread (and a filter) of its own; this one only waits for it, then
+        // winds the run down once the VM can no longer run guest code.
+        let looped = std::thread::Builder::new()
+            .name("event-loop".into())
+            .spawn(move || run_until_stopped(params))
+            .map_err(|e| e.to_string())
+            .and_then(|t| t.join().map_err(|_| "the event loop panicked".to_string()))
+            .and_then(|r| r.map_err(|e| e.to_string()));
+        if let Err(e) = looped {
             stop.request(RunOutcome::HostError(format!("event loop failed: {e}")));
         }
     } else {
