@@ -28,10 +28,14 @@ pub enum ApiError {
     Listen(PathBuf, #[source] std::io::Error),
 }
 
-/// A bound, owner-only API socket; the file is removed on drop.
+/// A bound, owner-only API socket; the file is removed on drop. Whoever serves it borrows it,
+/// so the file is removed by its owner (the main thread, after the run), not by the server's
+/// filtered thread.
 pub struct ApiSocket {
     listener: UnixListener,
     path: PathBuf,
+    /// The effective user id of hvprof, the only peer served.
+    owner: u32,
 }
 
 impl ApiSocket {
@@ -45,6 +49,8 @@ impl ApiSocket {
         let socket = ApiSocket {
             listener,
             path: path.to_owned(),
+            // SAFETY: geteuid has no preconditions.
+            owner: unsafe { libc::geteuid() },
         };
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
@@ -53,11 +59,11 @@ impl ApiSocket {
     }
 
     /// Serves requests until the VM's stop signal is requested.
-    pub fn serve(self, control: VmControl) {
+    pub fn serve(&self, control: VmControl) {
         let mut state = routes::ApiState::new(control);
         while !state.control.stop.is_requested() {
             match self.listener.accept() {
-                Ok((stream, _)) => handle(stream, &mut state),
+                Ok((stream, _)) => handle(stream, self.owner, &mut state),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     std::thread::sleep(Duration::from_millis(20));
                 }
@@ -97,12 +103,10 @@ fn peer_uid(stream: &UnixStream) -> Option<u32> {
     (rc == 0).then_some(cred.uid)
 }
 
-fn handle(mut stream: UnixStream, state: &mut routes::ApiState) {
+fn handle(mut stream: UnixStream, owner: u32, state: &mut routes::ApiState) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
-    let response = if peer_uid(&stream) != Some(me) {
+    let response = if peer_uid(&stream) != Some(owner) {
         Response::error(403, "only the owner of the socket may use this API")
     } else {
         match read_request(&mut stream) {

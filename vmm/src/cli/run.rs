@@ -15,12 +15,16 @@ use super::args::{seconds, BootArgs, DemoArgs, ProfileArgs, RunArgs, VmArgs};
 use super::progress::Bar;
 use super::{exit_code, fail};
 
+/// The API socket while its VM runs: the caller holds it until the run is over, so the socket
+/// file is removed here, not by the API's filtered thread.
+type ApiGuard = Option<std::sync::Arc<vmm::api::ApiSocket>>;
+
 /// Builds the config, or prints why not.
 fn config(
     vm: VmArgs,
     boot: BootArgs,
     default: Option<vmm::boot::KernelSpec>,
-) -> Result<(VmConfig, RunHooks), ExitCode> {
+) -> Result<(VmConfig, RunHooks, ApiGuard), ExitCode> {
     let socket = vm.api_socket.clone();
     let config = boot.into_config(vm, default).map_err(|e| {
         eprintln!("hvprof: error: {e}");
@@ -30,13 +34,16 @@ fn config(
         eprintln!("hvprof: {notice}");
     }
     let mut hooks = RunHooks::default();
+    let mut guard = None;
     if let Some(path) = socket {
         let socket = vmm::api::ApiSocket::bind(&path).map_err(|e| fail(e, STATUS_CONFIG_ERROR))?;
+        let socket = std::sync::Arc::new(socket);
+        guard = Some(socket.clone());
         hooks
             .controllers
             .push(Box::new(move |control| socket.serve(control)));
     }
-    Ok((config, hooks))
+    Ok((config, hooks, guard))
 }
 
 /// Prints the end-of-run summary (and the error, if the outcome is one).
@@ -97,7 +104,7 @@ fn finish(
 
 /// `hvprof run`.
 pub fn run(a: RunArgs) -> ExitCode {
-    let (config, hooks) = match config(a.vm, a.boot, None) {
+    let (config, hooks, _api) = match config(a.vm, a.boot, None) {
         Ok(c) => c,
         Err(code) => return code,
     };
@@ -110,7 +117,7 @@ pub fn run(a: RunArgs) -> ExitCode {
 
 /// `hvprof demo`.
 pub fn demo(a: DemoArgs) -> ExitCode {
-    let (config, hooks) = match config(
+    let (config, hooks, _api) = match config(
         a.vm,
         BootArgs::none(),
         Some(vmm::demo::kernel_spec(&a.cmdline)),
@@ -138,7 +145,7 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
     };
     let embedded = a.boot.is_empty();
     let default = vmm::demo::kernel_spec(vmm::demo::DEFAULT_CMDLINE);
-    let (config, hooks) = match config(a.vm, a.boot, Some(default)) {
+    let (config, hooks, _api) = match config(a.vm, a.boot, Some(default)) {
         Ok(c) => c,
         Err(code) => return code,
     };
