@@ -33,6 +33,8 @@ mod profiling;
 mod refguest;
 /// `hvprof demo --out` and `hvprof report` (`go tool pprof` needs Debian's golang-go).
 mod reports;
+/// System-call filters: a refused call on each kind of thread.
+mod seccomp;
 /// Call stacks: frame pointers and Windows x64 unwind data (clang, lld, llvm, golang-go).
 mod stacks;
 /// virtio-blk driven by a fixture kernel.

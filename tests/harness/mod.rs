@@ -332,6 +332,12 @@ impl Hvprof {
         self
     }
 
+    /// Sets an environment variable for hvprof.
+    pub fn env(mut self, key: &str, value: &str) -> Hvprof {
+        self.cmd.env(key, value);
+        self
+    }
+
     /// Starts hvprof without waiting for it.
     pub fn spawn(mut self) -> Running {
         self.cmd
