@@ -5,17 +5,27 @@
 //! set of placed modules a profile is symbolized with.
 //!
 //! Readers: ELF through the object crate ([`elf`]: the reference guest, Linux kernels), PE export
-//! tables plus the matching PDB found in a symbol directory ([`pe`]), and PDB files on their own
-//! ([`pdb`]: public symbols and procedures).
+//! tables plus the matching PDB found through a symbol path ([`pe`]), and PDB files on their
+//! own ([`pdb`]: public symbols and procedures). PDBs and images are found by identity through
+//! a [`SymbolPath`] ([`path`]: `_NT_SYMBOL_PATH` syntax) by a [`Finder`] ([`find`]), in local
+//! stores ([`store`]) and on HTTP(S) symbol servers ([`server`]).
 
 pub mod elf;
+pub mod find;
 pub mod lines;
+pub mod path;
 pub mod pdb;
 pub mod pe;
+pub mod server;
+pub mod store;
+#[cfg(test)]
+pub(crate) mod testdata;
 
 use std::path::{Path, PathBuf};
 
+pub use find::{Finder, MissingPdb};
 pub use lines::{LineTable, SourceLine};
+pub use path::SymbolPath;
 
 /// One symbol of a module.
 #[derive(Debug, Clone, PartialEq, Eq)]
