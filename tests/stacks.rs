@@ -162,12 +162,36 @@ fn frame_pointer_stacks_show_each_path_at_its_cost_share() {
 }
 
 /// The PE module, its PDB, and the unwind codes llvm-readobj finds in it.
-struct PeModule {
-    exe: PathBuf,
-    unwind: String,
+pub(crate) struct PeModule {
+    /// stacks.exe, linked at 0x40300000.
+    pub exe: PathBuf,
+    /// stacks.pdb.
+    pub pdb: PathBuf,
+    /// `llvm-readobj --unwind` of the exe.
+    pub unwind: String,
 }
 
-fn build_pe(dir: &TempDir) -> PeModule {
+impl PeModule {
+    /// The PDB the module names in its CodeView record.
+    pub fn pdb_ref(&self) -> analysis::symbols::pe::PdbRef {
+        analysis::symbols::pe::pdb_ref(&std::fs::read(&self.exe).unwrap())
+            .unwrap()
+            .expect("the module names its PDB")
+    }
+
+    /// Puts the PDB into `store` in symbol-server layout (`<pdb>/<GUID><age>/<pdb>`);
+    /// returns its path there.
+    pub fn store_pdb(&self, store: &Path) -> PathBuf {
+        let r = self.pdb_ref();
+        let slot = store.join(&r.name).join(r.id.key());
+        std::fs::create_dir_all(&slot).unwrap();
+        std::fs::copy(&self.pdb, slot.join(&r.name)).unwrap();
+        slot.join(&r.name)
+    }
+}
+
+/// Builds tests/fixtures/pe/stacks.c into `dir`/stacks.exe and stacks.pdb.
+pub(crate) fn build_pe(dir: &TempDir) -> PeModule {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/pe/stacks.c");
     let obj = dir.join("stacks.obj");
     let exe = dir.join("stacks.exe");
@@ -211,6 +235,7 @@ fn build_pe(dir: &TempDir) -> PeModule {
         });
     PeModule {
         exe,
+        pdb: dir.join("stacks.pdb"),
         unwind: String::from_utf8_lossy(&out.stdout).into_owned(),
     }
 }
@@ -242,7 +267,7 @@ fn pe_stacks_without_frame_pointers_unwind_from_their_unwind_data() {
         profile_json.to_str().unwrap(),
         "--symbols",
         pe.exe.to_str().unwrap(),
-        "--symbol-dir",
+        "--symbol-path",
         dir.path().to_str().unwrap(),
         "--out",
         run.join("named").to_str().unwrap(),
@@ -259,18 +284,15 @@ fn pe_stacks_without_frame_pointers_unwind_from_their_unwind_data() {
 
 /// The module is found in guest memory with the PDB its CodeView record names, and a symbol
 /// directory in symbol-server layout holding only that PDB names its functions: no
-/// `--symbols`, no load address given.
+/// `--symbols`, no load address given. Through the deprecated `--symbol-dir`, which still
+/// works (tests/symserver.rs covers `--symbol-path`).
 #[test]
 fn a_module_found_in_guest_memory_is_named_from_a_symbol_directory() {
     let dir = TempDir::new("pestacks-symdir");
     let pe = build_pe(&dir);
-    let r = analysis::symbols::pe::pdb_ref(&std::fs::read(&pe.exe).unwrap())
-        .unwrap()
-        .expect("the module names its PDB");
+    let r = pe.pdb_ref();
     let store = dir.join("store");
-    let slot = store.join(&r.name).join(r.id.key());
-    std::fs::create_dir_all(&slot).unwrap();
-    std::fs::copy(dir.join("stacks.pdb"), slot.join(&r.name)).unwrap();
+    pe.store_pdb(&store);
     let out = dir.join("out");
     hvprof([
         "profile",
@@ -287,7 +309,8 @@ fn a_module_found_in_guest_memory_is_named_from_a_symbol_directory() {
         out.to_str().unwrap(),
     ])
     .run()
-    .assert_status(0);
+    .assert_status(0)
+    .assert_stderr_contains("--symbol-dir is deprecated; use --symbol-path");
     let profile = analysis::read_profile(&out.join("profile.json")).unwrap();
     let m = profile
         .guest_modules
