@@ -192,6 +192,12 @@ impl PeModule {
 
 /// Builds tests/fixtures/pe/stacks.c into `dir`/stacks.exe and stacks.pdb.
 pub(crate) fn build_pe(dir: &TempDir) -> PeModule {
+    build_pe_with(dir, &[])
+}
+
+/// [`build_pe`] with more lld-link arguments (`/export:pe_round` gives the image an export
+/// directory, and so the name `stacks.exe` in guest memory).
+pub(crate) fn build_pe_with(dir: &TempDir, link: &[&str]) -> PeModule {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/pe/stacks.c");
     let obj = dir.join("stacks.obj");
     let exe = dir.join("stacks.exe");
@@ -211,21 +217,24 @@ pub(crate) fn build_pe(dir: &TempDir) -> PeModule {
             obj.as_os_str(),
         ],
     );
-    tool(
-        "lld-link",
-        "lld",
-        &[
-            &os("/entry:pe_round"),
-            &os("/subsystem:native"),
-            &os("/fixed"),
-            &os("/base:0x40300000"),
-            &os("/nodefaultlib"),
-            &os("/debug"),
-            &arg("/pdb:", &dir.join("stacks.pdb")),
-            &arg("/out:", &exe),
-            obj.as_os_str(),
-        ],
-    );
+    let mut args: Vec<std::ffi::OsString> = [
+        "/entry:pe_round",
+        "/subsystem:native",
+        "/fixed",
+        "/base:0x40300000",
+        "/nodefaultlib",
+        "/debug",
+    ]
+    .iter()
+    .chain(link)
+    .map(|a| os(a))
+    .collect();
+    args.extend([
+        arg("/pdb:", &dir.join("stacks.pdb")),
+        arg("/out:", &exe),
+        obj.clone().into_os_string(),
+    ]);
+    tool("lld-link", "lld", &args);
     let out = Command::new("llvm-readobj")
         .arg("--unwind")
         .arg(&exe)
