@@ -154,6 +154,10 @@ impl Finder {
 
     /// Searches every entry in order; returns the file and what went wrong on the way.
     fn find(&mut self, wanted: &Wanted) -> (Option<PathBuf>, Vec<String>) {
+        if let Some(why) = wanted.refusal() {
+            log::warn!("{:?}: not looked up: {why}", wanted.name);
+            return (None, vec![format!("not looked up: {why}")]);
+        }
         let mut caches: Vec<PathBuf> = Vec::new();
         let mut problems = Vec::new();
         let entries = self.path.entries().to_vec();

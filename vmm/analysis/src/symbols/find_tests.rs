@@ -164,3 +164,23 @@ fn images_are_found_by_timestamp_and_size_and_not_recorded_as_missing() {
     assert!(f.missing().is_empty());
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn a_hostile_pdb_name_is_not_looked_up() {
+    let d = temp_dir("find-hostile");
+    let server = Loopback::serve(vec![(200, fake_pdb(&id(1)))]);
+    let mut f = finder(&format!(
+        "{};srv*{}*{}",
+        d.display(),
+        d.join("c").display(),
+        server.url
+    ));
+    assert_eq!(f.find_pdb("evil", "..", &id(1)), None);
+    assert!(server.requests().is_empty());
+    assert!(
+        f.missing()[0].to_string().contains("not looked up"),
+        "{:?}",
+        f.missing()
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}

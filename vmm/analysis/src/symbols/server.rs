@@ -145,7 +145,7 @@ impl Client {
         store: &Path,
         progress: &mut dyn DownloadProgress,
     ) -> Result<Option<PathBuf>, ServerError> {
-        let url = format!("{base}/{}", wanted.server_path());
+        let url = format!("{base}/{}", wanted.url_path());
         let mut pause = self.options.backoff;
         let mut tries_left = self.options.retries;
         loop {

@@ -91,9 +91,40 @@ impl Wanted {
         }
     }
 
-    /// `<name>/<key>/<name>`, relative to a store (or, with `/`, a server's URL).
+    /// `<name>/<key>/<name>`, relative to a store.
     pub fn server_path(&self) -> String {
         format!("{0}/{1}/{0}", self.name, self.key())
+    }
+
+    /// [`Wanted::server_path`] for a URL: the name percent-encoded beyond letters, digits
+    /// and `-._~`.
+    pub fn url_path(&self) -> String {
+        let mut name = String::new();
+        for b in self.name.bytes() {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                name.push(char::from(b));
+            } else {
+                name.push_str(&format!("%{b:02X}"));
+            }
+        }
+        format!("{0}/{1}/{0}", name, self.key())
+    }
+
+    /// Why its name or key cannot name a file in a store, if so. Both can come from a
+    /// hostile guest (a CodeView record, a module's export name) or an edited profile.json:
+    /// only a plain file name and a hex key are looked up, so nothing outside a store is
+    /// read or written.
+    pub fn refusal(&self) -> Option<&'static str> {
+        let name = self.name.as_str();
+        if name.is_empty() || name == "." || name == ".." || name.len() > 255 {
+            return Some("not a file name");
+        }
+        if name.contains(['/', '\\', ':']) || name.chars().any(char::is_control) {
+            return Some("a file name with a separator or control character");
+        }
+        let key = self.key();
+        (key.is_empty() || !key.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then_some("a GUID that is not hex digits")
     }
 
     /// Where `store` keeps it.
@@ -239,6 +270,32 @@ pub(crate) mod tests {
             Path::new("/s/ntoskrnl.exe/5EED1234A00000/ntoskrnl.exe")
         );
         assert_eq!(Wanted::image("x", 1, 2).key(), "000000012");
+    }
+
+    #[test]
+    fn names_that_could_leave_a_store_are_refused() {
+        for name in [
+            "",
+            ".",
+            "..",
+            "a/b.pdb",
+            "a\\b.pdb",
+            "c:x.pdb",
+            "a\u{1}.pdb",
+        ] {
+            assert!(Wanted::pdb(name, id(1)).refusal().is_some(), "{name:?}");
+        }
+        let bad_guid = PdbId {
+            guid: "../../x".into(),
+            age: 1,
+        };
+        assert!(Wanted::pdb("a.pdb", bad_guid).refusal().is_some());
+        let spaced = Wanted::pdb("My App+.pdb", id(1));
+        assert_eq!(spaced.refusal(), None);
+        assert_eq!(
+            spaced.url_path(),
+            "My%20App%2B.pdb/00112233445566778899AABBCCDDEEFF1/My%20App%2B.pdb"
+        );
     }
 
     #[test]
