@@ -23,6 +23,8 @@ mod failures;
 mod firmware;
 /// The early boot of Debian's Linux kernel.
 mod linux;
+/// A stand-in Windows kernel at CPL0: ntoskrnl and its module list found from outside.
+mod ntkernel;
 /// PE/PDB symbolization of a DLL built at test time (Debian's clang and lld).
 mod pdb;
 /// Profile objects, sampling and injection, end to end.

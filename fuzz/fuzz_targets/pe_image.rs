@@ -1,5 +1,5 @@
-//! A PE image read from guest memory: headers, export name, CodeView record and function
-//! lookups over arbitrary bytes must never panic, and names stay within their limit. With the
+//! A PE image read from guest memory: headers, export name, exports by name, CodeView record
+//! and function lookups over arbitrary bytes must never panic, and names stay within their limit. With the
 //! shape bit set the image gets well-formed PE32+ headers whose export, exception and debug
 //! directories point into fuzzer bytes, so the readers behind them are reached.
 #![no_main]
@@ -56,6 +56,13 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Some(cv) = im.codeview(&mut mem) {
         assert!(cv.pdb.len() <= MAX_NAME && cv.guid.len() == 32);
+    }
+    // The name the kernel search asks for, and one the fuzzer picks.
+    let wanted = String::from_utf8_lossy(&head[10..16]).into_owned();
+    for name in ["PsLoadedModuleList", wanted.as_str()] {
+        if let Some(at) = im.export(&mut mem, name) {
+            assert!(im.contains(at));
+        }
     }
     let pc = BASE + u64::from(u16::from_le_bytes([head[8], head[9]]));
     if let Ok(Some(f)) = im.function(&mut mem, pc) {

@@ -325,9 +325,41 @@ fn pe_image() -> Vec<u8> {
     v
 }
 
+/// An nt_modules input: a list head and three KLDR_DATA_TABLE_ENTRYs linked in a circle,
+/// each with a BaseDllName and a FullDllName.
+fn nt_modules() -> Vec<u8> {
+    const POOL: u64 = 0xffff_a000_0000_0000;
+    let mut v = vec![0u8; 0x340];
+    let mut put = |at: usize, b: &[u8]| v[at..at + b.len()].copy_from_slice(b);
+    let entries = [0x40u64, 0x140, 0x240];
+    put(0, &(POOL + entries[0]).to_le_bytes());
+    put(8, &(POOL + entries[2]).to_le_bytes());
+    for (i, name) in ["ntoskrnl.exe", "hal.dll", "seed.sys"].iter().enumerate() {
+        let at = entries[i];
+        let next = entries.get(i + 1).map_or(POOL, |n| POOL + n);
+        let prev = if i == 0 { POOL } else { POOL + entries[i - 1] };
+        let e = usize::try_from(at).unwrap_or(0);
+        put(e, &next.to_le_bytes());
+        put(e + 8, &prev.to_le_bytes());
+        put(
+            e + 0x30,
+            &(0xffff_f800_0000_0000u64 + 0x10_0000 * at).to_le_bytes(),
+        );
+        put(e + 0x40, &0x8000u32.to_le_bytes());
+        let utf16: Vec<u8> = name.encode_utf16().flat_map(u16::to_le_bytes).collect();
+        let len = u16::try_from(utf16.len()).unwrap_or(0).to_le_bytes();
+        for field in [0x48, 0x58] {
+            put(e + field, &len);
+            put(e + field + 8, &(POOL + at + 0x70).to_le_bytes());
+        }
+        put(e + 0x70, &utf16);
+    }
+    v
+}
+
 fn main() -> std::io::Result<()> {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
-    let seeds: [(&str, &str, Vec<u8>); 10] = [
+    let seeds: [(&str, &str, Vec<u8>); 11] = [
         ("platform_io", "virtio-ioeventfd", virtio(true, false)),
         ("platform_io", "virtio-exits", virtio(false, false)),
         ("platform_io", "virtio-ring", virtio(true, true)),
@@ -338,6 +370,7 @@ fn main() -> std::io::Result<()> {
         ("kernel_elf", "pvh-elf", pvh_elf()[1..].to_vec()),
         ("stack_walk", "pe-frames", pe_frames()),
         ("pe_image", "named", pe_image()),
+        ("nt_modules", "three", nt_modules()),
     ];
     for (target, name, bytes) in seeds {
         let at = Path::new(&dir).join(target);

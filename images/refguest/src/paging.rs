@@ -6,6 +6,9 @@
 //! USER_DATA    one private read-write data page
 //! ..USER_STACK_TOP  private read-write stack
 //! pe::WINDOW..   a PE image passed as module 0, if one was loaded (read-only, shared)
+//!
+//! A PE image based in pe::KERNEL_WINDOW is mapped in kernel space instead, in the boot
+//! page tables only (`map_kernel_image`).
 
 use crate::boot;
 use crate::pe;
@@ -76,7 +79,7 @@ pub fn create(slot: usize) -> AddressSpace {
     for (i, page) in s.stack.iter().enumerate() {
         s.pt.0[index(stack_bottom) + i] = addr(page) | PRESENT | WRITABLE | USER;
     }
-    if let Some((image, phys)) = pe::loaded() {
+    if let Some((image, phys)) = pe::loaded().filter(|(image, _)| !image.kernel) {
         s.pd.0[((pe::WINDOW - USER_BASE) >> 21) as usize] = addr(&s.pe_pt) | PRESENT | WRITABLE | USER;
         let first = ((image.base - pe::WINDOW) >> 12) as usize;
         for i in 0..image.pages {
@@ -84,4 +87,30 @@ pub fn create(slot: usize) -> AddressSpace {
         }
     }
     AddressSpace { cr3: addr(&s.pml4) }
+}
+
+/// Page tables for pe::KERNEL_WINDOW: a PDPT, a PD and a PT under the boot PML4.
+static KERNEL_WINDOW_TABLES: RacyCell<[Page; 3]> = RacyCell::new([Page::ZERO; 3]);
+
+/// Maps the kernel-window PE image (supervisor, read-write, as a kernel's data is) into the
+/// boot page tables and reloads CR3. Returns false if the loaded image is not one.
+pub fn map_kernel_image() -> bool {
+    let Some((image, phys)) = pe::loaded().filter(|(image, _)| image.kernel) else {
+        return false;
+    };
+    // SAFETY: called once by the BSP during scenario setup, before any other CPU could
+    // walk these tables (they are unreachable until the PML4 entry below is written).
+    let [pdpt, pd, pt] = unsafe { &mut *KERNEL_WINDOW_TABLES.get() };
+    pdpt.0[((pe::KERNEL_WINDOW >> 30) & 511) as usize] = addr(pd) | PRESENT | WRITABLE;
+    pd.0[((pe::KERNEL_WINDOW >> 21) & 511) as usize] = addr(pt) | PRESENT | WRITABLE;
+    let first = ((image.base - pe::KERNEL_WINDOW) >> 12) as usize;
+    for i in 0..image.pages {
+        pt.0[first + i] = (phys + 4096 * i as u64) | PRESENT | WRITABLE;
+    }
+    let pml4 = boot::kernel_pml4() as *mut [u64; 512];
+    // SAFETY: the boot PML4 is identity mapped; its kernel-window slot is unused until now.
+    unsafe { (*pml4)[((pe::KERNEL_WINDOW >> 39) & 511) as usize] = addr(pdpt) | PRESENT | WRITABLE };
+    // SAFETY: reloading the current CR3 only flushes the TLB.
+    unsafe { crate::cpu::write_cr3(boot::kernel_pml4()) };
+    true
 }

@@ -1,13 +1,17 @@
-//! A PE32+ image passed as module 0, laid out for user mode: headers and sections copied to
-//! their RVAs in a static buffer, which every address space created afterwards maps at the
-//! image's preferred base (`paging::create`). Only what `scenario=pestacks` needs: an x86-64
-//! image linked /fixed (no relocations, no imports) whose base lies in the PE window.
+//! A PE32+ image passed as module 0: headers and sections copied to their RVAs in a static
+//! buffer. An image based in the user PE window is mapped by every address space created
+//! afterwards (`paging::create`, `scenario=pestacks`); one based in the kernel window is mapped
+//! in kernel space (`paging::map_kernel_image`, `scenario=ntkernel`). Only what those need: an
+//! x86-64 image linked /fixed (no relocations, no imports) whose base lies in a window.
 
 use crate::cpu::Page;
 use crate::sync::RacyCell;
 
 /// Where a PE image may be mapped: the 2 MiB after the stack's page table.
 pub const WINDOW: u64 = 0x4020_0000;
+/// Where a kernel-mode PE image may be mapped: the 2 MiB where 64-bit Windows' kernel-space
+/// images begin.
+pub const KERNEL_WINDOW: u64 = 0xffff_f800_0000_0000;
 /// Pages the buffer holds (256 KiB).
 pub const MAX_PAGES: usize = 64;
 
@@ -16,6 +20,8 @@ pub struct Loaded {
     pub base: u64,
     pub pages: usize,
     pub entry: u64,
+    /// Based in the kernel window.
+    pub kernel: bool,
 }
 
 static IMAGE: RacyCell<[Page; MAX_PAGES]> = RacyCell::new([Page::ZERO; MAX_PAGES]);
@@ -35,7 +41,7 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
 
 /// Lays out `file` (call once, before any process is created).
 pub fn load(file: &[u8]) -> Result<&'static Loaded, &'static str> {
-    let bad = "module 0 is not a PE32+ x86-64 image linked /fixed into the PE window";
+    let bad = "module 0 is not a PE32+ x86-64 image linked /fixed into the PE window or the kernel window";
     let nt = u32_at(file, 0x3c).ok_or(bad)? as usize;
     if file.get(..2) != Some(b"MZ") || file.get(nt..nt + 4) != Some(b"PE\0\0") || u16_at(file, nt + 4) != Some(0x8664) {
         return Err(bad);
@@ -51,7 +57,9 @@ pub fn load(file: &[u8]) -> Result<&'static Loaded, &'static str> {
     let size = u64::from(u32_at(file, opt + 56).ok_or(bad)?);
     let headers = u32_at(file, opt + 60).ok_or(bad)? as usize;
     let pages = size.div_ceil(4096) as usize;
-    if base % 4096 != 0 || base < WINDOW || base + size > WINDOW + (2 << 20) || pages > MAX_PAGES || entry >= size {
+    let kernel = base >= KERNEL_WINDOW;
+    let window = if kernel { KERNEL_WINDOW } else { WINDOW };
+    if base % 4096 != 0 || base < window || size > (2 << 20) || base - window > (2 << 20) - size || pages > MAX_PAGES || entry >= size {
         return Err(bad);
     }
     // SAFETY: called once by the BSP during scenario setup, before any process runs and
@@ -79,7 +87,7 @@ pub fn load(file: &[u8]) -> Result<&'static Loaded, &'static str> {
     }
     // SAFETY: as above: set once, before any reader.
     let loaded = unsafe { &mut *LOADED.get() };
-    *loaded = Some(Loaded { base, pages, entry: base + entry });
+    *loaded = Some(Loaded { base, pages, entry: base + entry, kernel });
     loaded.as_ref().ok_or(bad)
 }
 

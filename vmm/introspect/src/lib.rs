@@ -8,6 +8,8 @@
 //!   the image's own unwind data, interpreted as the Windows x64 unwinder does ([`x64`]);
 //! - anywhere else, the frame-pointer chain ([`fp`]).
 //!
+//! Windows kernels: [`nt`] finds ntoskrnl in guest memory and walks its loaded-module list.
+//!
 //! The guest controls every byte read: each read is bounded and checked, every loop has a
 //! fixed bound, nothing is allocated by a size the guest chose, and a walk that cannot go on
 //! ends with the frames it has and the reason it stopped ([`End`]).
@@ -15,6 +17,7 @@
 pub mod fp;
 mod images;
 pub mod mem;
+pub mod nt;
 pub mod pe;
 mod walk;
 pub mod x64;

@@ -38,6 +38,36 @@ impl ImageBuilder {
         self
     }
 
+    /// An export directory at `at` (it and its tables take 0x800 bytes) exporting `names` in
+    /// the order given (the PE format wants them sorted), each at its RVA.
+    pub fn exports(self, at: u32, names: &[(&str, u32)]) -> Self {
+        let n = names.len() as u32;
+        let mut dir = vec![0u8; 40];
+        for (off, v) in [
+            (20, n),
+            (24, n),
+            (28, at + 0x100),
+            (32, at + 0x200),
+            (36, at + 0x300),
+        ] {
+            dir[off..off + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        let (mut funcs, mut ptrs, mut ords, mut strings) = (vec![], vec![], vec![], vec![]);
+        for (i, (name, rva)) in names.iter().enumerate() {
+            funcs.extend(rva.to_le_bytes());
+            ptrs.extend((at + 0x400 + strings.len() as u32).to_le_bytes());
+            ords.extend((i as u16).to_le_bytes());
+            strings.extend(name.as_bytes());
+            strings.push(0);
+        }
+        self.directory(0, at, 0x800)
+            .bytes(at, &dir)
+            .bytes(at + 0x100, &funcs)
+            .bytes(at + 0x200, &ptrs)
+            .bytes(at + 0x300, &ords)
+            .bytes(at + 0x400, &strings)
+    }
+
     /// Places `bytes` at `rva`.
     pub fn bytes(mut self, rva: u32, bytes: &[u8]) -> Self {
         self.bytes.push((rva as usize, bytes.to_vec()));

@@ -283,16 +283,22 @@ impl Profiler {
         }
     }
 
-    /// The PE images the vCPUs found in guest memory while sampling for host profiles, each
-    /// once, in the order found.
+    /// The PE images the vCPUs found in guest memory while sampling for host profiles, and
+    /// the modules on the Windows kernel's list if a sample found the kernel, each once, in the
+    /// order found. The list is walked again now, by the first vCPU that found the kernel.
     pub fn guest_modules(&self) -> Vec<stacks::FoundModule> {
         let mut all: Vec<stacks::FoundModule> = Vec::new();
+        let mut refreshed = false;
         for slot in self.vcpus.iter() {
-            let walker = slot.walker.lock().unwrap_or_else(|e| e.into_inner());
+            let mut walker = slot.walker.lock().unwrap_or_else(|e| e.into_inner());
+            if !refreshed && walker.kernel().is_some() {
+                walker.refresh_kernel_modules(&self.mem);
+                refreshed = true;
+            }
             for m in walker.modules() {
                 if !all
                     .iter()
-                    .any(|a| a.process == m.process && a.image == m.image)
+                    .any(|a| a.process == m.process && a.image.base == m.image.base)
                 {
                     all.push(m.clone());
                 }

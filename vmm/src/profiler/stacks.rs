@@ -5,6 +5,7 @@
 //! through the guest's own page tables for the sampled CR3 ([`super::walk`]), never write,
 //! and a page that does not translate is simply unreadable (the guest never sees a fault).
 
+use introspect::nt::Kernel;
 use introspect::pe::{CodeView, Image};
 use introspect::{ImageCache, Memory, Options, Regs, Stack, Unreadable, KERNEL_SPACE};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
@@ -86,10 +87,13 @@ pub struct FoundModule {
 }
 
 /// A vCPU's stack walker: the PE images it has found, kept across samples, and the list of
-/// every one it found (the guest's modules, as far as samples reached them).
+/// every one it found (the guest's modules, as far as samples reached them, and every module
+/// on a Windows kernel's list once a sample reached the kernel).
 pub struct StackWalker {
     images: ImageCache,
     modules: Vec<FoundModule>,
+    /// The Windows kernel, once found, and the page tables it was found through.
+    kernel: Option<(Paging, Kernel)>,
 }
 
 impl Default for StackWalker {
@@ -97,6 +101,7 @@ impl Default for StackWalker {
         StackWalker {
             images: ImageCache::new(IMAGE_SCAN_LIMIT),
             modules: Vec::new(),
+            kernel: None,
         }
     }
 }
@@ -115,23 +120,86 @@ impl StackWalker {
         self.collect(&mut virt);
     }
 
+    /// The Windows kernel this vCPU's samples found, if any.
+    pub fn kernel(&self) -> Option<&Kernel> {
+        self.kernel.as_ref().map(|(_, k)| k)
+    }
+
     /// Moves the images the cache found into the module list, reading each one's name and
-    /// CodeView record while its address space is the one being walked.
+    /// CodeView record while its address space is the one being walked. The first kernel-space
+    /// image that is the Windows kernel brings in every module on its list.
     fn collect(&mut self, virt: &mut GuestVirt) {
         for (space, image) in self.images.take_found() {
             let process = (space != KERNEL_SPACE).then_some(space);
-            let known = self
-                .modules
-                .iter()
-                .any(|m| m.process == process && m.image == image);
-            if self.modules.len() < MAX_MODULES && !known {
-                self.modules.push(FoundModule {
-                    process,
-                    image,
-                    name: image.export_name(virt),
-                    codeview: image.codeview(virt),
-                });
+            let name = image.export_name(virt);
+            self.add(virt, process, image, name);
+            if space == KERNEL_SPACE && self.kernel.is_none() {
+                if let Some(kernel) = Kernel::of(virt, &image) {
+                    log::info!("Windows kernel found at {:#x}", image.base);
+                    self.kernel = Some((virt.paging, kernel));
+                    self.add_kernel_modules(virt);
+                }
             }
+        }
+    }
+
+    /// Records `image` unless it is known; its CodeView record is read here.
+    fn add(
+        &mut self,
+        virt: &mut GuestVirt,
+        process: Option<u64>,
+        image: Image,
+        name: Option<String>,
+    ) {
+        let known = self.modules.iter().any(|m| {
+            m.process == process && m.image.base == image.base && m.image.size == image.size
+        });
+        if self.modules.len() < MAX_MODULES && !known {
+            self.modules.push(FoundModule {
+                process,
+                image,
+                name,
+                codeview: image.codeview(virt),
+            });
+        }
+    }
+
+    /// Adds every module on the kernel's loaded-module list: each image's headers when they
+    /// are mapped and agree with the list, else what the list says.
+    fn add_kernel_modules(&mut self, virt: &mut GuestVirt) {
+        let Some((_, kernel)) = &self.kernel else {
+            return;
+        };
+        let list = kernel.modules(virt);
+        if list.end != introspect::nt::ListEnd::Complete {
+            log::warn!("the kernel's module list ended early: {:?}", list.end);
+        }
+        for m in list.modules {
+            if m.base >> 63 == 0 || m.size == 0 {
+                continue;
+            }
+            let image = Image::read(virt, m.base)
+                .ok()
+                .filter(|im| im.size == m.size)
+                .unwrap_or(Image {
+                    base: m.base,
+                    size: m.size,
+                    timestamp: 0,
+                    exports: Default::default(),
+                    exceptions: Default::default(),
+                    debug: Default::default(),
+                });
+            let name = m.name.or_else(|| image.export_name(virt));
+            self.add(virt, None, image, name);
+        }
+    }
+
+    /// Walks the kernel's module list again (the run is ending: drivers loaded since the
+    /// kernel was found are added).
+    pub fn refresh_kernel_modules(&mut self, mem: &GuestMemoryMmap) {
+        if let Some((paging, _)) = self.kernel {
+            let mut virt = GuestVirt::new(mem, paging);
+            self.add_kernel_modules(&mut virt);
         }
     }
 

@@ -16,6 +16,7 @@ mod bench;
 mod common;
 mod interrupts;
 mod interval;
+mod ntkernel;
 mod objects;
 mod pestacks;
 mod process;
@@ -55,6 +56,7 @@ static SCENARIOS: &[Scenario] = &[
     bench::SCENARIO,
     stacks::SCENARIO,
     pestacks::SCENARIO,
+    ntkernel::SCENARIO,
 ];
 static SELECTED: AtomicUsize = AtomicUsize::new(usize::MAX);
 

@@ -4,6 +4,7 @@
 
 use crate::mem::{Memory, Unreadable};
 
+mod exports;
 mod meta;
 pub use meta::{guid_hex, CodeView, MAX_NAME};
 
