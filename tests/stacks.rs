@@ -15,10 +15,10 @@
 //!
 //! Needs Debian's `golang-go`, `clang`, `lld` and `llvm` (llvm-readobj).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use crate::harness::{hvprof, pprof, tool, TempDir};
+use crate::harness::{hvprof, pprof, TempDir};
 
 /// A caller->leaf path (leaf first, up to the round function) and its cost weight.
 type Path3 = (&'static [&'static str], u64);
@@ -161,36 +161,10 @@ fn frame_pointer_stacks_show_each_path_at_its_cost_share() {
     assert!(text.contains("called by refguest!stacks_mid"), "{text}");
 }
 
-/// The PE module, its PDB, and the unwind codes llvm-readobj finds in it.
-pub(crate) struct PeModule {
-    /// stacks.exe, linked at 0x40300000.
-    pub exe: PathBuf,
-    /// stacks.pdb.
-    pub pdb: PathBuf,
-    /// `llvm-readobj --unwind` of the exe.
-    pub unwind: String,
-}
+pub(crate) use crate::harness::pe::PeModule;
 
-impl PeModule {
-    /// The PDB the module names in its CodeView record.
-    pub fn pdb_ref(&self) -> analysis::symbols::pe::PdbRef {
-        analysis::symbols::pe::pdb_ref(&std::fs::read(&self.exe).unwrap())
-            .unwrap()
-            .expect("the module names its PDB")
-    }
-
-    /// Puts the PDB into `store` in symbol-server layout (`<pdb>/<GUID><age>/<pdb>`);
-    /// returns its path there.
-    pub fn store_pdb(&self, store: &Path) -> PathBuf {
-        let r = self.pdb_ref();
-        let slot = store.join(&r.name).join(r.id.key());
-        std::fs::create_dir_all(&slot).unwrap();
-        std::fs::copy(&self.pdb, slot.join(&r.name)).unwrap();
-        slot.join(&r.name)
-    }
-}
-
-/// Builds tests/fixtures/pe/stacks.c into `dir`/stacks.exe and stacks.pdb.
+/// Builds tests/fixtures/pe/stacks.c into `dir`/stacks.exe and stacks.pdb, linked at
+/// 0x40300000 (the reference guest's PE window).
 pub(crate) fn build_pe(dir: &TempDir) -> PeModule {
     build_pe_with(dir, &[])
 }
@@ -198,61 +172,34 @@ pub(crate) fn build_pe(dir: &TempDir) -> PeModule {
 /// [`build_pe`] with more lld-link arguments (`/export:pe_round` gives the image an export
 /// directory, and so the name `stacks.exe` in guest memory).
 pub(crate) fn build_pe_with(dir: &TempDir, link: &[&str]) -> PeModule {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/pe/stacks.c");
-    let obj = dir.join("stacks.obj");
-    let exe = dir.join("stacks.exe");
-    let os = |s: &str| std::ffi::OsString::from(s);
-    let arg = |flag: &str, p: &Path| os(&format!("{flag}{}", p.display()));
-    tool(
-        "clang",
-        "clang",
-        &[
-            &os("--target=x86_64-pc-windows-msvc"),
-            &os("-O2"),
-            &os("-g"),
-            &os("-gcodeview"),
-            &os("-c"),
-            src.as_os_str(),
-            &os("-o"),
-            obj.as_os_str(),
-        ],
-    );
-    let mut args: Vec<std::ffi::OsString> = [
-        "/entry:pe_round",
-        "/subsystem:native",
-        "/fixed",
-        "/base:0x40300000",
-        "/nodefaultlib",
-        "/debug",
-    ]
-    .iter()
-    .chain(link)
-    .map(|a| os(a))
-    .collect();
-    args.extend([
-        arg("/pdb:", &dir.join("stacks.pdb")),
-        arg("/out:", &exe),
-        obj.clone().into_os_string(),
-    ]);
-    tool("lld-link", "lld", &args);
+    let spec = crate::harness::pe::PeSpec {
+        source: "stacks.c",
+        image: "stacks.exe",
+        pdb: "stacks.pdb",
+        entry: "pe_round",
+        base: 0x4030_0000,
+        link,
+    };
+    PeModule::build(dir, &spec)
+}
+
+/// The unwind codes `llvm-readobj --unwind` finds in `exe`.
+fn unwind_codes(exe: &Path) -> String {
     let out = Command::new("llvm-readobj")
         .arg("--unwind")
-        .arg(&exe)
+        .arg(exe)
         .output()
         .unwrap_or_else(|e| {
             panic!("cannot run llvm-readobj ({e}): install Debian's llvm (apt-get install -y llvm)")
         });
-    PeModule {
-        exe,
-        pdb: dir.join("stacks.pdb"),
-        unwind: String::from_utf8_lossy(&out.stdout).into_owned(),
-    }
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]
 fn pe_stacks_without_frame_pointers_unwind_from_their_unwind_data() {
     let dir = TempDir::new("pestacks-build");
     let pe = build_pe(&dir);
+    let unwind = unwind_codes(&pe.exe);
     // The prologues exercise these codes (the walk must handle every one of them to reach
     // pe_round), and pe_leaf has no unwind data at all.
     for code in [
@@ -262,11 +209,7 @@ fn pe_stacks_without_frame_pointers_unwind_from_their_unwind_data() {
         "SAVE_XMM128",
         "SET_FPREG",
     ] {
-        assert!(
-            pe.unwind.contains(code),
-            "the module needs {code}\n{}",
-            pe.unwind
-        );
+        assert!(unwind.contains(code), "the module needs {code}\n{}", unwind);
     }
     let run = profile("scenario=pestacks stacks.ms=3000", Some(&pe.exe));
     // Symbols found after the run: `report --out` rewrites the four files with the PDB.

@@ -3,6 +3,8 @@
 //! wall-clock limit enforced here, and asserts on its exit status and output
 //! with messages that show everything the run printed.
 
+pub mod pe;
+
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fmt;
