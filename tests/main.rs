@@ -37,5 +37,7 @@ mod reports;
 mod seccomp;
 /// Call stacks: frame pointers and Windows x64 unwind data (clang, lld, llvm, golang-go).
 mod stacks;
+/// `--symbol-path`: symbol stores, a symbol server on loopback, `_NT_SYMBOL_PATH`.
+mod symserver;
 /// virtio-blk driven by a fixture kernel.
 mod virtio_blk;

@@ -10,61 +10,31 @@
 //!
 //! Needs Debian's `clang`, `lld` and `golang-go`.
 
-use std::path::{Path, PathBuf};
-
-use crate::harness::{hvprof, pprof, tool, TempDir};
+use crate::harness::pe::{PeModule, PeSpec};
+use crate::harness::{hvprof, pprof, TempDir};
 
 const NT_BASE: u64 = 0xffff_f800_0010_0000;
 
-/// Builds the stand-in kernel and its PDB in `dir`; returns the image's path.
-fn build_nt(dir: &TempDir) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/pe/nt.c");
-    let obj = dir.join("nt.obj");
-    let exe = dir.join("ntoskrnl.exe");
-    let os = |s: String| std::ffi::OsString::from(s);
-    tool(
-        "clang",
-        "clang",
-        &[
-            os("--target=x86_64-pc-windows-msvc".into()),
-            os("-O2".into()),
-            os("-g".into()),
-            os("-gcodeview".into()),
-            os("-c".into()),
-            src.into_os_string(),
-            os("-o".into()),
-            obj.clone().into_os_string(),
-        ],
-    );
-    tool(
-        "lld-link",
-        "lld",
-        &[
-            os("/entry:KiSystemStartup".into()),
-            os("/subsystem:native".into()),
-            os("/fixed".into()),
-            os(format!("/base:{NT_BASE:#x}")),
-            os("/nodefaultlib".into()),
-            os("/debug".into()),
-            os(format!("/pdb:{}", dir.join("ntkrnlmp.pdb").display())),
-            os(format!("/out:{}", exe.display())),
-            obj.into_os_string(),
-        ],
-    );
-    exe
+/// Builds the stand-in kernel (ntoskrnl.exe) and its PDB (ntkrnlmp.pdb) in `dir`.
+fn build_nt(dir: &TempDir) -> PeModule {
+    let spec = PeSpec {
+        source: "nt.c",
+        image: "ntoskrnl.exe",
+        pdb: "ntkrnlmp.pdb",
+        entry: "KiSystemStartup",
+        base: NT_BASE,
+        link: &[],
+    };
+    PeModule::build(dir, &spec)
 }
 
 #[test]
 fn the_kernel_and_its_module_list_are_found_and_named_from_the_pdb_alone() {
     let dir = TempDir::new("ntkernel");
-    let exe = build_nt(&dir);
-    let r = analysis::symbols::pe::pdb_ref(&std::fs::read(&exe).unwrap())
-        .unwrap()
-        .expect("the kernel names its PDB");
+    let nt = build_nt(&dir);
+    let r = nt.pdb_ref();
     let store = dir.join("store");
-    let slot = store.join(&r.name).join(r.id.key());
-    std::fs::create_dir_all(&slot).unwrap();
-    std::fs::copy(dir.join("ntkrnlmp.pdb"), slot.join(&r.name)).unwrap();
+    nt.store_pdb(&store);
     let out = dir.join("out");
     hvprof([
         "profile",
@@ -74,8 +44,8 @@ fn the_kernel_and_its_module_list_are_found_and_named_from_the_pdb_alone() {
         "1",
         "--quiet",
         "--initrd",
-        exe.to_str().unwrap(),
-        "--symbol-dir",
+        nt.exe.to_str().unwrap(),
+        "--symbol-path",
         store.to_str().unwrap(),
         "--out",
         out.to_str().unwrap(),

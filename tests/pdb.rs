@@ -9,8 +9,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::harness::{tool, TempDir};
-use analysis::symbols::{pdb, pe};
+use analysis::symbols::{pdb, pe, Finder, SymbolPath};
 use analysis::Symbols;
+
+/// A finder searching one plain directory.
+fn dir(path: &Path) -> Finder {
+    Finder::new(SymbolPath::from_dir(path))
+}
 
 /// The DLL, its PDB and the linker's map.
 struct Built {
@@ -175,11 +180,11 @@ fn a_pdb_gives_each_function_its_source_lines() {
     // Through the PE and its symbol directory, at the image's base.
     let dll = std::fs::read(&b.dll).unwrap();
     let symdir = b.pdb.parent().unwrap();
-    let from_pe = Symbols::from_pe(&dll, "tiny.dll", Some(symdir)).unwrap();
+    let from_pe = Symbols::from_pe(&dll, "tiny.dll", Some(&mut dir(symdir))).unwrap();
     check_lines(&from_pe, b.image_base, &b);
     // Without the PDB, the exports have no lines.
     let empty = TempDir::new("nolines");
-    let bare = Symbols::from_pe(&dll, "tiny.dll", Some(empty.path())).unwrap();
+    let bare = Symbols::from_pe(&dll, "tiny.dll", Some(&mut dir(empty.path()))).unwrap();
     assert!(bare.modules()[0].lines.is_empty());
 }
 
@@ -188,7 +193,7 @@ fn a_pe_finds_its_pdb_in_a_flat_symbol_directory() {
     let b = build();
     let bytes = std::fs::read(&b.dll).unwrap();
     let symdir = b.pdb.parent().unwrap();
-    let symbols = Symbols::from_pe(&bytes, "tiny.dll", Some(symdir)).unwrap();
+    let symbols = Symbols::from_pe(&bytes, "tiny.dll", Some(&mut dir(symdir))).unwrap();
     let m = &symbols.modules()[0];
     assert_eq!(m.base, b.image_base);
     for (name, rva) in &b.map {
@@ -211,22 +216,42 @@ fn a_pe_finds_its_pdb_in_the_symbol_server_layout_and_ignores_a_stale_one() {
     let nested = server.path().join("tiny.pdb").join(r.id.key());
     std::fs::create_dir_all(&nested).unwrap();
     std::fs::copy(&b.pdb, nested.join("tiny.pdb")).unwrap();
+    let srv = SymbolPath::parse(&format!("srv*{}", server.path().display()), None).unwrap();
     assert_eq!(
-        pe::find_pdb(server.path(), &r),
+        Finder::new(srv).find_pdb("tiny.dll", &r.name, &r.id),
         Some(nested.join("tiny.pdb"))
     );
-    let symbols = Symbols::from_pe(&bytes, "tiny.dll", Some(server.path())).unwrap();
+    let symbols = Symbols::from_pe(&bytes, "tiny.dll", Some(&mut dir(server.path()))).unwrap();
     assert!(
         rva_of(&symbols, "hv_gamma").is_some(),
         "static function from the PDB"
     );
 
-    // A PDB with another GUID is not used: only the exports remain.
-    let mut stale = r.clone();
-    stale.id.guid = "0".repeat(32);
-    assert_eq!(pe::find_pdb(server.path(), &stale), None);
+    // A PDB with another GUID, or the same GUID and another age, is not used (only the
+    // exports remain), even where the file sits in the slot of the identity looked for.
     let pdb_id = pdb::id(&std::fs::read(&b.pdb).unwrap()).unwrap();
-    assert_eq!(pdb_id.guid, r.id.guid);
+    assert_eq!(pdb_id, r.id, "the DBI age is the one the PE records");
+    for stale in [
+        pdb::PdbId {
+            guid: "0".repeat(32),
+            ..r.id.clone()
+        },
+        pdb::PdbId {
+            age: r.id.age + 1,
+            ..r.id.clone()
+        },
+    ] {
+        let slot = server.path().join("tiny.pdb").join(stale.key());
+        std::fs::create_dir_all(&slot).unwrap();
+        std::fs::copy(&b.pdb, slot.join("tiny.pdb")).unwrap();
+        let mut f = dir(server.path());
+        assert_eq!(
+            f.find_pdb("tiny.dll", "tiny.pdb", &stale),
+            None,
+            "{stale:?}"
+        );
+        assert_eq!(f.missing().len(), 1);
+    }
 }
 
 #[test]
@@ -234,7 +259,7 @@ fn without_a_pdb_only_the_exports_are_named() {
     let b = build();
     let bytes = std::fs::read(&b.dll).unwrap();
     let empty = TempDir::new("nosym");
-    let symbols = Symbols::from_pe(&bytes, "tiny.dll", Some(empty.path())).unwrap();
+    let symbols = Symbols::from_pe(&bytes, "tiny.dll", Some(&mut dir(empty.path()))).unwrap();
     assert_eq!(
         rva_of(&symbols, "hv_alpha").map(|s| s.0),
         Some(b.map["hv_alpha"])

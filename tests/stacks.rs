@@ -15,10 +15,10 @@
 //!
 //! Needs Debian's `golang-go`, `clang`, `lld` and `llvm` (llvm-readobj).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use crate::harness::{hvprof, pprof, tool, TempDir};
+use crate::harness::{hvprof, pprof, TempDir};
 
 /// A caller->leaf path (leaf first, up to the round function) and its cost weight.
 type Path3 = (&'static [&'static str], u64);
@@ -161,64 +161,45 @@ fn frame_pointer_stacks_show_each_path_at_its_cost_share() {
     assert!(text.contains("called by refguest!stacks_mid"), "{text}");
 }
 
-/// The PE module, its PDB, and the unwind codes llvm-readobj finds in it.
-struct PeModule {
-    exe: PathBuf,
-    unwind: String,
+pub(crate) use crate::harness::pe::PeModule;
+
+/// Builds tests/fixtures/pe/stacks.c into `dir`/stacks.exe and stacks.pdb, linked at
+/// 0x40300000 (the reference guest's PE window).
+pub(crate) fn build_pe(dir: &TempDir) -> PeModule {
+    build_pe_with(dir, &[])
 }
 
-fn build_pe(dir: &TempDir) -> PeModule {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/pe/stacks.c");
-    let obj = dir.join("stacks.obj");
-    let exe = dir.join("stacks.exe");
-    let os = |s: &str| std::ffi::OsString::from(s);
-    let arg = |flag: &str, p: &Path| os(&format!("{flag}{}", p.display()));
-    tool(
-        "clang",
-        "clang",
-        &[
-            &os("--target=x86_64-pc-windows-msvc"),
-            &os("-O2"),
-            &os("-g"),
-            &os("-gcodeview"),
-            &os("-c"),
-            src.as_os_str(),
-            &os("-o"),
-            obj.as_os_str(),
-        ],
-    );
-    tool(
-        "lld-link",
-        "lld",
-        &[
-            &os("/entry:pe_round"),
-            &os("/subsystem:native"),
-            &os("/fixed"),
-            &os("/base:0x40300000"),
-            &os("/nodefaultlib"),
-            &os("/debug"),
-            &arg("/pdb:", &dir.join("stacks.pdb")),
-            &arg("/out:", &exe),
-            obj.as_os_str(),
-        ],
-    );
+/// [`build_pe`] with more lld-link arguments (`/export:pe_round` gives the image an export
+/// directory, and so the name `stacks.exe` in guest memory).
+pub(crate) fn build_pe_with(dir: &TempDir, link: &[&str]) -> PeModule {
+    let spec = crate::harness::pe::PeSpec {
+        source: "stacks.c",
+        image: "stacks.exe",
+        pdb: "stacks.pdb",
+        entry: "pe_round",
+        base: 0x4030_0000,
+        link,
+    };
+    PeModule::build(dir, &spec)
+}
+
+/// The unwind codes `llvm-readobj --unwind` finds in `exe`.
+fn unwind_codes(exe: &Path) -> String {
     let out = Command::new("llvm-readobj")
         .arg("--unwind")
-        .arg(&exe)
+        .arg(exe)
         .output()
         .unwrap_or_else(|e| {
             panic!("cannot run llvm-readobj ({e}): install Debian's llvm (apt-get install -y llvm)")
         });
-    PeModule {
-        exe,
-        unwind: String::from_utf8_lossy(&out.stdout).into_owned(),
-    }
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]
 fn pe_stacks_without_frame_pointers_unwind_from_their_unwind_data() {
     let dir = TempDir::new("pestacks-build");
     let pe = build_pe(&dir);
+    let unwind = unwind_codes(&pe.exe);
     // The prologues exercise these codes (the walk must handle every one of them to reach
     // pe_round), and pe_leaf has no unwind data at all.
     for code in [
@@ -228,11 +209,7 @@ fn pe_stacks_without_frame_pointers_unwind_from_their_unwind_data() {
         "SAVE_XMM128",
         "SET_FPREG",
     ] {
-        assert!(
-            pe.unwind.contains(code),
-            "the module needs {code}\n{}",
-            pe.unwind
-        );
+        assert!(unwind.contains(code), "the module needs {code}\n{}", unwind);
     }
     let run = profile("scenario=pestacks stacks.ms=3000", Some(&pe.exe));
     // Symbols found after the run: `report --out` rewrites the four files with the PDB.
@@ -242,7 +219,7 @@ fn pe_stacks_without_frame_pointers_unwind_from_their_unwind_data() {
         profile_json.to_str().unwrap(),
         "--symbols",
         pe.exe.to_str().unwrap(),
-        "--symbol-dir",
+        "--symbol-path",
         dir.path().to_str().unwrap(),
         "--out",
         run.join("named").to_str().unwrap(),
@@ -259,18 +236,15 @@ fn pe_stacks_without_frame_pointers_unwind_from_their_unwind_data() {
 
 /// The module is found in guest memory with the PDB its CodeView record names, and a symbol
 /// directory in symbol-server layout holding only that PDB names its functions: no
-/// `--symbols`, no load address given.
+/// `--symbols`, no load address given. Through the deprecated `--symbol-dir`, which still
+/// works (tests/symserver.rs covers `--symbol-path`).
 #[test]
 fn a_module_found_in_guest_memory_is_named_from_a_symbol_directory() {
     let dir = TempDir::new("pestacks-symdir");
     let pe = build_pe(&dir);
-    let r = analysis::symbols::pe::pdb_ref(&std::fs::read(&pe.exe).unwrap())
-        .unwrap()
-        .expect("the module names its PDB");
+    let r = pe.pdb_ref();
     let store = dir.join("store");
-    let slot = store.join(&r.name).join(r.id.key());
-    std::fs::create_dir_all(&slot).unwrap();
-    std::fs::copy(dir.join("stacks.pdb"), slot.join(&r.name)).unwrap();
+    pe.store_pdb(&store);
     let out = dir.join("out");
     hvprof([
         "profile",
@@ -287,7 +261,8 @@ fn a_module_found_in_guest_memory_is_named_from_a_symbol_directory() {
         out.to_str().unwrap(),
     ])
     .run()
-    .assert_status(0);
+    .assert_status(0)
+    .assert_stderr_contains("--symbol-dir is deprecated; use --symbol-path");
     let profile = analysis::read_profile(&out.join("profile.json")).unwrap();
     let m = profile
         .guest_modules

@@ -3,6 +3,8 @@
 //! wall-clock limit enforced here, and asserts on its exit status and output
 //! with messages that show everything the run printed.
 
+pub mod pe;
+
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fmt;
@@ -294,6 +296,7 @@ pub const DEFAULT_LIMIT: Duration = Duration::from_secs(60);
 /// A builder for one hvprof invocation.
 pub struct Hvprof {
     cmd: Command,
+    env: Vec<String>,
     args: Vec<String>,
     limit: Duration,
 }
@@ -305,6 +308,8 @@ where
     S: AsRef<std::ffi::OsStr>,
 {
     let mut cmd = Command::new(hvprof_bin());
+    // A symbol path of whoever runs the tests must not send them to a symbol server.
+    cmd.env_remove("_NT_SYMBOL_PATH");
     let mut shown = Vec::new();
     for a in args {
         shown.push(a.as_ref().to_string_lossy().into_owned());
@@ -312,6 +317,7 @@ where
     }
     Hvprof {
         cmd,
+        env: Vec::new(),
         args: shown,
         limit: DEFAULT_LIMIT,
     }
@@ -333,7 +339,9 @@ impl Hvprof {
     }
 
     /// Sets an environment variable for hvprof.
-    pub fn env(mut self, key: &str, value: &str) -> Hvprof {
+    pub fn env(mut self, key: &str, value: impl AsRef<std::ffi::OsStr>) -> Hvprof {
+        self.env
+            .push(format!("{key}={}", value.as_ref().to_string_lossy()));
         self.cmd.env(key, value);
         self
     }
@@ -357,6 +365,7 @@ impl Hvprof {
         ];
         Running {
             child,
+            env: self.env,
             args: self.args,
             limit: self.limit,
             started,
@@ -390,6 +399,7 @@ fn pump<R: Read + Send + 'static>(mut r: R, buf: Arc<Mutex<Vec<u8>>>) -> JoinHan
 /// A running hvprof process.
 pub struct Running {
     child: Child,
+    env: Vec<String>,
     args: Vec<String>,
     limit: Duration,
     started: Instant,
@@ -475,6 +485,7 @@ impl Running {
             let _ = r.join();
         }
         Output {
+            env: self.env.clone(),
             args: self.args.clone(),
             status,
             killed,
@@ -497,6 +508,8 @@ impl Drop for Running {
 
 /// The result of one hvprof run.
 pub struct Output {
+    /// Environment variables set for it (`KEY=VALUE`).
+    pub env: Vec<String>,
     /// Arguments hvprof was given.
     pub args: Vec<String>,
     /// How it exited.
@@ -513,7 +526,8 @@ pub struct Output {
 
 impl fmt::Display for Output {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "---- hvprof {}", self.args.join(" "))?;
+        let env: String = self.env.iter().map(|e| format!("{e} ")).collect();
+        writeln!(f, "---- {env}hvprof {}", self.args.join(" "))?;
         writeln!(
             f,
             "---- exit: {} after {:.2?}{}",

@@ -3,13 +3,12 @@
 //! analysis crate's plain inputs. The analysis crate never sees a VMM type, so it builds and
 //! tests without KVM; anything new a profile records is converted here.
 
-use std::path::Path;
 use std::time::SystemTime;
 
 use analysis::hex::{Hex, OptHex};
 use analysis::input::{GuestObject, HostObject, RunInput};
 use analysis::profile::{GuestModule, GuestPdb, StackCount};
-use analysis::symbols::elf;
+use analysis::symbols::{elf, Finder};
 use analysis::{
     KernelImage, Module, Profile, ReportError, RunInfo, SymbolSpec, Symbols, VcpuStats,
 };
@@ -188,24 +187,24 @@ pub fn config_symbols(config: &VmConfig) -> Symbols {
     config.kernel().map(kernel_symbols).unwrap_or_default()
 }
 
-/// The symbols of a run just ended: its kernel's, and with a symbol directory the PDBs of
-/// the modules it found in guest memory.
-pub fn run_symbols(config: &VmConfig, profile: &Profile, symbol_dir: Option<&Path>) -> Symbols {
+/// The symbols of a run just ended: its kernel's, and with a finder (a symbol path) the
+/// PDBs of the modules it found in guest memory; those not found are in
+/// [`Symbols::missing`].
+pub fn run_symbols(config: &VmConfig, profile: &Profile, finder: Option<&mut Finder>) -> Symbols {
     let mut symbols = config_symbols(config);
-    if let Some(dir) = symbol_dir {
-        for m in analysis::load::guest_modules(profile, dir, &symbols) {
-            symbols.push(m);
-        }
+    if let Some(finder) = finder {
+        analysis::load::add_guest_modules(&mut symbols, profile, finder);
     }
     symbols
 }
 
 /// The symbols for a saved profile: its kernel's (the built-in reference guest's bytes when
-/// the profile ran it, else the kernel file if it is still there), then every `specs` image.
+/// the profile ran it, else the kernel file if it is still there), then every `specs` image,
+/// then with a finder the modules found in guest memory.
 pub fn saved_profile_symbols(
     profile: &Profile,
     specs: &[SymbolSpec],
-    symbol_dir: Option<&Path>,
+    finder: Option<&mut Finder>,
 ) -> Result<Symbols, ReportError> {
     // A profile records the kernel by the name RunMetadata gave it; the built-in one's name
     // is not a path, so its bytes come from this binary.
@@ -217,7 +216,7 @@ pub fn saved_profile_symbols(
         }
         _ => KernelImage::File,
     };
-    analysis::load::for_profile(profile, kernel, specs, symbol_dir)
+    analysis::load::for_profile(profile, kernel, specs, finder)
 }
 
 #[cfg(test)]

@@ -7,11 +7,14 @@
 //! profile object whose size is exactly its image size (a module profile, as a Windows tool
 //! creates it with `NtCreateProfile(ImageBase, SizeOfImage)`), else at its preferred base; a
 //! bare PDB needs `@BASE` (it knows only RVAs) and is placed at 0 without one.
+//!
+//! With a [`Finder`], a PE's PDB is found through its symbol path, and so are the PDBs (and,
+//! when the finder wants them, the images) of the modules found in guest memory.
 
 use std::path::{Path, PathBuf};
 
-use super::profile::Profile;
-use super::symbols::{elf, pdb, pe, Module, SymbolError, Symbols};
+use super::profile::{GuestModule, Profile};
+use super::symbols::{elf, pdb, pe, Finder, Module, SymbolError, Symbols};
 use super::ReportError;
 
 const PDB_MAGIC: &[u8] = b"Microsoft C/C++ MSF 7.00\r\n\x1aDS\0\0\0";
@@ -62,7 +65,7 @@ fn file_name(path: &Path) -> String {
 /// Reads one image as a module placed by `spec`'s base, or else as described above.
 pub fn module(
     spec: &SymbolSpec,
-    symbol_dir: Option<&Path>,
+    finder: Option<&mut Finder>,
     profile: Option<&Profile>,
 ) -> Result<Module, ReportError> {
     let err = |e: SymbolError| ReportError::Symbols(spec.path.clone(), e);
@@ -72,7 +75,7 @@ pub fn module(
     let m = if bytes.starts_with(PDB_MAGIC) {
         pdb::read(&name, &bytes).map_err(err)?
     } else if bytes.starts_with(b"MZ") {
-        let m = pe::read(&name, &bytes, symbol_dir).map_err(err)?;
+        let m = pe::read(&name, &bytes, finder).map_err(err)?;
         let module_profile = profile
             .and_then(|p| p.objects.iter().find(|o| o.size.0 == m.size))
             .map(|o| o.base.0);
@@ -110,12 +113,14 @@ pub enum KernelImage<'a> {
 }
 
 /// The symbols for `profile`: its kernel's from `kernel` when they can be read (a kernel
-/// without a readable symbol table is left out, not an error), then every `specs` image.
+/// without a readable symbol table is left out, not an error), then every `specs` image,
+/// then with a finder the modules found in guest memory ([`guest_modules`]). The PDBs the
+/// finder did not find are recorded in the symbols ([`Symbols::missing`]).
 pub fn for_profile(
     profile: &Profile,
     kernel: KernelImage,
     specs: &[SymbolSpec],
-    symbol_dir: Option<&Path>,
+    mut finder: Option<&mut Finder>,
 ) -> Result<Symbols, ReportError> {
     let mut symbols = Symbols::default();
     match kernel {
@@ -137,57 +142,90 @@ pub fn for_profile(
         }
     }
     for spec in specs {
-        symbols.push(module(spec, symbol_dir, Some(profile))?);
+        symbols.push(module(spec, finder.as_deref_mut(), Some(profile))?);
     }
-    if let Some(dir) = symbol_dir {
-        for m in guest_modules(profile, dir, &symbols) {
-            symbols.push(m);
-        }
+    if let Some(finder) = finder {
+        add_guest_modules(&mut symbols, profile, finder);
     }
     Ok(symbols)
 }
 
-/// The modules found in guest memory whose PDBs `dir` holds (matched by GUID), each placed at
-/// its base; those at a base another module already covers, and repeats of one image mapped
-/// in several address spaces, are left out. A PDB that is missing or unreadable only logs.
-pub fn guest_modules(profile: &Profile, dir: &Path, have: &Symbols) -> Vec<Module> {
+/// Adds [`guest_modules`] to `symbols`, and records what `finder` did not find.
+pub fn add_guest_modules(symbols: &mut Symbols, profile: &Profile, finder: &mut Finder) {
+    for m in guest_modules(profile, finder, symbols) {
+        symbols.push(m);
+    }
+    symbols.note_missing(finder);
+}
+
+/// The modules found in guest memory that `finder` finds symbols for, each placed at its
+/// base: its image when the finder looks for images and finds it (exports, code for
+/// disassembly, and its PDB), else its PDB alone. Modules at a base another module already
+/// covers, and repeats of one image mapped in several address spaces, are left out. A file
+/// that is missing or unreadable only logs.
+pub fn guest_modules(profile: &Profile, finder: &mut Finder, have: &Symbols) -> Vec<Module> {
     let mut out: Vec<Module> = Vec::new();
     for g in &profile.guest_modules {
-        let Some(p) = &g.pdb else { continue };
         let taken = |base: u64| have.modules().iter().chain(&out).any(|m| m.base == base);
         if taken(g.base.0) {
             continue;
         }
-        let r = pe::PdbRef {
-            name: p.name.clone(),
-            id: pdb::PdbId {
-                guid: p.guid.clone(),
-                age: p.age,
-            },
-        };
-        let Some(path) = pe::find_pdb(dir, &r) else {
-            log::info!(
-                "{}: no {} {} in {}",
-                g.name,
-                p.name,
-                r.id.key(),
-                dir.display()
-            );
-            continue;
-        };
-        match std::fs::read(&path)
-            .map_err(|e| SymbolError::Read(path.clone(), e))
-            .and_then(|b| pdb::read(&g.name, &b))
-        {
-            Ok(m) => out.push(Module {
-                path: Some(path),
+        let found = guest_image(g, finder).or_else(|| guest_pdb(g, finder));
+        if let Some(m) = found {
+            out.push(Module {
                 size: g.size.0,
                 ..m.placed_at(g.base.0)
-            }),
-            Err(e) => log::warn!("{}: {e}", path.display()),
+            });
         }
     }
     out
+}
+
+/// A guest module read from its image, found by the name its export directory gives it
+/// (a module named after its PDB has no file name to look up) and its TimeDateStamp and
+/// SizeOfImage.
+fn guest_image(g: &GuestModule, finder: &mut Finder) -> Option<Module> {
+    if !finder.wants_images() || !g.name.contains('.') {
+        return None;
+    }
+    let size = u32::try_from(g.size.0).ok()?;
+    let path = finder.find_image(&g.name, g.timestamp, size)?;
+    let read = std::fs::read(&path)
+        .map_err(|e| SymbolError::Read(path.clone(), e))
+        .and_then(|b| pe::read(&g.name, &b, Some(finder)));
+    match read {
+        Ok(m) => Some(Module {
+            path: Some(path),
+            ..m
+        }),
+        Err(e) => {
+            log::warn!("{}: {e}", path.display());
+            None
+        }
+    }
+}
+
+/// A guest module's PDB alone.
+fn guest_pdb(g: &GuestModule, finder: &mut Finder) -> Option<Module> {
+    let p = g.pdb.as_ref()?;
+    let id = pdb::PdbId {
+        guid: p.guid.clone(),
+        age: p.age,
+    };
+    let path = finder.find_pdb(&g.name, &p.name, &id)?;
+    let read = std::fs::read(&path)
+        .map_err(|e| SymbolError::Read(path.clone(), e))
+        .and_then(|b| pdb::read(&g.name, &b));
+    match read {
+        Ok(m) => Some(Module {
+            path: Some(path),
+            ..m
+        }),
+        Err(e) => {
+            log::warn!("{}: {e}", path.display());
+            None
+        }
+    }
 }
 
 #[cfg(test)]
@@ -233,6 +271,46 @@ mod tests {
         let s = for_profile(&p, kernel, &[], None).unwrap();
         assert_eq!(s.modules()[0].name, "k");
         assert!(s.len() > 10);
+    }
+
+    #[test]
+    fn guest_modules_whose_pdbs_are_not_found_are_recorded() {
+        use crate::hex::{Hex, OptHex};
+        use crate::profile::GuestPdb;
+        use crate::symbols::SymbolPath;
+        let dir = crate::symbols::testdata::temp_dir("load-missing");
+        let mut p = sample_profile(0x1000);
+        let g = GuestModule {
+            process: OptHex(Some(0x5000)),
+            name: "app".into(),
+            base: Hex(0x4030_0000),
+            size: Hex(0x5000),
+            timestamp: 2,
+            pdb: Some(GuestPdb {
+                name: "app.pdb".into(),
+                guid: "0123456789ABCDEF0123456789ABCDEF".into(),
+                age: 3,
+            }),
+        };
+        // The same image in two address spaces is looked for once.
+        p.guest_modules = vec![
+            g.clone(),
+            GuestModule {
+                process: OptHex(Some(0x6000)),
+                ..g
+            },
+        ];
+        let mut finder = Finder::new(SymbolPath::from_dir(&dir));
+        let s = for_profile(&p, KernelImage::File, &[], Some(&mut finder)).unwrap();
+        let [m] = s.missing() else {
+            panic!("{:?}", s.missing())
+        };
+        assert_eq!(
+            (m.module.as_str(), m.pdb.as_str(), m.age),
+            ("app", "app.pdb", 3)
+        );
+        assert!(s.modules().is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -217,6 +217,7 @@ pub fn render(p: &Profile, symbols: &Symbols, top: usize) -> String {
         let _ = writeln!(out, "\nno profile objects ran");
     }
     guest_modules(&mut out, p);
+    missing_symbols(&mut out, symbols);
     let stored = p.symbolized_with(symbols);
     for o in &p.objects {
         object(&mut out, o, symbols, stored, top);
@@ -249,6 +250,29 @@ fn guest_modules(out: &mut String, p: &Profile) {
             "  {:<24} {:<#20x} {:>#10x} {:<18} {pdb}",
             m.name, m.base.0, m.size.0, space
         );
+    }
+}
+
+/// The PDBs the symbol path was searched for and did not have.
+fn missing_symbols(out: &mut String, symbols: &Symbols) {
+    if symbols.missing().is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nSymbols not found:\n");
+    let _ = writeln!(
+        out,
+        "  {:<24} {:<24} {:<32} {:>4}",
+        "Module", "PDB", "GUID", "Age"
+    );
+    for m in symbols.missing() {
+        let _ = writeln!(
+            out,
+            "  {:<24} {:<24} {:<32} {:>4}",
+            m.module, m.pdb, m.guid, m.age
+        );
+        for problem in &m.problems {
+            let _ = writeln!(out, "    {problem}");
+        }
     }
 }
 
@@ -307,6 +331,30 @@ mod tests {
             ),
             "{t}"
         );
+    }
+
+    #[test]
+    fn pdbs_not_found_are_listed_with_their_identity() {
+        let p = sample_profile(0x1000);
+        assert!(!render(&p, &Symbols::default(), 10).contains("Symbols not found"));
+        let mut symbols = Symbols::default();
+        symbols.add_missing(crate::symbols::MissingPdb {
+            module: "ntoskrnl.exe".into(),
+            pdb: "ntkrnlmp.pdb".into(),
+            guid: "0123456789ABCDEF0123456789ABCDEF".into(),
+            age: 1,
+            problems: vec!["http://h/x: HTTP status 500".into()],
+        });
+        let t = render(&p, &symbols, 10);
+        assert!(has(&t, "Symbols not found:"), "{t}");
+        assert!(
+            has(
+                &t,
+                "ntoskrnl.exe ntkrnlmp.pdb 0123456789ABCDEF0123456789ABCDEF 1"
+            ),
+            "{t}"
+        );
+        assert!(has(&t, "http://h/x: HTTP status 500"), "{t}");
     }
 
     #[test]

@@ -9,6 +9,19 @@ use vmm::config::{BootSource, DiskConfig, SerialOutput, VmConfig};
 use vmm::firmware::FirmwareSpec;
 use vmm::profiler::host::HostProfileSpec;
 
+/// Where the PDBs (and images) of PE modules are found.
+#[derive(Args)]
+pub struct SymbolArgs {
+    /// Where PE modules' PDBs are found, in _NT_SYMBOL_PATH syntax: entries separated by `;`,
+    /// each a directory, srv*CACHE*URL (an HTTP(S) symbol server), srv*STORE, or cache*DIR
+    /// (default: the _NT_SYMBOL_PATH environment variable).
+    #[arg(long, value_name = "PATH")]
+    pub symbol_path: Option<String>,
+    /// Deprecated: the same as --symbol-path DIR.
+    #[arg(long, value_name = "DIR", hide = true, conflicts_with = "symbol_path")]
+    pub symbol_dir: Option<PathBuf>,
+}
+
 /// Options every VM-running subcommand shares.
 #[derive(Args)]
 pub struct VmArgs {
@@ -193,10 +206,8 @@ pub struct ProfileArgs {
     /// No host-side profile: collect only the guest agent's objects.
     #[arg(long)]
     pub no_host_profile: bool,
-    /// Where the PDBs of PE images found in guest memory are: DIR/NAME.pdb/GUIDAGE/NAME.pdb
-    /// or DIR/NAME.pdb (matched by GUID).
-    #[arg(long, value_name = "DIR")]
-    pub symbol_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub symbol_path: SymbolArgs,
     /// Call-stack frames walked per host-side sample, the sampled PC included (0: no stacks)
     #[arg(long, value_name = "N", default_value_t = vmm::profiler::host::DEFAULT_STACK_DEPTH)]
     pub stack_depth: usize,
@@ -221,9 +232,8 @@ pub struct ReportArgs {
     /// An image (ELF, PE) or PDB to symbolize with, placed at BASE when given as FILE@0xBASE.
     #[arg(long = "symbols", value_name = "FILE[@0xBASE]")]
     pub symbols: Vec<analysis::SymbolSpec>,
-    /// Where PE images' PDBs are: DIR/NAME.pdb or DIR/NAME.pdb/GUIDAGE/NAME.pdb.
-    #[arg(long, value_name = "DIR")]
-    pub symbol_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub symbol_path: SymbolArgs,
     /// Rows per table (and buckets annotated).
     #[arg(long, default_value_t = 20)]
     pub top: usize,
@@ -265,6 +275,9 @@ pub struct CompareArgs {
     /// they shrank.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Both profiles' guest modules are symbolized through it.
+    #[command(flatten)]
+    pub symbol_path: SymbolArgs,
 }
 
 /// `hvprof merge`.

@@ -4,6 +4,7 @@
 mod args;
 mod progress;
 mod run;
+mod symbols;
 mod tools;
 
 use std::process::ExitCode;

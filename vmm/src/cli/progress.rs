@@ -1,5 +1,5 @@
-//! The progress bar of `hvprof profile`: the session reports elapsed time and samples, this
-//! draws them (the library does no presentation).
+//! The progress bars of `hvprof`: a profiling session reports elapsed time and samples, a
+//! symbol download its bytes; these draw them (the libraries do no presentation).
 
 use std::time::Duration;
 
@@ -58,5 +58,41 @@ impl Progress for Bar {
     fn finish(&mut self) {
         // Cleared, so the summary printed next stands alone.
         self.bar.finish_and_clear();
+    }
+}
+
+/// A bar for each symbol download, in bytes (a spinner when the server does not say how
+/// many); drawn only on a terminal.
+#[derive(Default)]
+pub struct DownloadBar {
+    bar: Option<ProgressBar>,
+}
+
+impl analysis::symbols::server::DownloadProgress for DownloadBar {
+    fn progress(&mut self, url: &str, done: u64, total: Option<u64>) {
+        let bar = self.bar.get_or_insert_with(|| {
+            let (bar, template) = match total {
+                Some(n) => (
+                    ProgressBar::new(n),
+                    "{msg} [{bar:30}] {bytes}/{total_bytes}",
+                ),
+                None => (ProgressBar::new_spinner(), "{spinner} {msg} {bytes}"),
+            };
+            bar.set_style(
+                ProgressStyle::with_template(template)
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+            );
+            let name = url.rsplit('/').next().unwrap_or(url);
+            bar.set_message(format!("downloading {name}"));
+            bar
+        });
+        bar.set_position(done);
+    }
+
+    fn finished(&mut self, _url: &str) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
     }
 }

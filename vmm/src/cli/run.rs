@@ -4,6 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::SystemTime;
 
+use analysis::symbols::Finder;
 use analysis::Symbols;
 use vmm::config::VmConfig;
 use vmm::export::RunMetadata;
@@ -55,13 +56,14 @@ fn summarize(report: &RunReport) {
 }
 
 /// Finishes a run: the text report of its profile objects (the same as report.txt), the
-/// summary, and the four report files when `out` is given.
+/// summary, and the four report files when `out` is given. With a finder, the PDBs of the
+/// modules found in guest memory are looked up, and those not found listed on stderr.
 fn finish(
     config: &VmConfig,
     result: Result<RunReport, vmm::vm::VmError>,
     started: SystemTime,
     out: Option<&Path>,
-    symbol_dir: Option<&Path>,
+    finder: Option<&mut Finder>,
     status_of: impl Fn(&RunReport) -> i32,
 ) -> ExitCode {
     let report = match result {
@@ -79,7 +81,7 @@ fn finish(
     let symbols = if profile.objects.is_empty() && out.is_none() {
         Symbols::default()
     } else {
-        vmm::export::run_symbols(config, &profile, symbol_dir)
+        vmm::export::run_symbols(config, &profile, finder)
     };
     // Once: the printed report and every file written below use these per-function totals.
     if !symbols.modules().is_empty() {
@@ -89,6 +91,7 @@ fn finish(
         print!("{}", analysis::text::render(&profile, &symbols, 10));
     }
     summarize(&report);
+    super::symbols::report_missing(&symbols);
     if let Some(dir) = out {
         match analysis::write_all(dir, &profile, &symbols) {
             Ok(files) => {
@@ -143,6 +146,11 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         Ok(None) => Span::UntilExit,
         Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
     };
+    // A bad symbol path fails before the run, not after it.
+    let mut finder = match super::symbols::finder(&a.symbol_path, a.quiet) {
+        Ok(f) => f,
+        Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
+    };
     let embedded = a.boot.is_empty();
     let default = vmm::demo::kernel_spec(vmm::demo::DEFAULT_CMDLINE);
     let (config, hooks, _api) = match config(a.vm, a.boot, Some(default)) {
@@ -166,7 +174,7 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         result,
         started,
         Some(&a.out),
-        a.symbol_dir.as_deref(),
+        finder.as_mut(),
         |r| {
             if embedded {
                 vmm::demo::exit_status(&r.outcome)

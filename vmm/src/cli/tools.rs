@@ -6,14 +6,19 @@ use analysis::compare::{compare_profiles, junit, markdown, merge_profiles, Scope
 use vmm::outcome::{STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
 
 use super::args::{BenchArgs, CompareArgs, MergeArgs, ReportArgs, ScopeArg};
-use super::fail;
+use super::{fail, symbols};
 
-/// `hvprof report`.
+/// `hvprof report`. With `--annotate` the symbol path is searched for the images of the
+/// modules found in guest memory too: their code is what the listing disassembles.
 pub fn report(a: &ReportArgs) -> ExitCode {
-    let run = || -> Result<String, analysis::ReportError> {
+    let mut finder = match symbols::finder(&a.symbol_path, false) {
+        Ok(f) => f.map(|f| f.with_images(a.annotate)),
+        Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
+    };
+    let mut run = || -> Result<String, analysis::ReportError> {
         let profile = analysis::read_profile(&a.profile)?;
-        let symbols =
-            vmm::export::saved_profile_symbols(&profile, &a.symbols, a.symbol_dir.as_deref())?;
+        let symbols = vmm::export::saved_profile_symbols(&profile, &a.symbols, finder.as_mut())?;
+        symbols::report_missing(&symbols);
         if let Some(dir) = &a.out {
             let files = analysis::write_all(dir, &profile, &symbols)?;
             for path in files.all() {
@@ -37,7 +42,7 @@ pub fn report(a: &ReportArgs) -> ExitCode {
 
 /// `hvprof compare`: exit status 1 on a significant regression.
 pub fn compare(a: &CompareArgs) -> ExitCode {
-    let (base, new) = match (
+    let (mut base, mut new) = match (
         analysis::read_profile(&a.base),
         analysis::read_profile(&a.new),
     ) {
@@ -55,10 +60,15 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
         ScopeArg::Host => Scope::Host,
         ScopeArg::All => Scope::All,
     };
-    // Stack frames are named with each profile's own kernel; where it cannot be read (a
-    // profile from another host), by address.
-    let symbols_of = |p: &analysis::Profile, path: &std::path::Path| {
-        vmm::export::saved_profile_symbols(p, &[], None).unwrap_or_else(|e| {
+    let mut finder = match symbols::finder(&a.symbol_path, false) {
+        Ok(f) => f,
+        Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
+    };
+    // Stack frames are named with each profile's own kernel (and with a symbol path, its
+    // guest modules' PDBs); where the kernel cannot be read (a profile from another host),
+    // by address.
+    let mut symbols_of = |p: &analysis::Profile, path: &std::path::Path| {
+        vmm::export::saved_profile_symbols(p, &[], finder.as_mut()).unwrap_or_else(|e| {
             eprintln!(
                 "hvprof: warning: {}: stack frames named by address: {e}",
                 path.display()
@@ -67,6 +77,18 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
         })
     };
     let symbols = [symbols_of(&base, &a.base), symbols_of(&new, &a.new)];
+    // The finder records each PDB once: the new profile's symbols list all of them.
+    symbols::report_missing(&symbols[1]);
+    // With a symbol path, both profiles' functions are counted afresh with what it found
+    // (their kernels and guest modules; images a profile was symbolized with by --symbols
+    // are not in these symbols: `hvprof report --out` keeps them).
+    if finder.is_some() {
+        for (p, s) in [(&mut base, &symbols[0]), (&mut new, &symbols[1])] {
+            if !s.modules().is_empty() && !p.symbolized_with(s) {
+                p.symbolize(s);
+            }
+        }
+    }
     let (objects, unmatched) =
         compare_profiles(&base, &new, &opts, scope, [&symbols[0], &symbols[1]]);
     if objects.is_empty() {

@@ -5,17 +5,27 @@
 //! set of placed modules a profile is symbolized with.
 //!
 //! Readers: ELF through the object crate ([`elf`]: the reference guest, Linux kernels), PE export
-//! tables plus the matching PDB found in a symbol directory ([`pe`]), and PDB files on their own
-//! ([`pdb`]: public symbols and procedures).
+//! tables plus the matching PDB found through a symbol path ([`pe`]), and PDB files on their
+//! own ([`pdb`]: public symbols and procedures). PDBs and images are found by identity through
+//! a [`SymbolPath`] ([`path`]: `_NT_SYMBOL_PATH` syntax) by a [`Finder`] ([`find`]), in local
+//! stores ([`store`]) and on HTTP(S) symbol servers ([`server`]).
 
 pub mod elf;
+pub mod find;
 pub mod lines;
+pub mod path;
 pub mod pdb;
 pub mod pe;
+pub mod server;
+pub mod store;
+#[cfg(test)]
+pub(crate) mod testdata;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+pub use find::{Finder, MissingPdb};
 pub use lines::{LineTable, SourceLine};
+pub use path::SymbolPath;
 
 /// One symbol of a module.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,10 +195,11 @@ impl Module {
     }
 }
 
-/// A set of placed modules.
+/// A set of placed modules, and the PDBs that were looked for and not found.
 #[derive(Debug, Clone, Default)]
 pub struct Symbols {
     modules: Vec<Module>,
+    missing: Vec<MissingPdb>,
 }
 
 impl Symbols {
@@ -196,17 +207,37 @@ impl Symbols {
     pub fn from_module(module: Module) -> Self {
         Symbols {
             modules: vec![module],
+            missing: Vec::new(),
         }
     }
 
-    /// The exports of a PE image, and the symbols of its PDB when `symbol_dir` holds the PDB
-    /// its CodeView record names (see [`pe::read`]). Placed at the image's preferred base.
+    /// The exports of a PE image, and the symbols of its PDB when `finder` finds the PDB its
+    /// CodeView record names (see [`pe::read`]). Placed at the image's preferred base.
     pub fn from_pe(
         bytes: &[u8],
         name: &str,
-        symbol_dir: Option<&Path>,
+        finder: Option<&mut Finder>,
     ) -> Result<Self, SymbolError> {
-        Ok(Self::from_module(pe::read(name, bytes, symbol_dir)?))
+        Ok(Self::from_module(pe::read(name, bytes, finder)?))
+    }
+
+    /// The PDBs looked for and not found (each once), for reports.
+    pub fn missing(&self) -> &[MissingPdb] {
+        &self.missing
+    }
+
+    /// Records a PDB looked for and not found (once).
+    pub fn add_missing(&mut self, m: MissingPdb) {
+        if !self.missing.contains(&m) {
+            self.missing.push(m);
+        }
+    }
+
+    /// Records the PDBs `finder` did not find.
+    pub fn note_missing(&mut self, finder: &Finder) {
+        for m in finder.missing() {
+            self.add_missing(m.clone());
+        }
     }
 
     /// The public symbols and procedures of a PDB, placed at 0 until moved with

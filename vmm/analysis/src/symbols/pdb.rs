@@ -42,7 +42,15 @@ pub fn guid_hex(raw: [u8; 16]) -> String {
 
 /// The identity of a PDB.
 pub fn id(bytes: &[u8]) -> Result<PdbId, SymbolError> {
-    let mut pdb = PDB::open(Cursor::new(bytes))?;
+    id_from(Cursor::new(bytes))
+}
+
+/// The identity of the PDB `source` reads (a file: only the streams needed are read).
+pub fn id_from<S>(source: S) -> Result<PdbId, SymbolError>
+where
+    S: std::io::Read + std::io::Seek + std::fmt::Debug,
+{
+    let mut pdb = PDB::open(source)?;
     let info = pdb.pdb_information()?;
     let guid = format!("{:X}", info.guid.simple());
     // The DBI stream's age is the one PE files record; the info stream's may be newer.

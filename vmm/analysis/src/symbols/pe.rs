@@ -1,15 +1,14 @@
 //! PE images: export tables, code sections, and the PDB their CodeView record names.
 //!
-//! The PDB is looked up in a symbol directory `DIR` first in the symbol-server layout,
-//! `DIR/<pdb name>/<GUID><age>/<pdb name>`, then flat, `DIR/<pdb name>`. A PDB is used only
-//! when its GUID is the one the PE records (a stale PDB would name the wrong functions); a
-//! missing or stale PDB leaves the exports alone.
-
-use std::path::{Path, PathBuf};
+//! The PDB is looked up through a symbol path by a [`Finder`] (see [`super::find`]), which
+//! uses a PDB only when its GUID and age are the ones the PE records (a stale PDB would name
+//! the wrong functions); a missing or stale PDB leaves the exports alone.
 
 use object::{BinaryFormat, Object, ObjectSection, SectionKind};
 
-use super::{base_name, pdb, sort_symbols, ImageKind, Module, Section, Symbol, SymbolError};
+use super::{
+    base_name, pdb, sort_symbols, Finder, ImageKind, Module, Section, Symbol, SymbolError,
+};
 
 /// The PDB a PE file names in its CodeView (RSDS) debug record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,39 +31,9 @@ pub fn pdb_ref(bytes: &[u8]) -> Result<Option<PdbRef>, SymbolError> {
     }))
 }
 
-/// Where the PDB for `r` is in `dir`: the symbol-server path, then the flat one, whichever
-/// exists and has the right GUID.
-pub fn find_pdb(dir: &Path, r: &PdbRef) -> Option<PathBuf> {
-    let candidates = [
-        dir.join(&r.name).join(r.id.key()).join(&r.name),
-        dir.join(&r.name),
-    ];
-    candidates.into_iter().find(|p| {
-        let Ok(bytes) = std::fs::read(p) else {
-            return false;
-        };
-        match pdb::id(&bytes) {
-            Ok(id) if id.guid == r.id.guid => true,
-            Ok(id) => {
-                log::warn!(
-                    "{} has GUID {}, not the {} its image names: ignored",
-                    p.display(),
-                    id.guid,
-                    r.id.guid
-                );
-                false
-            }
-            Err(e) => {
-                log::warn!("{}: {e}", p.display());
-                false
-            }
-        }
-    })
-}
-
 /// Reads a PE image as a module named `name`, placed at its preferred image base: its exports,
-/// its code sections, and the symbols of its PDB when `symbol_dir` holds the matching one.
-pub fn read(name: &str, bytes: &[u8], symbol_dir: Option<&Path>) -> Result<Module, SymbolError> {
+/// its code sections, and the symbols of its PDB when `finder` finds the matching one.
+pub fn read(name: &str, bytes: &[u8], finder: Option<&mut Finder>) -> Result<Module, SymbolError> {
     let file = object::File::parse(bytes)?;
     if file.format() != BinaryFormat::Pe {
         return Err(SymbolError::UnknownFormat);
@@ -110,9 +79,9 @@ pub fn read(name: &str, bytes: &[u8], symbol_dir: Option<&Path>) -> Result<Modul
         .collect();
     let mut debug_id = None;
     let mut lines = super::LineTable::default();
-    if let (Some(dir), Some(r)) = (symbol_dir, pdb_ref(bytes)?) {
+    if let (Some(finder), Some(r)) = (finder, pdb_ref(bytes)?) {
         debug_id = Some(r.id.key());
-        match find_pdb(dir, &r) {
+        match finder.find_pdb(name, &r.name, &r.id) {
             Some(path) => {
                 let pdb_bytes =
                     std::fs::read(&path).map_err(|e| SymbolError::Read(path.clone(), e))?;
@@ -123,12 +92,7 @@ pub fn read(name: &str, bytes: &[u8], symbol_dir: Option<&Path>) -> Result<Modul
                 all.append(&mut symbols);
                 symbols = all;
             }
-            None => log::info!(
-                "no PDB {} with GUID {} in {}: exports only",
-                r.name,
-                r.id.key(),
-                dir.display()
-            ),
+            None => log::info!("{name}: exports only"),
         }
     }
     sort_symbols(&mut symbols);

@@ -1,0 +1,90 @@
+//! PE fixtures built at test time: a C file of tests/fixtures/pe/ compiled with
+//! `clang --target=x86_64-pc-windows-msvc` and linked /fixed at a chosen base with
+//! `lld-link /debug`, so the image names its PDB in a CodeView record (Debian's clang, lld).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use super::{tool, TempDir};
+
+/// What to build.
+pub struct PeSpec<'a> {
+    /// The C file in tests/fixtures/pe/.
+    pub source: &'a str,
+    /// The image's file name (its export directory's name, if it exports anything).
+    pub image: &'a str,
+    /// The PDB's file name.
+    pub pdb: &'a str,
+    /// The entry point's symbol.
+    pub entry: &'a str,
+    /// The base it is linked at.
+    pub base: u64,
+    /// More lld-link arguments.
+    pub link: &'a [&'a str],
+}
+
+/// A built image and its PDB.
+pub struct PeModule {
+    /// The image.
+    pub exe: PathBuf,
+    /// Its PDB.
+    pub pdb: PathBuf,
+}
+
+impl PeModule {
+    /// Builds `spec` into `dir`.
+    pub fn build(dir: &TempDir, spec: &PeSpec) -> PeModule {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/pe")
+            .join(spec.source);
+        let obj = dir.join(&format!("{}.obj", spec.image));
+        let exe = dir.join(spec.image);
+        let pdb = dir.join(spec.pdb);
+        let os = |s: String| OsString::from(s);
+        tool(
+            "clang",
+            "clang",
+            &[
+                os("--target=x86_64-pc-windows-msvc".into()),
+                os("-O2".into()),
+                os("-g".into()),
+                os("-gcodeview".into()),
+                os("-c".into()),
+                src.into_os_string(),
+                os("-o".into()),
+                obj.clone().into_os_string(),
+            ],
+        );
+        let mut args: Vec<OsString> = vec![
+            os(format!("/entry:{}", spec.entry)),
+            os("/subsystem:native".into()),
+            os("/fixed".into()),
+            os(format!("/base:{:#x}", spec.base)),
+            os("/nodefaultlib".into()),
+            os("/debug".into()),
+            os(format!("/pdb:{}", pdb.display())),
+            os(format!("/out:{}", exe.display())),
+        ];
+        args.extend(spec.link.iter().map(|a| os(a.to_string())));
+        args.push(obj.into_os_string());
+        tool("lld-link", "lld", &args);
+        PeModule { exe, pdb }
+    }
+
+    /// The PDB the module names in its CodeView record.
+    pub fn pdb_ref(&self) -> analysis::symbols::pe::PdbRef {
+        analysis::symbols::pe::pdb_ref(&std::fs::read(&self.exe).unwrap())
+            .unwrap()
+            .expect("the module names its PDB")
+    }
+
+    /// Puts the PDB into `store` in symbol-server layout (`<pdb>/<GUID><age>/<pdb>`);
+    /// returns its path there.
+    pub fn store_pdb(&self, store: &Path) -> PathBuf {
+        let r = self.pdb_ref();
+        let slot = store.join(&r.name).join(r.id.key());
+        std::fs::create_dir_all(&slot).unwrap();
+        std::fs::copy(&self.pdb, slot.join(&r.name)).unwrap();
+        slot.join(&r.name)
+    }
+}
