@@ -246,23 +246,10 @@ fn a_module_found_in_guest_memory_is_named_from_a_symbol_directory() {
     let store = dir.join("store");
     pe.store_pdb(&store);
     let out = dir.join("out");
-    hvprof([
-        "profile",
-        "--cmdline",
-        "scenario=pestacks stacks.ms=1000",
-        "--cpl",
-        "3",
-        "--quiet",
-        "--initrd",
-        pe.exe.to_str().unwrap(),
-        "--symbol-dir",
-        store.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ])
-    .run()
-    .assert_status(0)
-    .assert_stderr_contains("--symbol-dir is deprecated; use --symbol-path");
+    crate::symserver::profile(&pe, &out, &["--symbol-dir", store.to_str().unwrap()])
+        .run()
+        .assert_status(0)
+        .assert_stderr_contains("--symbol-dir is deprecated; use --symbol-path");
     let profile = analysis::read_profile(&out.join("profile.json")).unwrap();
     let m = profile
         .guest_modules

@@ -16,7 +16,7 @@ use crate::harness::{hvprof, pprof, Hvprof, Output, TempDir};
 use crate::stacks::{build_pe, PeModule};
 
 /// A short pestacks run with the module, its output in `out`, plus `extra` arguments.
-fn profile(pe: &PeModule, out: &Path, extra: &[&str]) -> Hvprof {
+pub(crate) fn profile(pe: &PeModule, out: &Path, extra: &[&str]) -> Hvprof {
     let mut args = vec![
         "profile",
         "--cmdline",

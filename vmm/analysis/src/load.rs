@@ -190,10 +190,19 @@ fn guest_image(g: &GuestModule, finder: &mut Finder) -> Option<Module> {
     }
     let size = u32::try_from(g.size.0).ok()?;
     let path = finder.find_image(&g.name, g.timestamp, size)?;
-    let read = std::fs::read(&path)
+    read_found(path, |b| pe::read(&g.name, b, Some(finder)))
+}
+
+/// The module `read` makes of the file at `path` (found on the symbol path), or None with a
+/// warning if the file cannot be read or parsed.
+fn read_found(
+    path: PathBuf,
+    read: impl FnOnce(&[u8]) -> Result<Module, SymbolError>,
+) -> Option<Module> {
+    let module = std::fs::read(&path)
         .map_err(|e| SymbolError::Read(path.clone(), e))
-        .and_then(|b| pe::read(&g.name, &b, Some(finder)));
-    match read {
+        .and_then(|b| read(&b));
+    match module {
         Ok(m) => Some(Module {
             path: Some(path),
             ..m
@@ -213,19 +222,7 @@ fn guest_pdb(g: &GuestModule, finder: &mut Finder) -> Option<Module> {
         age: p.age,
     };
     let path = finder.find_pdb(&g.name, &p.name, &id)?;
-    let read = std::fs::read(&path)
-        .map_err(|e| SymbolError::Read(path.clone(), e))
-        .and_then(|b| pdb::read(&g.name, &b));
-    match read {
-        Ok(m) => Some(Module {
-            path: Some(path),
-            ..m
-        }),
-        Err(e) => {
-            log::warn!("{}: {e}", path.display());
-            None
-        }
-    }
+    read_found(path, |b| pdb::read(&g.name, b))
 }
 
 #[cfg(test)]
