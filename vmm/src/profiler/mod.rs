@@ -296,10 +296,7 @@ impl Profiler {
                 refreshed = true;
             }
             for m in walker.modules() {
-                if !all
-                    .iter()
-                    .any(|a| a.process == m.process && a.image.base == m.image.base)
-                {
+                if !all.iter().any(|a| a.process == m.process && a.is(&m.image)) {
                     all.push(m.clone());
                 }
             }

@@ -86,6 +86,15 @@ pub struct FoundModule {
     pub codeview: Option<CodeView>,
 }
 
+impl FoundModule {
+    /// True if this is `image`: the same place, size and build. (Directories are not compared:
+    /// a module the kernel's list names whose header is unmapped has none.)
+    pub fn is(&self, image: &Image) -> bool {
+        (self.image.base, self.image.size, self.image.timestamp)
+            == (image.base, image.size, image.timestamp)
+    }
+}
+
 /// A vCPU's stack walker: the PE images it has found, kept across samples, and the list of
 /// every one it found (the guest's modules, as far as samples reached them, and every module
 /// on a Windows kernel's list once a sample reached the kernel).
@@ -151,9 +160,10 @@ impl StackWalker {
         image: Image,
         name: Option<String>,
     ) {
-        let known = self.modules.iter().any(|m| {
-            m.process == process && m.image.base == image.base && m.image.size == image.size
-        });
+        let known = self
+            .modules
+            .iter()
+            .any(|m| m.process == process && m.is(&image));
         if self.modules.len() < MAX_MODULES && !known {
             self.modules.push(FoundModule {
                 process,
