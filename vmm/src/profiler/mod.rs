@@ -283,18 +283,24 @@ impl Profiler {
         }
     }
 
+    /// Called by vCPU `v`'s thread as it leaves the guest for good: if its samples found a
+    /// Windows kernel, its module list is walked once more (drivers loaded since). The walk
+    /// reads guest memory, so it happens here, under the vCPU thread's filter, not on the
+    /// thread that collects the results.
+    pub fn vcpu_exiting(&self, v: usize) {
+        if let Some(slot) = self.vcpus.get(v) {
+            let mut walker = slot.walker.lock().unwrap_or_else(|e| e.into_inner());
+            walker.refresh_kernel_modules(&self.mem);
+        }
+    }
+
     /// The PE images the vCPUs found in guest memory while sampling for host profiles, and
     /// the modules on the Windows kernel's list if a sample found the kernel, each once, in the
-    /// order found. The list is walked again now, by the first vCPU that found the kernel.
+    /// order found.
     pub fn guest_modules(&self) -> Vec<stacks::FoundModule> {
         let mut all: Vec<stacks::FoundModule> = Vec::new();
-        let mut refreshed = false;
         for slot in self.vcpus.iter() {
-            let mut walker = slot.walker.lock().unwrap_or_else(|e| e.into_inner());
-            if !refreshed && walker.kernel().is_some() {
-                walker.refresh_kernel_modules(&self.mem);
-                refreshed = true;
-            }
+            let walker = slot.walker.lock().unwrap_or_else(|e| e.into_inner());
             for m in walker.modules() {
                 if !all.iter().any(|a| a.process == m.process && a.is(&m.image)) {
                     all.push(m.clone());

@@ -204,8 +204,8 @@ impl StackWalker {
         }
     }
 
-    /// Walks the kernel's module list again (the run is ending: drivers loaded since the
-    /// kernel was found are added).
+    /// Walks the kernel's module list again, if this walker found the kernel (the run is
+    /// ending: drivers loaded since the kernel was found are added).
     pub fn refresh_kernel_modules(&mut self, mem: &GuestMemoryMmap) {
         if let Some((paging, _)) = self.kernel {
             let mut virt = GuestVirt::new(mem, paging);

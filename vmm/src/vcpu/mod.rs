@@ -181,6 +181,7 @@ impl Vcpu {
                 State::Exited => break,
             };
         }
+        self.shared.profiler.vcpu_exiting(self.index);
         drop(timer);
         // Leave the kick table before the vCPU fd (and its kvm_run page) goes with `self`.
         drop(entered);
