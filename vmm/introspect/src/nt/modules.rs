@@ -7,6 +7,7 @@
 //! Names are read up to a fixed length and nothing is allocated by a size the guest chose.
 
 use crate::mem::{canonical, Memory};
+use crate::pe::{le16, le32, le64};
 
 /// Most entries walked, whatever the caller asks for.
 pub const MAX_MODULES: usize = 4096;
@@ -63,15 +64,11 @@ pub struct ModuleList {
     pub end: ListEnd,
 }
 
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]))
-}
-
 /// The UNICODE_STRING at `at` in `entry` (Length, MaximumLength, padding, Buffer), read up to
 /// [`MAX_NAME_UNITS`]; control characters become U+FFFD.
 fn unicode_string(mem: &mut dyn Memory, entry: &[u8], at: usize) -> Option<String> {
-    let length = usize::from(u16::from_le_bytes([entry[at], entry[at + 1]]));
-    let buffer = u64_at(entry, at + 8);
+    let length = usize::from(le16(entry, at));
+    let buffer = le64(entry, at + 8);
     let units = (length / 2).min(MAX_NAME_UNITS);
     if units == 0 || !canonical(buffer) {
         return None;
@@ -115,23 +112,19 @@ pub fn walk_modules(mem: &mut dyn Memory, head: u64, limit: usize) -> ModuleList
             if mem.read(at, &mut e).is_err() {
                 return ListEnd::Unreadable(at);
             }
-            if u64_at(&e, BLINK) != prev {
+            if le64(&e, BLINK) != prev {
                 return ListEnd::BadLink(at);
             }
             modules.push(Module {
                 entry: at,
-                base: u64_at(&e, DLL_BASE),
-                size: u32::from_le_bytes(
-                    e[SIZE_OF_IMAGE..SIZE_OF_IMAGE + 4]
-                        .try_into()
-                        .unwrap_or([0; 4]),
-                ),
-                entry_point: u64_at(&e, ENTRY_POINT),
+                base: le64(&e, DLL_BASE),
+                size: le32(&e, SIZE_OF_IMAGE),
+                entry_point: le64(&e, ENTRY_POINT),
                 name: unicode_string(mem, &e, BASE_DLL_NAME),
                 path: unicode_string(mem, &e, FULL_DLL_NAME),
             });
             prev = at;
-            at = u64_at(&e, FLINK);
+            at = le64(&e, FLINK);
         }
     })();
     ModuleList { modules, end }

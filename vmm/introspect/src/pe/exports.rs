@@ -5,17 +5,13 @@
 
 use std::cmp::Ordering;
 
-use super::Image;
+use super::{le32, Image};
 use crate::mem::Memory;
 
 /// Longest export name compared.
 const MAX_EXPORT_NAME: usize = 128;
 /// IMAGE_EXPORT_DIRECTORY's length.
 const EXPORT_DIRECTORY_LEN: u32 = 40;
-
-fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
 
 impl Image {
     /// The address of the export called `name`, or None if the image has no such export, if

@@ -2,7 +2,7 @@
 //! PDB its CodeView record names (name, GUID, age: what a symbol server files it under). Read
 //! through [`Memory`], every field checked against the image and every string length-limited.
 
-use super::Image;
+use super::{le32, Image};
 use crate::mem::Memory;
 
 /// Longest name read (an export name or a PDB path).
@@ -88,7 +88,7 @@ impl Image {
             let mut e = [0u8; DEBUG_ENTRY_LEN as usize];
             let at = self.base + u64::from(self.debug.rva + i * DEBUG_ENTRY_LEN);
             mem.read(at, &mut e).ok()?;
-            let field = |o: usize| u32::from_le_bytes([e[o], e[o + 1], e[o + 2], e[o + 3]]);
+            let field = |o: usize| le32(&e, o);
             // Type at 12, SizeOfData at 16, AddressOfRawData (an RVA) at 20.
             let (kind, size, rva) = (field(12), field(16), field(20));
             if kind != DEBUG_TYPE_CODEVIEW {
@@ -103,7 +103,7 @@ impl Image {
                 return None;
             }
             let guid: [u8; 16] = head[4..20].try_into().ok()?;
-            let age = u32::from_le_bytes([head[20], head[21], head[22], head[23]]);
+            let age = le32(&head, 20);
             let path = ascii_at(mem, self, rva + RSDS_HEADER_LEN)?;
             return Some(CodeView {
                 pdb: file_name(&path).to_string(),

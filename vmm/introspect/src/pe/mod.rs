@@ -69,12 +69,19 @@ pub struct RuntimeFunction {
     pub unwind: u32,
 }
 
-fn le16(b: &[u8], at: usize) -> u16 {
+/// The little-endian u16 at `at` in `b` (the caller keeps `at` in bounds).
+pub(crate) fn le16(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
 
-fn le32(b: &[u8], at: usize) -> u32 {
+/// The little-endian u32 at `at` in `b`.
+pub(crate) fn le32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// The little-endian u64 at `at` in `b`.
+pub(crate) fn le64(b: &[u8], at: usize) -> u64 {
+    u64::from(le32(b, at)) | u64::from(le32(b, at + 4)) << 32
 }
 
 impl Image {
