@@ -138,6 +138,8 @@ pub struct VmConfig {
     pub disks: Vec<DiskConfig>,
     /// Whether each thread filters its system calls.
     pub seccomp: crate::seccomp::Seccomp,
+    /// What ProfileTime's samples tick on.
+    pub clock: crate::sampler::Clock,
 }
 
 impl VmConfig {
@@ -161,6 +163,7 @@ impl VmConfig {
             watchdog_period: Duration::from_millis(500),
             disks: Vec::new(),
             seccomp: crate::seccomp::Seccomp::On,
+            clock: crate::sampler::Clock::Wall,
         }
     }
 

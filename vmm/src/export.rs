@@ -81,6 +81,7 @@ pub fn profile(report: &RunReport, meta: &RunMetadata) -> Profile {
         outcome: report.outcome.to_string(),
         exit_status: meta.exit_status,
         interval_100ns: report.interval_100ns,
+        clock: report.clock.name().to_string(),
     };
     let stacks: Vec<Vec<StackCount>> = report
         .host_results
@@ -117,10 +118,23 @@ pub fn profile(report: &RunReport, meta: &RunMetadata) -> Profile {
                 counts: &h.counts,
                 stacks,
                 stacks_dropped: h.stacks.dropped,
+                source: host_source(h.spec.event.as_deref()).0,
+                source_name: host_source(h.spec.event.as_deref()).1,
             })
             .collect(),
         guest_modules: report.guest_modules.iter().map(guest_module).collect(),
     })
+}
+
+/// The source a host profile's samples stand for and its name: ProfileTime's clock by
+/// default, a PMU source's event, or a software clock (source 0, named as perf names it).
+fn host_source(event: Option<&str>) -> (u32, &str) {
+    let def = event.and_then(crate::sampler::events::by_name);
+    match (event, def.and_then(|d| d.source)) {
+        (_, Some(s)) => (s.0, analysis::profile::source_name(s.0)),
+        (Some(name), None) => (0, name),
+        (None, None) => (0, analysis::profile::source_name(0)),
+    }
 }
 
 /// A PE image found in guest memory, as profile.json records it.
@@ -360,6 +374,7 @@ mod tests {
                 }),
             }],
             interval_100ns: 39_063,
+            clock: crate::sampler::Clock::Cpu,
         }
     }
 
@@ -369,6 +384,7 @@ mod tests {
         assert_eq!(p.run.start_time, "2023-11-14T22:13:20.123Z");
         assert_eq!((p.run.protocol.as_str(), p.run.vcpus), ("PVH", 2));
         assert_eq!((p.run.kernel.as_str(), p.run.exit_status), ("vmlinux", 3));
+        assert_eq!(p.run.clock, "cpu");
         assert_eq!(p.run.outcome, RunOutcome::DebugExit(1).to_string());
         assert_eq!(p.hvprof_version, env!("CARGO_PKG_VERSION"));
         assert_eq!(p.vcpus[0], vcpu_stats(0, &report().profile_stats[0]));
@@ -382,6 +398,7 @@ mod tests {
             (3, 6, Some(0x5000))
         );
         assert_eq!((host.id, host.total, &host.affinity), (1, 5, &vec![1]));
+        assert_eq!((host.source, host.source_name.as_str()), (0, "ProfileTime"));
         let m = &p.guest_modules[0];
         assert_eq!(
             (m.process.0, m.base.0, m.size.0, m.timestamp),
@@ -389,5 +406,12 @@ mod tests {
         );
         assert_eq!(m.name, "app", "named after its PDB when it exports no name");
         assert_eq!(m.pdb.as_ref().map(|p| p.age), Some(2));
+    }
+
+    #[test]
+    fn host_profiles_name_what_took_their_samples() {
+        assert_eq!(host_source(None), (0, "ProfileTime"));
+        assert_eq!(host_source(Some("cycles")), (0x13, "ProfileTotalCycles"));
+        assert_eq!(host_source(Some("cpu-clock")), (0, "cpu-clock"));
     }
 }

@@ -25,7 +25,8 @@ pub enum Span {
 pub struct SessionOptions {
     /// How long.
     pub span: Span,
-    /// ProfileTime interval in 100 ns units (None: the default, 39,063).
+    /// The interval of the source the host profiles sample on (ProfileTime's, in 100 ns
+    /// units, unless the first names a PMU source's event); None: the default.
     pub interval: Option<u32>,
     /// Host-side profiles to run (usually one over the whole address space).
     pub host_profiles: Vec<HostProfileSpec>,
@@ -79,6 +80,8 @@ pub fn run(
     hooks
         .host_profiles
         .extend(opts.host_profiles.iter().cloned());
-    hooks.interval = opts.interval.or(hooks.interval);
+    let event = opts.host_profiles.first().and_then(|h| h.event.as_deref());
+    let source = crate::sampler::events::interval_source(event);
+    hooks.interval = opts.interval.map(|i| (source, i)).or(hooks.interval);
     run_with(config, hooks)
 }

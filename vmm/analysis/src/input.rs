@@ -61,6 +61,10 @@ pub struct HostObject<'a> {
     pub stacks: &'a [StackCount],
     /// Samples whose stack was not kept.
     pub stacks_dropped: u64,
+    /// The profile source its samples stand for (0, ProfileTime, for the clocks).
+    pub source: u32,
+    /// The name of what took its samples: the source's, or the software clock's.
+    pub source_name: &'a str,
 }
 
 impl ProfileObject {
@@ -92,8 +96,8 @@ impl ProfileObject {
         }
     }
 
-    /// A host-side profile as an object owned by the host: a sampled range, the timer's
-    /// source, on the vCPUs it names (all `vcpus` of the run when it names none).
+    /// A host-side profile as an object owned by the host: a sampled range, the source or
+    /// event that took its samples, on the vCPUs it names (all `vcpus` of the run when it names none).
     pub fn from_host(h: &HostObject, vcpus: u32) -> Self {
         let size = (h.last - h.start).saturating_add(1);
         let affinity = match h.vcpus {
@@ -108,8 +112,8 @@ impl ProfileObject {
             base: Hex(h.start),
             size: Hex(size),
             bucket_shift: h.bucket_shift,
-            source: 0,
-            source_name: source_name(0).to_string(),
+            source: h.source,
+            source_name: h.source_name.to_string(),
             affinity,
             buckets: ((size - 1) >> h.bucket_shift.min(63)) + 1,
             total: h.counts.values().sum(),
@@ -205,9 +209,15 @@ mod tests {
             counts: &counts,
             stacks: &stacks,
             stacks_dropped: 0,
+            source: 0x13,
+            source_name: "ProfileTotalCycles",
         };
         let o = ProfileObject::from_host(&h, 2);
         assert_eq!((o.owner, o.id, o.total), (ObjectOwner::Host, 7, 4));
+        assert_eq!(
+            (o.source, o.source_name.as_str()),
+            (0x13, "ProfileTotalCycles")
+        );
         assert_eq!(
             o.stacks,
             [stacks[1].clone(), stacks[0].clone()],
@@ -258,6 +268,8 @@ mod tests {
                 counts: &counts,
                 stacks: &[],
                 stacks_dropped: 0,
+                source: 0,
+                source_name: "ProfileTime",
             }],
             guest_modules: Vec::new(),
         });

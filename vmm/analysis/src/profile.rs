@@ -67,6 +67,14 @@ pub struct RunInfo {
     pub exit_status: i32,
     /// The ProfileTime interval in force at the end, in 100 ns units.
     pub interval_100ns: u32,
+    /// What ProfileTime ticked on: "wall" (wall-clock time) or "cpu" (each vCPU thread's CPU
+    /// time). Files before it was recorded ran on the wall clock.
+    #[serde(default = "wall_clock")]
+    pub clock: String,
+}
+
+fn wall_clock() -> String {
+    "wall".to_string()
 }
 
 /// One vCPU's profiling counters.
@@ -474,6 +482,7 @@ pub(crate) mod tests {
                 outcome: "guest wrote 0x10 to isa-debug-exit".into(),
                 exit_status: 0,
                 interval_100ns: 39_063,
+                clock: "wall".into(),
             },
             vcpus: vec![VcpuStats {
                 vcpu: 0,

@@ -74,9 +74,14 @@ fn header(out: &mut String, p: &Profile) {
     );
     let _ = writeln!(
         out,
-        "ProfileTime interval {} (x 100 ns = {:.1} us)\n",
+        "ProfileTime interval {} (x 100 ns = {:.1} us) on the {} clock\n",
         r.interval_100ns,
-        f64::from(r.interval_100ns) / 10.0
+        f64::from(r.interval_100ns) / 10.0,
+        if r.clock == "cpu" {
+            "vCPU threads' CPU-time"
+        } else {
+            "wall"
+        }
     );
     let _ = writeln!(
         out,

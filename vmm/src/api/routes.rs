@@ -29,6 +29,7 @@ struct HostProfileBody {
     vcpus: Option<Vec<usize>>,
     cpl: Option<u8>,
     stack_depth: Option<usize>,
+    event: Option<String>,
 }
 
 fn start<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -115,6 +116,7 @@ impl ApiState {
             "vcpus": self.control.vcpus.len(),
             "api_uptime_ms": u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             "interval_100ns": self.control.profiler.time_interval(),
+            "clock": self.control.profiler.sampling().clock().name(),
         });
         Response::json(200, body.to_string())
     }
@@ -178,6 +180,7 @@ impl ApiState {
                     "start": Hex(r.spec.start), "last": Hex(r.spec.last),
                     "bucket_shift": r.spec.bucket_shift, "cr3": OptHex(r.spec.cr3),
                     "vcpus": r.spec.vcpus, "stack_depth": r.spec.stack_depth,
+                    "event": r.spec.event,
                 })
             })
             .collect();
@@ -198,6 +201,7 @@ impl ApiState {
             vcpus: b.vcpus,
             cpl: b.cpl,
             stack_depth: b.stack_depth.unwrap_or(whole.stack_depth),
+            event: b.event,
         };
         if let Some(bad) = spec
             .vcpus

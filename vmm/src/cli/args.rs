@@ -51,6 +51,19 @@ pub struct VmArgs {
     /// debugging a refused call only).
     #[arg(long, value_enum, default_value = "on")]
     pub seccomp: OnOff,
+    /// What ProfileTime samples tick on: wall-clock time (as Windows' timer interrupt), or
+    /// each vCPU thread's CPU time (nothing lost to host scheduling; needs perf events).
+    #[arg(long, value_enum, default_value = "wall")]
+    pub clock: ClockArg,
+}
+
+/// `--clock`.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ClockArg {
+    /// Wall-clock time.
+    Wall,
+    /// The vCPU thread's CPU time.
+    Cpu,
 }
 
 /// `--scope` of `hvprof compare`.
@@ -188,9 +201,15 @@ pub struct ProfileArgs {
     /// Profile until the guest ends the run (the default when --duration is absent).
     #[arg(long)]
     pub until_exit: bool,
-    /// ProfileTime interval in 100 ns units (clamped to [1000, 10000000]; default 39063).
-    #[arg(long, value_name = "100NS")]
+    /// The sampling interval: ProfileTime's in 100 ns units (clamped to [1000, 10000000];
+    /// default 39063), or with --event of a PMU source, events per sample (clamped to
+    /// [10000, 2147483647]; default 1000000).
+    #[arg(long, value_name = "N")]
     pub interval: Option<u32>,
+    /// What takes the host-side profile's samples: a perf event `hvprof events` lists as
+    /// present (cycles, instructions, cpu-clock, ...); default: ProfileTime's clock.
+    #[arg(long, value_name = "NAME", conflicts_with = "no_host_profile")]
+    pub event: Option<String>,
     /// Host-side profile range START:LAST (inclusive, hex or decimal); default: everything.
     #[arg(long, value_name = "START:LAST")]
     pub range: Option<String>,
@@ -291,6 +310,14 @@ pub struct MergeArgs {
     pub profiles: Vec<PathBuf>,
 }
 
+/// `hvprof events`.
+#[derive(Args)]
+pub struct EventsArgs {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// `hvprof bench`.
 #[derive(Args)]
 pub struct BenchArgs {
@@ -320,6 +347,10 @@ impl VmArgs {
         c.seccomp = match self.seccomp {
             OnOff::On => vmm::seccomp::Seccomp::On,
             OnOff::Off => vmm::seccomp::Seccomp::Off,
+        };
+        c.clock = match self.clock {
+            ClockArg::Wall => vmm::sampler::Clock::Wall,
+            ClockArg::Cpu => vmm::sampler::Clock::Cpu,
         };
         c.disks = self
             .disks
@@ -372,6 +403,7 @@ impl ProfileArgs {
         spec.cr3 = self.cr3.as_deref().map(parse_u64).transpose()?;
         spec.cpl = self.cpl;
         spec.stack_depth = self.stack_depth;
+        spec.event = self.event.clone();
         spec.validate().map_err(|e| e.to_string())?;
         Ok(Some(spec))
     }

@@ -11,7 +11,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use args::{BenchArgs, CompareArgs, DemoArgs, MergeArgs, ProfileArgs, ReportArgs, RunArgs};
+use args::{
+    BenchArgs, CompareArgs, DemoArgs, EventsArgs, MergeArgs, ProfileArgs, ReportArgs, RunArgs,
+};
 
 /// hvprof: a KVM hypervisor that profiles its guests from outside.
 #[derive(Parser)]
@@ -40,6 +42,9 @@ enum Command {
     Merge(MergeArgs),
     /// Measure hvprof's sample and hypercall paths against same-run baselines.
     Bench(BenchArgs),
+    /// List the perf events hvprof can sample on here (the guest's PMU profile sources,
+    /// `--event`, `--clock cpu`) and why the others are absent.
+    Events(EventsArgs),
 }
 
 /// The process exit code for an hvprof status.
@@ -73,5 +78,6 @@ pub fn main() -> ExitCode {
         Command::Compare(a) => tools::compare(&a),
         Command::Merge(a) => tools::merge(&a),
         Command::Bench(a) => tools::bench(&a),
+        Command::Events(a) => tools::events(&a),
     }
 }

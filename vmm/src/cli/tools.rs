@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use analysis::compare::{compare_profiles, junit, markdown, merge_profiles, Scope, TestOptions};
 use vmm::outcome::{STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
 
-use super::args::{BenchArgs, CompareArgs, MergeArgs, ReportArgs, ScopeArg};
+use super::args::{BenchArgs, CompareArgs, EventsArgs, MergeArgs, ReportArgs, ScopeArg};
 use super::{fail, symbols};
 
 /// `hvprof report`. With `--annotate` the symbol path is searched for the images of the
@@ -251,4 +251,16 @@ pub fn bench(a: &BenchArgs) -> ExitCode {
         }
         Err(e) => fail(e, STATUS_HOST_ERROR),
     }
+}
+
+/// `hvprof events`: what the probe a VM runs at start finds for this user on this host.
+pub fn events(a: &EventsArgs) -> ExitCode {
+    let report = vmm::sampler::probe::probe_host();
+    let listing = vmm::sampler::listing::Listing::of(&report);
+    if a.json {
+        println!("{}", listing.to_json());
+    } else {
+        print!("{}", listing.to_text());
+    }
+    ExitCode::SUCCESS
 }

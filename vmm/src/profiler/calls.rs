@@ -114,7 +114,9 @@ impl Profiler {
 
     fn dispatch(&self, request: &Request<'_>, cpu: &CpuState) -> Reply {
         match request {
-            Request::QueryInfo => Reply::Info(Ok(InfoReply::for_manager(&*self.read(), FEATURES))),
+            Request::QueryInfo => {
+                Reply::Info(Ok(InfoReply::for_manager(&*self.read(), self.features())))
+            }
             Request::Create(r) => {
                 let writable = self.buffer_writable(cpu, r.buffer, r.buffer_size);
                 let params = r.to_params(GUEST_OWNER, writable);
@@ -133,7 +135,8 @@ impl Profiler {
             Request::SetInterval(r) => {
                 let source = ProfileSource(r.source);
                 let result = self.write().set_interval(r.caller(), source, r.interval);
-                if result.is_ok() && source == ProfileSource::TIME {
+                // Armed triggers take the new interval; an absent source has none.
+                if result.is_ok() && self.sampling.for_source(source).is_some() {
                     self.timers_changed();
                 }
                 Reply::Interval(result.map(|interval| IntervalReply {

@@ -29,6 +29,9 @@ pub struct HostProfileSpec {
     pub cpl: Option<u8>,
     /// Call-stack frames kept per sample (the sampled PC included); 0: no stacks.
     pub stack_depth: usize,
+    /// The perf event whose overflows take the samples (`hvprof events` lists them); None:
+    /// ProfileTime's clock.
+    pub event: Option<String>,
 }
 
 /// Frames kept per sample unless the user says otherwise.
@@ -50,6 +53,7 @@ impl HostProfileSpec {
             vcpus: None,
             cpl: None,
             stack_depth: DEFAULT_STACK_DEPTH,
+            event: None,
         }
     }
 
@@ -109,6 +113,9 @@ pub enum HostProfileError {
     /// It was stopped already.
     #[error("host profile {0} is stopped")]
     Stopped(u32),
+    /// Its event is unknown or absent on this host.
+    #[error(transparent)]
+    Event(crate::sampler::SamplingError),
 }
 
 impl Blame for HostProfileError {
@@ -120,7 +127,8 @@ impl Blame for HostProfileError {
             | HostProfileError::Cpl
             | HostProfileError::StackDepth(_)
             | HostProfileError::Unknown(_)
-            | HostProfileError::Stopped(_) => Fault::User,
+            | HostProfileError::Stopped(_)
+            | HostProfileError::Event(_) => Fault::User,
         }
     }
 }
@@ -185,15 +193,23 @@ pub(super) struct HostProfile {
     pub(super) id: u32,
     pub(super) spec: HostProfileSpec,
     pub(super) running: bool,
+    /// The trigger whose samples it counts.
+    pub(super) trigger: crate::sampler::TriggerId,
     per_vcpu: Vec<Mutex<VcpuCounts>>,
 }
 
 impl HostProfile {
-    pub(super) fn new(id: u32, spec: HostProfileSpec, vcpus: usize) -> Self {
+    pub(super) fn new(
+        id: u32,
+        spec: HostProfileSpec,
+        vcpus: usize,
+        trigger: crate::sampler::TriggerId,
+    ) -> Self {
         HostProfile {
             id,
             spec,
             running: true,
+            trigger,
             per_vcpu: (0..vcpus)
                 .map(|_| Mutex::new(VcpuCounts::default()))
                 .collect(),
@@ -333,7 +349,7 @@ mod tests {
 
     #[test]
     fn whole_space_counts_every_pc_per_bucket() {
-        let p = HostProfile::new(1, HostProfileSpec::whole_space(), 2);
+        let p = HostProfile::new(1, HostProfileSpec::whole_space(), 2, 0);
         assert!(p.record(0, 0x1000, 0, 3, None));
         assert!(p.record(1, 0x100f, 0, 0, None));
         assert!(p.record(1, u64::MAX, 0, 3, None));
@@ -345,7 +361,7 @@ mod tests {
 
     #[test]
     fn total_is_the_sum_of_the_counts() {
-        let p = HostProfile::new(1, HostProfileSpec::whole_space(), 3);
+        let p = HostProfile::new(1, HostProfileSpec::whole_space(), 3, 0);
         assert_eq!(p.total(), 0);
         for (v, pc) in [(0, 0x10), (0, 0x10), (1, 0x20), (2, 0x10), (2, u64::MAX)] {
             assert!(p.record(v, pc, 0, 0, None));
@@ -357,7 +373,7 @@ mod tests {
 
     #[test]
     fn result_is_the_merged_counts_with_id_spec_and_state() {
-        let mut p = HostProfile::new(7, HostProfileSpec::whole_space(), 2);
+        let mut p = HostProfile::new(7, HostProfileSpec::whole_space(), 2, 0);
         assert!(p.record(0, 0xffff_ffff_8100_0000, 0, 0, None));
         assert!(p.record(1, 0xffff_ffff_8100_0008, 0, 0, None));
         p.running = false;
@@ -381,8 +397,9 @@ mod tests {
             vcpus: Some(vec![1]),
             cpl: Some(3),
             stack_depth: 0,
+            event: None,
         };
-        let p = HostProfile::new(1, spec, 2);
+        let p = HostProfile::new(1, spec, 2, 0);
         assert!(!p.record(1, 0x3fff_ffff, 0x1000, 3, None));
         assert!(!p.record(1, 0x4000_1000, 0x1000, 3, None));
         assert!(!p.record(1, 0x4000_0010, 0x2000, 3, None));
@@ -408,7 +425,7 @@ mod tests {
         use introspect::End;
         let mut spec = HostProfileSpec::whole_space();
         spec.stack_depth = 2;
-        let p = HostProfile::new(1, spec, 2);
+        let p = HostProfile::new(1, spec, 2, 0);
         let whole = stack(&[0x10, 0x20], End::Complete);
         assert_eq!(p.stack_depth(0, 0x10, 0, 3), 2);
         assert!(p.record(0, 0x10, 0, 3, Some(&whole)));

@@ -25,6 +25,9 @@ use profile_core::{
 use vm_memory::GuestMemoryMmap;
 
 pub use calls::{CpuState, FEATURES};
+
+use crate::sampler::probe::ProbeReport;
+use crate::sampler::{Sampling, TriggerId};
 use host::{HostProfile, HostProfileError, HostProfileResult, HostProfileSpec, HostProfileSummary};
 use pin::PinnedBuffer;
 use stacks::StackWalker;
@@ -55,6 +58,15 @@ impl ObjectResult {
     }
 }
 
+/// The feature flags a VM with `sampling`'s triggers offers.
+pub fn features_for(sampling: &Sampling) -> u32 {
+    if sampling.pmu_sources().is_empty() {
+        FEATURES
+    } else {
+        FEATURES | profile_core::abi::cpuid::FEATURE_PMU_SOURCES
+    }
+}
+
 /// The VM's profiler.
 pub struct Profiler {
     manager: RwLock<ObjectManager<PinnedBuffer>>,
@@ -66,14 +78,17 @@ pub struct Profiler {
     kicks: Arc<KickTable>,
     results: Mutex<BTreeMap<ObjectId, ObjectResult>>,
     host: RwLock<Vec<HostProfile>>,
+    /// What the vCPUs sample on: ProfileTime's clock and the events present here.
+    sampling: Arc<Sampling>,
+    /// The probe that found them, for telling users why an event is absent.
+    probe: Arc<ProbeReport>,
 }
 
 /// Per-vCPU profiling state.
-#[derive(Default)]
 struct VcpuSlot {
-    /// Started ProfileTime objects and running host profiles that sample this vCPU; its
-    /// sampling timer runs while this is above zero.
-    coverage: AtomicU32,
+    /// Per trigger, the started objects and running host profiles that sample this vCPU on
+    /// it; the vCPU arms a trigger while its count is above zero.
+    coverage: Box<[AtomicU32]>,
     /// Profile-interrupt vector, 0 = off.
     vector: AtomicU32,
     stats: VcpuProfileStats,
@@ -82,8 +97,19 @@ struct VcpuSlot {
 }
 
 impl VcpuSlot {
-    fn is_sampled(&self) -> bool {
-        self.coverage.load(Ordering::Acquire) > 0
+    fn new(triggers: usize) -> Self {
+        VcpuSlot {
+            coverage: (0..triggers).map(|_| AtomicU32::new(0)).collect(),
+            vector: AtomicU32::new(0),
+            stats: VcpuProfileStats::default(),
+            walker: Mutex::new(StackWalker::default()),
+        }
+    }
+
+    fn is_sampled(&self, t: TriggerId) -> bool {
+        self.coverage
+            .get(t)
+            .is_some_and(|c| c.load(Ordering::Acquire) > 0)
     }
 }
 
@@ -105,26 +131,44 @@ pub enum ProfilerError {
 }
 
 impl Profiler {
-    /// A profiler for a VM with one vCPU per slot of `kicks` and the timer as its only source.
+    /// A profiler for a VM with one vCPU per slot of `kicks`, offering ProfileTime and the
+    /// PMU sources `sampling` found (`probe` is the probe that found them).
     pub fn new(
         mem: GuestMemoryMmap,
         vm_fd: Arc<VmFd>,
         kicks: Arc<KickTable>,
+        sampling: Arc<Sampling>,
+        probe: Arc<ProbeReport>,
     ) -> Result<Self, ProfilerError> {
         let vcpus = kicks.len();
         let count = u32::try_from(vcpus).unwrap_or(u32::MAX);
-        let manager =
-            ObjectManager::new(PlatformInfo::timer_only(count)).map_err(ProfilerError::Platform)?;
+        let mut platform = PlatformInfo::timer_only(count);
+        platform.sources.extend(sampling.pmu_sources());
+        let manager = ObjectManager::new(platform).map_err(ProfilerError::Platform)?;
+        let triggers = sampling.len();
         Ok(Profiler {
             manager: RwLock::new(manager),
             mem,
             vm_fd,
-            vcpus: (0..vcpus).map(|_| VcpuSlot::default()).collect(),
+            vcpus: (0..vcpus).map(|_| VcpuSlot::new(triggers)).collect(),
             generation: AtomicU64::new(0),
             kicks,
             results: Mutex::new(BTreeMap::new()),
             host: RwLock::new(Vec::new()),
+            sampling,
+            probe,
         })
+    }
+
+    /// The VM's triggers.
+    pub fn sampling(&self) -> &Sampling {
+        &self.sampling
+    }
+
+    /// The feature flags this VM offers (CPUID and QUERY_INFO): the PMU bit when a PMU source
+    /// is present.
+    pub fn features(&self) -> u32 {
+        features_for(&self.sampling)
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, ObjectManager<PinnedBuffer>> {
@@ -140,16 +184,14 @@ impl Profiler {
         self.read().query_interval(ProfileSource::TIME)
     }
 
-    /// Sets the ProfileTime interval (100 ns units, clamped) as the host, as
-    /// NtSetIntervalProfile would; returns the value in force.
-    pub fn set_time_interval(&self, interval: u32) -> u32 {
-        let set = self.write().set_interval(
-            profile_core::CallerRights::KERNEL,
-            ProfileSource::TIME,
-            interval,
-        );
+    /// Sets `source`'s interval (its unit, clamped) as the host, as NtSetIntervalProfile
+    /// would; returns the value in force (0 for a source absent here).
+    pub fn set_interval(&self, source: ProfileSource, interval: u32) -> u32 {
+        let set = self
+            .write()
+            .set_interval(profile_core::CallerRights::KERNEL, source, interval);
         self.timers_changed();
-        set.unwrap_or_else(|_| self.time_interval())
+        set.unwrap_or_else(|_| self.read().query_interval(source))
     }
 
     /// Number of vCPUs.
@@ -162,11 +204,14 @@ impl Profiler {
         self.generation.load(Ordering::Acquire)
     }
 
-    /// The interval vCPU `v`'s sampling timer must run at, or None when no started object
-    /// covers it.
-    pub fn timer_setting(&self, v: usize) -> Option<u32> {
-        let sampled = self.vcpus.get(v).is_some_and(VcpuSlot::is_sampled);
-        sampled.then(|| self.time_interval())
+    /// The interval vCPU `v` must arm trigger `t` at (in its source's unit; ProfileTime's for
+    /// a software clock), or None when nothing started samples `v` on it.
+    pub fn trigger_setting(&self, v: usize, t: TriggerId) -> Option<u32> {
+        let sampled = self.vcpus.get(v).is_some_and(|s| s.is_sampled(t));
+        sampled.then(|| {
+            let source = self.sampling.source(t).unwrap_or(ProfileSource::TIME);
+            self.read().query_interval(source)
+        })
     }
 
     /// Tells every vCPU to re-read its timer setting. A vCPU reads the generation before each
@@ -177,28 +222,43 @@ impl Profiler {
         self.kicks.kick_all();
     }
 
-    /// Called by vCPU `v` when its sampling timer fired `ticks` times (plus `overruns` the
-    /// kernel folded) since the last call: takes one sample at `cpu`, counts the rest as lost.
-    pub fn on_tick(&self, v: usize, cpu: &CpuState, ticks: u32, overruns: u32) {
+    /// Counts `n` samples vCPU `v` lost (signals that named none of its triggers).
+    pub fn count_lost(&self, v: usize, n: u32) {
+        if let Some(slot) = self.vcpus.get(v) {
+            bump(&slot.stats.coalesced, u64::from(n));
+        }
+    }
+
+    /// Called by vCPU `v` when trigger `t` fired `ticks` times (plus `folded` expirations
+    /// the kernel folded into them) since the last call: takes one sample at `cpu`, counts
+    /// the rest as lost. The sample counts in the objects of `t`'s source and the host
+    /// profiles sampling on `t`, nowhere else.
+    pub fn on_tick(&self, v: usize, cpu: &CpuState, t: TriggerId, ticks: u32, folded: u32) {
         let Some(slot) = self.vcpus.get(v) else {
             return;
         };
-        let lost = u64::from(ticks.saturating_sub(1)) + u64::from(overruns);
+        let lost = u64::from(ticks.saturating_sub(1)) + u64::from(folded);
         if lost > 0 {
             bump(&slot.stats.coalesced, lost);
         }
-        if !slot.is_sampled() {
-            return; // a tick from a timer being disarmed
+        if ticks == 0 || !slot.is_sampled(t) {
+            return; // a tick from a trigger being disarmed
         }
-        let sample = Sample {
-            vcpu: u32::try_from(v).unwrap_or(u32::MAX),
-            pc: cpu.rip,
-            process: Some(profile_core::attribution::process_key(cpu.paging.cr3)),
-            source: ProfileSource::TIME,
+        let n = match self.sampling.source(t) {
+            Some(source) => {
+                let sample = Sample {
+                    vcpu: u32::try_from(v).unwrap_or(u32::MAX),
+                    pc: cpu.rip,
+                    process: Some(profile_core::attribution::process_key(cpu.paging.cr3)),
+                    source,
+                };
+                self.read().record(&sample, &mut PinSink)
+            }
+            None => 0,
         };
-        let n = self.read().record(&sample, &mut PinSink);
         let mut host = 0u64;
-        let profiles = self.host.read().unwrap_or_else(|e| e.into_inner());
+        let all = self.host.read().unwrap_or_else(|e| e.into_inner());
+        let profiles: Vec<&HostProfile> = all.iter().filter(|p| p.trigger == t).collect();
         let (cr3, cpl) = (cpu.paging.cr3, cpu.cpl);
         // One walk serves every host profile this sample counts in, at the deepest depth any
         // of them keeps. Without stacks, the image holding the PC is still looked for, so that
@@ -224,6 +284,7 @@ impl Profiler {
             host += u64::from(p.record(v, cpu.rip, cr3, cpl, stack.as_ref()));
         }
         drop(profiles);
+        drop(all);
         bump(&slot.stats.samples, 1);
         if n > 0 || host > 0 {
             bump(&slot.stats.attributed, 1);
@@ -250,11 +311,13 @@ impl Profiler {
         }
     }
 
-    /// Adds (`started` true) or removes a started object's claim on the sampling timers of
+    /// Adds (`started` true) or removes a started object's claim on its source's trigger on
     /// the vCPUs in its affinity. Called under the manager's write lock.
     fn cover(&self, config: &ObjectConfig, started: bool) {
-        if config.source == ProfileSource::TIME {
+        // An object of a source absent here cannot be created, so its trigger exists.
+        if let Some(t) = self.sampling.for_source(config.source) {
             self.claim_timers(
+                t,
                 |v| {
                     config
                         .affinity
@@ -265,17 +328,20 @@ impl Profiler {
         }
     }
 
-    /// Adds or removes one claim on the sampling timers of the vCPUs `covers` selects, and
-    /// re-arms the timers whose need changed.
-    fn claim_timers(&self, covers: impl Fn(usize) -> bool, add: bool) {
+    /// Adds or removes one claim on trigger `t` of the vCPUs `covers` selects, and has the
+    /// vCPUs whose need changed re-arm it.
+    fn claim_timers(&self, t: TriggerId, covers: impl Fn(usize) -> bool, add: bool) {
         let mut changed = false;
         for (_, slot) in self.vcpus.iter().enumerate().filter(|(v, _)| covers(*v)) {
-            // The timer's need changes exactly when the count leaves or reaches zero; one
+            let Some(count) = slot.coverage.get(t) else {
+                continue;
+            };
+            // The trigger's need changes exactly when the count leaves or reaches zero; one
             // atomic read-modify-write decides it, whichever lock the caller holds.
             changed |= if add {
-                slot.coverage.fetch_add(1, Ordering::AcqRel) == 0
+                count.fetch_add(1, Ordering::AcqRel) == 0
             } else {
-                slot.coverage.fetch_sub(1, Ordering::AcqRel) == 1
+                count.fetch_sub(1, Ordering::AcqRel) == 1
             };
         }
         if changed {
@@ -313,10 +379,14 @@ impl Profiler {
     /// Starts a host-side profile; returns its id.
     pub fn start_host_profile(&self, spec: HostProfileSpec) -> Result<u32, HostProfileError> {
         spec.validate()?;
+        let trigger = self
+            .sampling
+            .for_event(spec.event.as_deref(), &self.probe)
+            .map_err(HostProfileError::Event)?;
         let mut host = self.host.write().unwrap_or_else(|e| e.into_inner());
         let id = u32::try_from(host.len() + 1).unwrap_or(u32::MAX);
-        let profile = HostProfile::new(id, spec, self.vcpus.len());
-        self.claim_timers(|v| profile.samples_vcpu(v), true);
+        let profile = HostProfile::new(id, spec, self.vcpus.len(), trigger);
+        self.claim_timers(trigger, |v| profile.samples_vcpu(v), true);
         host.push(profile);
         Ok(id)
     }
@@ -331,7 +401,7 @@ impl Profiler {
         if !p.running {
             return Err(HostProfileError::Stopped(id));
         }
-        self.claim_timers(|v| p.samples_vcpu(v), false);
+        self.claim_timers(p.trigger, |v| p.samples_vcpu(v), false);
         p.running = false;
         Ok(())
     }

@@ -42,6 +42,12 @@ ioctl_iow_nr!(KVM_IRQFD, KVMIO, 0x76, kvm_irqfd);
 ioctl_iow_nr!(KVM_IOEVENTFD, KVMIO, 0x79, kvm_ioeventfd);
 ioctl_iow_nr!(KVM_SIGNAL_MSI, KVMIO, 0xa5, kvm_msi);
 
+/// PERF_EVENT_IOC_ENABLE, _DISABLE, _RESET and _PERIOD.
+const PERF_EVENT_IOCTLS: [u64; 4] = {
+    use perf_event_open_sys::bindings::{DISABLE, ENABLE, PERIOD, RESET};
+    [ENABLE as u64, DISABLE as u64, RESET as u64, PERIOD as u64]
+};
+
 /// Terminal ioctls: the event loop puts a console into raw mode and back.
 const TCGETS: u64 = 0x5401;
 const TCSETS: u64 = 0x5402;
@@ -151,6 +157,8 @@ pub(super) fn allowed(kind: ThreadKind) -> Vec<Allow> {
                 KVM_IOEVENTFD(),
             ];
             ioctls.extend(device_irqs());
+            // Its perf-event triggers (opened before the filter): arm, re-arm, disarm.
+            ioctls.extend(PERF_EVENT_IOCTLS);
             v.push((libc::SYS_ioctl, ioctls));
             // The vCPU's own sampling timer.
             for nr in [

@@ -5,6 +5,9 @@
 //!   slot the vCPU thread fills itself while it runs.
 //! - **Ticks** (`SIGRTMIN + 1`): a vCPU's own sampling timer fired ([`tick`]); the handler
 //!   counts the tick and kicks the thread it runs on.
+//! - **Overflows** (`SIGRTMIN + 2`, and SIGIO when the kernel's signal queue is full): one of
+//!   a vCPU's perf events overflowed ([`overflow`]); the handler counts it for that event and
+//!   kicks the thread it runs on.
 //! - **Stop signals** (SIGINT, SIGTERM): blocked in every thread and read from a signalfd by
 //!   the event loop ([`stop`]), so they end the run cleanly.
 //!
@@ -12,6 +15,7 @@
 //! profiler, the vCPUs, the VM): it knows nothing about any of them.
 
 pub mod kick;
+pub mod overflow;
 pub mod stop;
 pub mod tick;
 
@@ -30,6 +34,11 @@ pub fn tick_signal() -> i32 {
     SIGRTMIN() + 1
 }
 
+/// The signal perf events send their vCPU thread when they overflow.
+pub fn overflow_signal() -> i32 {
+    SIGRTMIN() + 2
+}
+
 /// A signal handler could not be installed.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot install the {what} signal handler")]
@@ -39,7 +48,7 @@ pub struct HandlerError {
     source: std::io::Error,
 }
 
-/// Installs the kick and tick handlers. Idempotent: installing again replaces a handler with
+/// Installs the kick, tick and overflow handlers. Idempotent: installing again replaces a handler with
 /// itself.
 pub fn install_handlers() -> Result<(), HandlerError> {
     let install = |what, signal, handler| {
@@ -49,7 +58,9 @@ pub fn install_handlers() -> Result<(), HandlerError> {
         })
     };
     install("kick", kick_signal(), kick::on_kick)?;
-    install("sampling tick", tick_signal(), tick::on_tick)
+    install("sampling tick", tick_signal(), tick::on_tick)?;
+    install("perf overflow", overflow_signal(), overflow::on_overflow)?;
+    install("SIGIO", libc::SIGIO, overflow::on_sigio)
 }
 
 #[cfg(test)]
@@ -60,7 +71,9 @@ mod tests {
     fn kicks_and_ticks_use_distinct_real_time_signals() {
         assert!(kick_signal() >= libc::SIGRTMIN());
         assert!(tick_signal() <= libc::SIGRTMAX());
+        assert!(overflow_signal() <= libc::SIGRTMAX());
         assert_ne!(kick_signal(), tick_signal());
+        assert_ne!(tick_signal(), overflow_signal());
     }
 
     #[test]

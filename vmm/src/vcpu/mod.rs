@@ -25,9 +25,9 @@ use crate::firmware::rom::ReadOnlySlot;
 use crate::outcome::{RunOutcome, StopSignal};
 use crate::profiler::walk::Paging;
 use crate::profiler::{CpuState, Profiler};
-use crate::sampler::SampleTimer;
+use crate::sampler::vcpu::VcpuSampler;
 use crate::seccomp::{Seccomp, ThreadKind};
-use crate::signals::{tick, KickTable};
+use crate::signals::KickTable;
 use exit::{handle_exit, Buses, ExitAction};
 pub use setup::{configure_vcpu, SetupError};
 use state::State;
@@ -148,16 +148,11 @@ impl Vcpu {
     fn run(mut self) {
         let kicks = self.shared.kicks.clone();
         let entered = kicks.enter(self.index, self.fd.get_kvm_run());
-        let mut timer = match SampleTimer::for_current_thread() {
-            Ok(t) => Some(t),
-            Err(e) => {
-                log::error!(
-                    "vCPU {}: no sampling timer, it will not be sampled: {e}",
-                    self.index
-                );
-                None
-            }
-        };
+        let (mut sampler, errors) =
+            VcpuSampler::for_current_thread(self.shared.profiler.sampling());
+        for e in errors {
+            log::error!("vCPU {}: {e}; it is not sampled on that", self.index);
+        }
         // Everything the thread sets up for itself is done: from here on it runs guest code.
         if let Err(e) = crate::seccomp::install(ThreadKind::Vcpu, self.shared.seccomp) {
             self.shared
@@ -173,26 +168,32 @@ impl Vcpu {
                     let now = self.shared.profiler.timer_generation();
                     if generation != Some(now) {
                         generation = Some(now);
-                        self.arm_timer(timer.as_mut());
+                        self.arm(&mut sampler);
                     }
-                    self.running(timer.as_ref())
+                    self.running(&mut sampler)
                 }
-                State::Paused => self.paused(),
+                State::Paused => self.paused(&mut sampler),
                 State::Exited => break,
             };
         }
         self.shared.profiler.vcpu_exiting(self.index);
-        drop(timer);
+        drop(sampler);
         // Leave the kick table before the vCPU fd (and its kvm_run page) goes with `self`.
         drop(entered);
     }
 
-    /// Sets this vCPU's sampling timer to what the started objects need.
-    fn arm_timer(&self, timer: Option<&mut SampleTimer>) {
-        let Some(timer) = timer else { return };
-        let setting = self.shared.profiler.timer_setting(self.index);
-        if let Err(e) = timer.set(setting) {
-            log::error!("vCPU {}: cannot set the sampling timer: {e}", self.index);
+    /// Arms this vCPU's triggers as the started objects and host profiles need them.
+    fn arm(&self, sampler: &mut VcpuSampler) {
+        let profiler = &self.shared.profiler;
+        for t in 0..profiler.sampling().len() {
+            let setting = profiler.trigger_setting(self.index, t);
+            if let Err(e) = sampler.set(t, setting) {
+                log::error!(
+                    "vCPU {}: cannot set its {} trigger: {e}",
+                    self.index,
+                    profiler.sampling().name(t)
+                );
+            }
         }
     }
 
@@ -212,7 +213,7 @@ impl Vcpu {
     }
 
     /// The running state: take pending requests, then one `KVM_RUN`.
-    fn running(&mut self, timer: Option<&SampleTimer>) -> State {
+    fn running(&mut self, sampler: &mut VcpuSampler) -> State {
         while let Ok(req) = self.requests.try_recv() {
             match self.on_request(req, State::Running) {
                 State::Running => {}
@@ -249,13 +250,14 @@ impl Vcpu {
                 // Clear before looking at requests, so a kick that arrives from now on is
                 // seen either by the request loop or by the next KVM_RUN.
                 self.fd.set_kvm_immediate_exit(0);
-                let ticks = tick::take_ticks();
-                if ticks > 0 {
-                    let overruns = timer.map_or(0, SampleTimer::overruns);
-                    let cpu = self.cpu_state();
-                    self.shared
-                        .profiler
-                        .on_tick(self.index, &cpu, ticks, overruns);
+                let profiler = &self.shared.profiler;
+                let mut cpu = None;
+                let stray = sampler.take(|t| {
+                    let cpu = *cpu.get_or_insert_with(|| self.cpu_state());
+                    profiler.on_tick(self.index, &cpu, t.trigger, t.ticks, t.folded);
+                });
+                if stray > 0 {
+                    profiler.count_lost(self.index, stray);
                 }
                 State::Running
             }
@@ -282,14 +284,14 @@ impl Vcpu {
     }
 
     /// The paused state: outside `KVM_RUN`, waiting for the next request.
-    fn paused(&mut self) -> State {
+    fn paused(&mut self, sampler: &mut VcpuSampler) -> State {
         let next = match self.requests.recv() {
             Ok(req) => self.on_request(req, State::Paused),
             Err(_) => State::Exited,
         };
         if let State::Running = next {
             // Ticks and kicks that arrived while paused sample nothing: the guest did not run.
-            let _ = tick::take_ticks();
+            sampler.discard();
             self.fd.set_kvm_immediate_exit(0);
         }
         next

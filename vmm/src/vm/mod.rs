@@ -14,7 +14,8 @@ use kvm_bindings::{
 use kvm_ioctls::{Cap, Kvm, VmFd};
 use profile_core::abi::{cpuid as abi_cpuid, DOORBELL_PORT_BASE};
 
-use crate::profiler::{Profiler, ProfilerError, FEATURES};
+use crate::profiler::{features_for, Profiler, ProfilerError};
+use crate::sampler::{probe, Sampling, SamplingError};
 use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
 use crate::acpi::{create_acpi_tables, AcpiError};
@@ -83,6 +84,9 @@ pub enum VmError {
     /// The serial or debugcon output file.
     #[error("cannot create {}", .0.display())]
     OutputFile(PathBuf, #[source] std::io::Error),
+    /// The sampling clock asked for is unavailable here.
+    #[error(transparent)]
+    Sampling(#[from] SamplingError),
     /// The signal handlers for kicks and sampling ticks.
     #[error(transparent)]
     Signals(#[from] crate::signals::HandlerError),
@@ -103,6 +107,7 @@ impl Blame for VmError {
             VmError::Disk(e) => e.fault(),
             VmError::Pci(e) => e.fault(),
             VmError::HostProfile(e) => e.fault(),
+            VmError::Sampling(e) => e.fault(),
             VmError::OutputFile(..) => Fault::User,
             VmError::Kvm(..)
             | VmError::Vcpu(..)
@@ -149,8 +154,8 @@ pub fn hyperv_notice(config: &VmConfig) -> Option<String> {
     })
 }
 
-/// hvprof's CPUID leaves at 0x40000100 (the hypercall ABI's discovery).
-fn hvprof_leaves() -> [Leaf; 2] {
+/// hvprof's CPUID leaves at 0x40000100 (the hypercall ABI's discovery), offering `features`.
+fn hvprof_leaves(features: u32) -> [Leaf; 2] {
     let leaf = |function: u32, r: abi_cpuid::CpuidRegs| Leaf {
         function,
         eax: r.eax,
@@ -162,7 +167,7 @@ fn hvprof_leaves() -> [Leaf; 2] {
         leaf(abi_cpuid::LEAF_BASE, abi_cpuid::base_leaf()),
         leaf(
             abi_cpuid::LEAF_INFO,
-            abi_cpuid::info_leaf(DOORBELL_PORT_BASE, FEATURES),
+            abi_cpuid::info_leaf(DOORBELL_PORT_BASE, features),
         ),
     ]
 }
@@ -225,7 +230,21 @@ impl Vm {
         let devices =
             platform::create_devices(&vm_fd, config, stop.clone(), &mem, firmware_devices)?;
         let kicks = Arc::new(KickTable::new(config.cpus));
-        let profiler = Arc::new(Profiler::new(mem.clone(), vm_fd.clone(), kicks.clone())?);
+        // Which perf events this host lets a vCPU thread sample, opened here as they will be
+        // there; this decides the PMU sources the guest is offered.
+        let report = probe::probe_host();
+        if let Some(why) = report.hardware_summary() {
+            log::debug!("{why}");
+        }
+        let sampling = Arc::new(Sampling::new(config.clock, &report)?);
+        let features = features_for(&sampling);
+        let profiler = Arc::new(Profiler::new(
+            mem.clone(),
+            vm_fd.clone(),
+            kicks.clone(),
+            sampling,
+            Arc::new(report),
+        )?);
         let shared = SharedState {
             pio: devices.pio,
             mmio: devices.mmio,
@@ -253,7 +272,7 @@ impl Vm {
                 .create_vcpu(id)
                 .map_err(|e| VmError::Kvm("KVM_CREATE_VCPU", e))?;
             let apic_id = u32::try_from(index).unwrap_or(u32::MAX);
-            let mut extra = hvprof_leaves().to_vec();
+            let mut extra = hvprof_leaves(features).to_vec();
             if hyperv_on {
                 if hv_leaves.is_none() {
                     let hv = hyperv::supported_hv_cpuid(&fd).map_err(|e| {

@@ -60,6 +60,8 @@ pub struct RunReport {
     pub guest_modules: Vec<crate::profiler::stacks::FoundModule>,
     /// The ProfileTime interval in force at the end, in 100 ns units.
     pub interval_100ns: u32,
+    /// What ProfileTime ticked on.
+    pub clock: crate::sampler::Clock,
 }
 
 impl RunReport {
@@ -154,8 +156,8 @@ pub struct RunHooks {
     pub controllers: Vec<Controller>,
     /// Host-side profiles to start with the VM.
     pub host_profiles: Vec<HostProfileSpec>,
-    /// The ProfileTime interval to set before the guest runs (100 ns units).
-    pub interval: Option<u32>,
+    /// A source's interval to set before the guest runs (its unit: 100 ns for ProfileTime).
+    pub interval: Option<(profile_core::ProfileSource, u32)>,
 }
 
 /// Builds the VM for `config`, runs it until it ends, and reports how it went.
@@ -193,8 +195,8 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
             }
         }
     }
-    if let Some(interval) = hooks.interval {
-        profiler.set_time_interval(interval);
+    if let Some((source, interval)) = hooks.interval {
+        profiler.set_interval(source, interval);
     }
     for spec in hooks.host_profiles {
         if let Err(e) = profiler.start_host_profile(spec) {
@@ -280,6 +282,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
     let host_results = profiler.host_results();
     let guest_modules = profiler.guest_modules();
     let interval_100ns = profiler.time_interval();
+    let clock = profiler.sampling().clock();
     drop(profiler);
     drop(vm_fd);
     // The firmware's memory goes only once no vCPU can run and the VM is closed.
@@ -300,5 +303,6 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
         host_results,
         guest_modules,
         interval_100ns,
+        clock,
     })
 }

@@ -1,0 +1,174 @@
+//! One vCPU thread's triggers: created on that thread (before its system-call filter, since
+//! opening events and timers needs calls the filter refuses), armed and disarmed as started
+//! objects and host profiles come and go, and read after every kick.
+
+use super::perf::PerfEvent;
+use super::{interval_duration, SampleTimer, Sampling, TriggerId, TIME_TRIGGER};
+use crate::signals::{overflow, tick};
+
+/// An event armed on this thread and the overflow slot that counts its signals.
+struct Watched {
+    event: PerfEvent,
+    slot: usize,
+    /// The event counts nanoseconds (a clock): intervals are 100 ns units to convert.
+    clock: bool,
+}
+
+/// A vCPU thread's triggers, indexed like its VM's [`Sampling`].
+pub struct VcpuSampler {
+    timer: Option<SampleTimer>,
+    events: Vec<Option<Watched>>,
+}
+
+/// Ticks a trigger delivered since the last look.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ticks {
+    /// The trigger.
+    pub trigger: TriggerId,
+    /// Signals taken (one sample is taken for any number of them).
+    pub ticks: u32,
+    /// Expirations the kernel folded into those signals (timer overruns).
+    pub folded: u32,
+}
+
+impl VcpuSampler {
+    /// Creates the calling thread's triggers for `sampling`, all disarmed. A trigger that
+    /// cannot be created is reported in the second value and never samples this vCPU.
+    pub fn for_current_thread(sampling: &Sampling) -> (Self, Vec<String>) {
+        let mut errors = Vec::new();
+        let timer = match sampling.spec(TIME_TRIGGER) {
+            Some(_) => None,
+            None => SampleTimer::for_current_thread()
+                .map_err(|e| errors.push(format!("no sampling timer: {e}")))
+                .ok(),
+        };
+        let events = (0..sampling.len())
+            .map(|t| {
+                let spec = sampling.spec(t)?;
+                let opened = PerfEvent::open_on_current_thread(&spec)
+                    .map_err(|e| format!("cannot open {}: {e}", sampling.name(t)));
+                let watched = opened.and_then(|event| {
+                    let slot = overflow::watch(event.fd())
+                        .ok_or_else(|| format!("no overflow slot left for {}", sampling.name(t)))?;
+                    Ok(Watched {
+                        event,
+                        slot,
+                        clock: spec.clock,
+                    })
+                });
+                watched.map_err(|e| errors.push(e)).ok()
+            })
+            .collect();
+        (VcpuSampler { timer, events }, errors)
+    }
+
+    /// Arms trigger `t` at `interval` (its source's unit: 100 ns for ProfileTime and the
+    /// software clocks, events for a PMU source) or disarms it (`None`).
+    pub fn set(&mut self, t: TriggerId, interval: Option<u32>) -> std::io::Result<()> {
+        if let Some(Some(w)) = self.events.get_mut(t) {
+            let period = interval.map(|i| {
+                if w.clock {
+                    u64::try_from(interval_duration(i).as_nanos()).unwrap_or(u64::MAX)
+                } else {
+                    u64::from(i)
+                }
+            });
+            return w.event.set(period);
+        }
+        match (t, self.timer.as_mut()) {
+            (TIME_TRIGGER, Some(timer)) => timer.set(interval),
+            _ => Ok(()),
+        }
+    }
+
+    /// Calls `f` for each trigger that ticked since the last call. Returns the overflow
+    /// signals that named no event of this thread (lost samples of no known trigger).
+    pub fn take(&mut self, mut f: impl FnMut(Ticks)) -> u32 {
+        if let Some(timer) = &self.timer {
+            let ticks = tick::take_ticks();
+            if ticks > 0 {
+                f(Ticks {
+                    trigger: TIME_TRIGGER,
+                    ticks,
+                    folded: timer.overruns(),
+                });
+            }
+        }
+        for (trigger, w) in self.events.iter().enumerate() {
+            let Some(w) = w else { continue };
+            let ticks = overflow::take(w.slot);
+            if ticks > 0 {
+                f(Ticks {
+                    trigger,
+                    ticks,
+                    folded: 0,
+                });
+            }
+        }
+        overflow::stray()
+    }
+
+    /// Drops whatever ticked while the vCPU was not running guest code (paused).
+    pub fn discard(&mut self) {
+        self.take(|_| {});
+    }
+}
+
+impl Drop for VcpuSampler {
+    fn drop(&mut self) {
+        for w in self.events.iter().flatten() {
+            overflow::unwatch(w.slot);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sampler::{probe, Clock};
+
+    #[test]
+    fn the_cpu_clock_ticks_trigger_zero_on_its_own_thread() {
+        let report = probe::probe_host();
+        let Ok(sampling) = Sampling::new(Clock::Cpu, &report) else {
+            eprintln!("no task-clock for this user here; the probe's tests cover that");
+            return;
+        };
+        crate::signals::install_handlers().unwrap();
+        let got = std::thread::spawn(move || {
+            let (mut s, errors) = VcpuSampler::for_current_thread(&sampling);
+            assert_eq!(errors, Vec::<String>::new());
+            s.set(TIME_TRIGGER, Some(10_000)).unwrap();
+            let mut seen = Vec::new();
+            while seen.iter().map(|t: &Ticks| t.ticks).sum::<u32>() < 3 {
+                s.take(|t| seen.push(t));
+            }
+            s.set(TIME_TRIGGER, None).unwrap();
+            seen
+        })
+        .join()
+        .unwrap();
+        assert!(got
+            .iter()
+            .all(|t| t.trigger == TIME_TRIGGER && t.folded == 0));
+    }
+
+    #[test]
+    fn the_wall_clock_uses_the_timer_and_opens_no_event() {
+        crate::signals::install_handlers().unwrap();
+        std::thread::spawn(|| {
+            let (mut s, errors) = VcpuSampler::for_current_thread(&Sampling::timer_only());
+            assert!(errors.is_empty());
+            assert!(s.events.iter().all(Option::is_none));
+            s.set(TIME_TRIGGER, Some(10_000)).unwrap();
+            let mut n = 0;
+            while n < 2 {
+                s.take(|t| n += t.ticks);
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            s.set(TIME_TRIGGER, None).unwrap();
+        })
+        .join()
+        .unwrap();
+    }
+}
