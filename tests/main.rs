@@ -33,6 +33,8 @@ mod profiling;
 mod refguest;
 /// `hvprof demo --out` and `hvprof report` (`go tool pprof` needs Debian's golang-go).
 mod reports;
+/// Sample sources: the CPU-time clock, perf-event host profiles, PMU sources offered.
+mod sampling;
 /// System-call filters: a refused call on each kind of thread.
 mod seccomp;
 /// Call stacks: frame pointers and Windows x64 unwind data (clang, lld, llvm, golang-go).

@@ -22,6 +22,7 @@ mod pestacks;
 mod process;
 mod shares;
 mod smoke;
+mod sources;
 mod stacks;
 mod stopped;
 
@@ -57,6 +58,7 @@ static SCENARIOS: &[Scenario] = &[
     stacks::SCENARIO,
     pestacks::SCENARIO,
     ntkernel::SCENARIO,
+    sources::SCENARIO,
 ];
 static SELECTED: AtomicUsize = AtomicUsize::new(usize::MAX);
 
