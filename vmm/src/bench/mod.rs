@@ -8,7 +8,11 @@
 //!   count, the registers, attribution under the read lock, the counter increments in guest
 //!   memory and the VMM's copy). A third kind adds a host-side profile that walks each
 //!   sample's call stack (the guest spins 16 frame-pointer frames deep). The kinds alternate
-//!   in rounds; medians are compared. A second VM does the same spinning 16 frames deep in a
+//!   in rounds; medians are compared. A fourth kind is the perf-overflow path: a host-side
+//!   profile on the task-clock event, and the controller queues the overflow signal naming
+//!   that event's descriptor on vCPU 0 (everything after the kernel's own overflow handling:
+//!   the handler's lookup of the event, the trigger's sample, the host profile's count). A
+//!   second VM does the same spinning 16 frames deep in a
 //!   PE image without frame pointers ([`pe`]), for the cost of Windows x64 unwinding.
 //! * Hypercall path. The guest times, with RDTSC at CPL0, a bare port-I/O exit (OUT to an
 //!   unclaimed port) and a full hypercall round trip (QUERY_INTERVAL rung through the
@@ -23,7 +27,8 @@ use std::time::{Duration, Instant};
 use crate::config::{SerialOutput, SharedBuffer, VmConfig};
 use crate::outcome::RunOutcome;
 use crate::profiler::host::HostProfileSpec;
-use crate::signals::{kick_signal, tick_signal};
+use crate::sampler::events::TASK_CLOCK;
+use crate::signals::{kick_signal, overflow_signal, tick_signal};
 use crate::vcpu::stamp::EntryStamp;
 use crate::vm::{run_with, RunHooks, VmControl, VmError};
 use stats::{median, percentile};
@@ -59,6 +64,11 @@ pub struct BenchReport {
     pub sample_ratio: f64,
     /// Full sample path with a frame-pointer stack walk / bare kick, medians.
     pub stack_ratio: f64,
+    /// Perf-overflow sample path (a host profile on task-clock) / bare kick, medians; not a
+    /// number where perf events are closed to the user.
+    pub perf_ratio: f64,
+    /// Perf-overflow sample path to re-entry, median.
+    pub kick_perf_ns: f64,
     /// Full hypercall / bare port-I/O exit, medians net of measurement overhead.
     pub hypercall_ratio: f64,
     /// Bare kick to re-entry, median.
@@ -163,11 +173,23 @@ fn wait_for(
     false
 }
 
-/// Signals vCPU 0 with `sig` and returns the time until it re-entered the guest.
-fn time_one(control: &VmControl, stamp: &EntryStamp, sig: i32) -> Option<u64> {
+/// How the controller makes vCPU 0 leave the guest.
+#[derive(Clone, Copy)]
+enum Send {
+    /// A plain signal.
+    Signal(i32),
+    /// A queued signal with a value.
+    Queue(i32, i32),
+}
+
+/// Signals vCPU 0 and returns the time until it re-entered the guest.
+fn time_one(control: &VmControl, stamp: &EntryStamp, send: Send) -> Option<u64> {
     let vcpu = &control.vcpus[0];
     let t0 = stamp.now_ns();
-    vcpu.signal(sig);
+    match send {
+        Send::Signal(sig) => vcpu.signal(sig),
+        Send::Queue(sig, value) => vcpu.queue_signal(sig, value),
+    };
     let limit = Instant::now() + Duration::from_millis(50);
     loop {
         let last = stamp.last();
@@ -190,6 +212,8 @@ enum Kind {
     Full,
     /// The sample path with a host profile that walks the call stack.
     Stack,
+    /// The perf-overflow sample path, for a host profile on the task clock.
+    Perf,
 }
 
 /// Kick timings per kind, how many timed out, and the frames the walks found.
@@ -198,6 +222,7 @@ struct Timings {
     bare: Vec<u64>,
     full: Vec<u64>,
     stack: Vec<u64>,
+    perf: Vec<u64>,
     lost: usize,
     frames: u64,
     walks: u64,
@@ -211,30 +236,51 @@ fn stack_profile() -> HostProfileSpec {
     spec
 }
 
+/// A host profile of the spinning user code on the task clock, without stacks.
+fn perf_profile() -> HostProfileSpec {
+    let mut spec = stack_profile();
+    spec.stack_depth = 0;
+    spec.event = Some(TASK_CLOCK.to_string());
+    spec
+}
+
+/// The descriptor of vCPU 0's task-clock event, where perf is open to the user.
+fn task_clock_fd(control: &VmControl) -> Option<i32> {
+    let sampling = control.profiler.sampling();
+    let t = (0..sampling.len()).find(|t| sampling.name(*t) == TASK_CLOCK)?;
+    control.profiler.trigger_fd(0, t)
+}
+
 fn measure_kicks(control: &VmControl, stamp: &EntryStamp, opts: &BenchOptions) -> Timings {
     let mut t = Timings::default();
-    let kinds = [Kind::Bare, Kind::Full, Kind::Stack];
+    let perf_fd = task_clock_fd(control);
+    let mut kinds = vec![Kind::Bare, Kind::Full, Kind::Stack];
+    if perf_fd.is_some() {
+        kinds.push(Kind::Perf);
+    }
     for round in 0..opts.rounds {
         for i in 0..kinds.len() {
             // Each round starts one kind later, so no kind always follows the same one.
             let kind = kinds[(i + round) % kinds.len()];
             let profile = match kind {
                 Kind::Stack => control.profiler.start_host_profile(stack_profile()).ok(),
+                Kind::Perf => control.profiler.start_host_profile(perf_profile()).ok(),
                 _ => None,
             };
-            let sig = if kind == Kind::Bare {
-                kick_signal()
-            } else {
-                tick_signal()
+            let send = match (kind, perf_fd) {
+                (Kind::Bare, _) => Send::Signal(kick_signal()),
+                (Kind::Perf, Some(fd)) => Send::Queue(overflow_signal(), fd),
+                _ => Send::Signal(tick_signal()),
             };
             for _ in 0..opts.kicks {
                 if control.stop.is_requested() {
                     break;
                 }
-                match (time_one(control, stamp, sig), kind) {
+                match (time_one(control, stamp, send), kind) {
                     (Some(ns), Kind::Bare) => t.bare.push(ns),
                     (Some(ns), Kind::Full) => t.full.push(ns),
                     (Some(ns), Kind::Stack) => t.stack.push(ns),
+                    (Some(ns), Kind::Perf) => t.perf.push(ns),
                     (None, _) => t.lost += 1,
                 }
                 std::thread::sleep(opts.gap);
@@ -346,12 +392,20 @@ pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
     let io_net = (times.io - times.empty).max(1.0);
     let hc_net = (times.hypercall - times.empty).max(1.0);
     let (kb, kf, ks) = (median(&t.bare), median(&t.full), median(&t.stack));
+    // Where perf is closed to the user the kind did not run: not a number (null in JSON).
+    let kp = if t.perf.is_empty() {
+        f64::NAN
+    } else {
+        median(&t.perf)
+    };
     let (ub, uf, us) = (median(&u.bare), median(&u.full), median(&u.stack));
     let frames = t.frames as f64 / t.walks.max(1) as f64;
     let unwind_frames = u.frames as f64 / u.walks.max(1) as f64;
     Ok(BenchReport {
         sample_ratio: kf / kb,
         stack_ratio: ks / kb,
+        perf_ratio: kp / kb,
+        kick_perf_ns: kp,
         unwind_ratio: us / ub,
         hypercall_ratio: hc_net / io_net,
         kick_bare_ns: kb,

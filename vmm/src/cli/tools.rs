@@ -234,6 +234,15 @@ pub fn bench(a: &BenchArgs) -> ExitCode {
                 r.kick_stack_ns, r.stack_frames, r.ns_per_frame
             );
             println!("stack_ratio     {:>9.3}   (target <= 1.25)", r.stack_ratio);
+            if r.perf_ratio.is_nan() {
+                println!("perf path:      not measured (perf events are closed to this user)");
+            } else {
+                println!(
+                    "perf path:      {:>9.0} ns from a task-clock overflow signal (host profile, no stacks)",
+                    r.kick_perf_ns
+                );
+                println!("perf_ratio      {:>9.3}", r.perf_ratio);
+            }
             println!(
                 "x64 unwind:     {:>9.0} ns with a {:.1}-frame unwind vs {:>9.0} ns bare kick, second VM ({:.0} ns a frame)",
                 r.kick_unwind_ns, r.unwind_frames, r.kick_unwind_bare_ns, r.ns_per_unwind_frame

@@ -108,6 +108,11 @@ impl VcpuSampler {
         overflow::stray()
     }
 
+    /// The descriptor of trigger `t`'s perf event on this thread, if it has one.
+    pub fn fd(&self, t: TriggerId) -> Option<std::os::fd::RawFd> {
+        self.events.get(t)?.as_ref().map(|w| w.event.fd())
+    }
+
     /// Drops whatever ticked while the vCPU was not running guest code (paused).
     pub fn discard(&mut self) {
         self.take(|_| {});

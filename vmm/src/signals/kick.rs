@@ -85,9 +85,19 @@ impl KickTable {
         }
     }
 
+    /// Queues `signal` with `value` to vCPU thread `index` (`pthread_sigqueue`); false as
+    /// for [`KickTable::signal`].
+    pub fn queue(&self, index: usize, signal: i32, value: i32) -> bool {
+        self.send(index, signal, Some(value))
+    }
+
     /// Sends `signal` (a kick or a sampling tick) to vCPU thread `index`. False when no thread
     /// is in that slot or the signal could not be sent.
     pub fn signal(&self, index: usize, signal: i32) -> bool {
+        self.send(index, signal, None)
+    }
+
+    fn send(&self, index: usize, signal: i32, value: Option<i32>) -> bool {
         let Some(slot) = self.threads.get(index) else {
             return false;
         };
@@ -95,9 +105,18 @@ impl KickTable {
         let Some(thread) = *guard else {
             return false;
         };
-        // SAFETY: `thread` is a live thread: it entered this slot and leaves it (under this
-        // lock, which we hold) before it returns, so it has not finished.
-        let rc = unsafe { libc::pthread_kill(thread, signal) };
+        let rc = match value {
+            // SAFETY: `thread` is a live thread: it entered this slot and leaves it (under
+            // this lock, which we hold) before it returns, so it has not finished.
+            None => unsafe { libc::pthread_kill(thread, signal) },
+            Some(v) => {
+                let value = libc::sigval {
+                    sival_ptr: usize::try_from(v).unwrap_or(0) as *mut libc::c_void,
+                };
+                // SAFETY: as above.
+                unsafe { libc::pthread_sigqueue(thread, signal, value) }
+            }
+        };
         if rc != 0 {
             log::debug!("signal {signal} to vCPU {index} failed: error {rc}");
         }

@@ -4,7 +4,12 @@
 //! kicks the thread, so `KVM_RUN` returns and the vCPU samples itself.
 //!
 //! When the kernel's queue of real-time signals is full it sends SIGIO instead, which names
-//! no event: those are counted as stray overflows, lost samples of the thread.
+//! no event: those are counted as stray overflows, lost samples of the thread. A signal
+//! queued to the thread by the process itself (`sigqueue`, [`KickTable::queue`]) with a
+//! descriptor as its value counts as that descriptor's overflow: `hvprof bench` times the
+//! sample path from the signal on that way.
+//!
+//! [`KickTable::queue`]: super::KickTable::queue
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
@@ -45,10 +50,14 @@ pub(super) extern "C" fn on_overflow(
 ) {
     let fd = if info.is_null() {
         EMPTY
+    // SAFETY: the kernel passes a valid siginfo for the delivered signal.
+    } else if unsafe { (*info).si_code } == libc::SI_QUEUE {
+        // SAFETY: as above; a queued signal carries the sender's value.
+        let value = unsafe { (*info).si_value() };
+        i32::try_from(value.sival_ptr as usize).unwrap_or(EMPTY)
     } else {
-        // SAFETY: the kernel passes a valid siginfo for the delivered signal; an F_SETSIG
-        // signal from an O_ASYNC descriptor fills the SIGPOLL fields, which `PollInfo`
-        // overlays within the structure's size.
+        // SAFETY: as above; an F_SETSIG signal from an O_ASYNC descriptor fills the SIGPOLL
+        // fields, which `PollInfo` overlays within the structure's size.
         unsafe { (*info.cast::<PollInfo>()).fd }
     };
     count(fd);
@@ -166,6 +175,26 @@ mod tests {
             // A freed slot is reused, with nothing carried over.
             let c = watch(102).unwrap();
             assert_eq!((c, take(c)), (a, 0));
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_signal_queued_with_a_descriptor_counts_as_its_overflow() {
+        super::super::install_handlers().unwrap();
+        std::thread::spawn(|| {
+            let slot = watch(42).unwrap();
+            let value = libc::sigval {
+                sival_ptr: 42usize as *mut libc::c_void,
+            };
+            // SAFETY: queues a signal to this live thread; the handler is installed.
+            let rc = unsafe {
+                libc::pthread_sigqueue(libc::pthread_self(), super::super::overflow_signal(), value)
+            };
+            assert_eq!(rc, 0);
+            assert_eq!((take(slot), stray()), (1, 0));
+            unwatch(slot);
         })
         .join()
         .unwrap();

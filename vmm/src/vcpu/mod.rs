@@ -153,6 +153,11 @@ impl Vcpu {
         for e in errors {
             log::error!("vCPU {}: {e}; it is not sampled on that", self.index);
         }
+        for t in 0..self.shared.profiler.sampling().len() {
+            self.shared
+                .profiler
+                .note_trigger_fd(self.index, t, sampler.fd(t));
+        }
         // Everything the thread sets up for itself is done: from here on it runs guest code.
         if let Err(e) = crate::seccomp::install(ThreadKind::Vcpu, self.shared.seccomp) {
             self.shared
@@ -398,6 +403,11 @@ impl VcpuRequester {
     /// running.
     pub fn signal(&self, signal: i32) -> bool {
         self.kicks.signal(self.index, signal)
+    }
+
+    /// Queues `signal` with `value` to the vCPU thread; false if it is not running.
+    pub fn queue_signal(&self, signal: i32, value: i32) -> bool {
+        self.kicks.queue(self.index, signal, value)
     }
 }
 
