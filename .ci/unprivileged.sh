@@ -31,4 +31,16 @@ mkdir -m 777 "$out"
     --out "$out/profile" >"$work/profile.log" 2>&1 ||
     { cat "$work/profile.log"; echo "unprivileged: hvprof profile failed" >&2; exit 1; }
 test -s "$out/profile/profile.json"
+# Where perf events are closed to ordinary users (perf_event_paranoid 2 and up, Debian's
+# default), --clock cpu must refuse to start with status 2 and say why.
+paranoid=$(cat /proc/sys/kernel/perf_event_paranoid 2>/dev/null || echo 0)
+if [ "$paranoid" -ge 2 ]; then
+    rc=0
+    "${as_user[@]}" "$work/hvprof" demo --clock cpu >"$work/clock.log" 2>&1 || rc=$?
+    if [ "$rc" -ne 2 ] || ! grep -q "perf_event_paranoid=$paranoid" "$work/clock.log"; then
+        cat "$work/clock.log"
+        echo "unprivileged: --clock cpu without perf should end with status 2 and the reason" >&2
+        exit 1
+    fi
+fi
 echo "unprivileged: hvprof demo and profile passed as $("${as_user[@]}" id -un) (uid $("${as_user[@]}" id -u))"

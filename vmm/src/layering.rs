@@ -13,6 +13,8 @@ const FLOORS: &[(&str, u8)] = &[
     // What a guest is made of.
     ("memory", 1),
     ("seccomp", 1),
+    // Sample sources: the host's timers and perf events (what `config` chooses among).
+    ("sampler", 1),
     ("boot", 2),
     ("config", 3),
     ("demo", 3),
@@ -22,7 +24,6 @@ const FLOORS: &[(&str, u8)] = &[
     ("acpi", 5),
     ("firmware", 6),
     // Profiling.
-    ("sampler", 7),
     ("profiler", 7),
     // Running it.
     ("vcpu", 8),
