@@ -274,17 +274,17 @@ impl Profiler {
         };
         let mut host = 0u64;
         let all = self.host.read().unwrap_or_else(|e| e.into_inner());
-        let profiles: Vec<&HostProfile> = all.iter().filter(|p| p.trigger == t).collect();
+        // The host profiles sampling on this trigger (no allocation on the sample path).
+        let profiles = || all.iter().filter(|p| p.trigger == t);
         let (cr3, cpl) = (cpu.paging.cr3, cpu.cpl);
         // One walk serves every host profile this sample counts in, at the deepest depth any
         // of them keeps. Without stacks, the image holding the PC is still looked for, so that
         // the guest's modules are known.
-        let depth = profiles
-            .iter()
+        let depth = profiles()
             .map(|p| p.stack_depth(v, cpu.rip, cr3, cpl))
             .max()
             .unwrap_or(0);
-        let counted = depth > 0 || profiles.iter().any(|p| p.takes(v, cpu.rip, cr3, cpl));
+        let counted = depth > 0 || profiles().any(|p| p.takes(v, cpu.rip, cr3, cpl));
         let stack = if counted {
             let mut walker = slot.walker.lock().unwrap_or_else(|e| e.into_inner());
             if depth > 0 {
@@ -296,10 +296,9 @@ impl Profiler {
         } else {
             None
         };
-        for p in profiles.iter() {
+        for p in profiles() {
             host += u64::from(p.record(v, cpu.rip, cr3, cpl, stack.as_ref()));
         }
-        drop(profiles);
         drop(all);
         bump(&slot.stats.samples, 1);
         if n > 0 || host > 0 {

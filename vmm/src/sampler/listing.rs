@@ -96,16 +96,8 @@ impl Listing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampler::events::{EventSpec, Vendor};
-    use crate::sampler::probe::{probe, Opener};
-
-    struct Fake(fn(&EventSpec) -> Result<(), i32>);
-
-    impl Opener for Fake {
-        fn try_open(&self, spec: &EventSpec) -> Result<(), i32> {
-            (self.0)(spec)
-        }
-    }
+    use crate::sampler::events::Vendor;
+    use crate::sampler::probe::{probe, Fake};
 
     #[test]
     fn without_a_pmu_guests_are_offered_profile_time_only() {

@@ -218,15 +218,7 @@ impl Sampling {
 mod tests {
     use super::*;
     use events::Vendor;
-    use probe::{probe, Opener};
-
-    struct Fake(fn(&EventSpec) -> Result<(), i32>);
-
-    impl Opener for Fake {
-        fn try_open(&self, spec: &EventSpec) -> Result<(), i32> {
-            (self.0)(spec)
-        }
-    }
+    use probe::{probe, Fake};
 
     fn clocks_only() -> ProbeReport {
         probe(

@@ -164,19 +164,21 @@ impl ProbeReport {
     }
 }
 
+/// An opener that answers with a function of the event: the seam's stand-in in tests.
+#[cfg(test)]
+pub(crate) struct Fake(pub fn(&EventSpec) -> Result<(), i32>);
+
+#[cfg(test)]
+impl Opener for Fake {
+    fn try_open(&self, spec: &EventSpec) -> Result<(), i32> {
+        (self.0)(spec)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::sampler::events;
-
-    /// Answers by event type and config.
-    struct Fake(fn(&EventSpec) -> Result<(), i32>);
-
-    impl Opener for Fake {
-        fn try_open(&self, spec: &EventSpec) -> Result<(), i32> {
-            (self.0)(spec)
-        }
-    }
 
     fn no_pmu(spec: &EventSpec) -> Result<(), i32> {
         if spec.clock {
