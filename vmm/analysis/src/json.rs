@@ -230,6 +230,22 @@ mod tests {
     /// The keys hvprof writes for each kind of object are exactly the ones the JSON Schema
     /// requires (so the schema and the serde types cannot drift apart unnoticed).
     #[test]
+    fn the_clock_is_written_only_when_it_is_the_cpu_clock() {
+        let mut p = sample_profile(0x1000);
+        let wall = serde_json::to_value(&p).unwrap();
+        assert!(wall["run"].get("clock").is_none());
+        let back: Profile = serde_json::from_value(wall).unwrap();
+        assert_eq!(back.run.clock, "wall");
+        p.run.clock = "cpu".into();
+        let cpu = serde_json::to_value(&p).unwrap();
+        assert_eq!(cpu["run"]["clock"], "cpu");
+        assert_eq!(
+            serde_json::from_value::<Profile>(cpu).unwrap().run.clock,
+            "cpu"
+        );
+    }
+
+    #[test]
     fn the_schema_requires_exactly_the_fields_written() {
         let schema: serde_json::Value =
             serde_json::from_str(include_str!("../../../docs/profile.schema.json")).unwrap();

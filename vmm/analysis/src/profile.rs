@@ -68,13 +68,17 @@ pub struct RunInfo {
     /// The ProfileTime interval in force at the end, in 100 ns units.
     pub interval_100ns: u32,
     /// What ProfileTime ticked on: "wall" (wall-clock time) or "cpu" (each vCPU thread's CPU
-    /// time). Files before it was recorded ran on the wall clock.
-    #[serde(default = "wall_clock")]
+    /// time). Written only when it is "cpu", so files of wall-clock runs stay as they were.
+    #[serde(default = "wall_clock", skip_serializing_if = "is_wall_clock")]
     pub clock: String,
 }
 
 fn wall_clock() -> String {
     "wall".to_string()
+}
+
+fn is_wall_clock(clock: &str) -> bool {
+    clock == "wall"
 }
 
 /// One vCPU's profiling counters.
