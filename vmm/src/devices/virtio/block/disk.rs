@@ -151,7 +151,7 @@ pub trait DiskBackend: Send {
 }
 
 /// Writes `len` zero bytes at `offset` through `write_at`, 64 KiB at a time.
-fn write_zero_bytes<B: DiskBackend + ?Sized>(
+pub(super) fn write_zero_bytes<B: DiskBackend + ?Sized>(
     backend: &mut B,
     offset: u64,
     len: u64,

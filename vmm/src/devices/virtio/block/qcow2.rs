@@ -22,7 +22,7 @@ use imago::qcow2::Qcow2;
 use imago::raw::Raw;
 use imago::{DenyImplicitOpenGate, FormatAccess, FormatDriverBuilder, StorageOpenOptions};
 
-use super::disk::{DiskBackend, DiskError};
+use super::disk::{write_zero_bytes, DiskBackend, DiskError};
 use super::image::{lock, open_file};
 use crate::config::DiskFormat;
 
@@ -48,6 +48,15 @@ impl Qcow2Disk {
     /// The virtual disk size in bytes.
     pub fn size(&self) -> u64 {
         self.access.size()
+    }
+
+    /// Where a last cluster that the disk covers only in part starts (the size if none).
+    fn partial_tail(&self) -> u64 {
+        let size = self.size();
+        match self.access.inner().zero_granularity() {
+            Some(g) if g > 0 && !size.is_multiple_of(g) => size - size % g,
+            _ => size,
+        }
     }
 }
 
@@ -78,13 +87,25 @@ impl DiskBackend for Qcow2Disk {
         }
     }
 
-    /// Zero clusters (deallocated when `unmap`); what is not whole clusters is written.
+    /// Zero clusters (deallocated when `unmap`); what is not whole clusters is written. A
+    /// last cluster that the disk covers only in part is written with zeroes by hvprof:
+    /// imago 0.2.6's zeroing underflows there when the disk is smaller than a cluster.
     fn write_zeroes(&mut self, offset: u64, len: u64, unmap: bool) -> io::Result<()> {
-        if unmap {
-            self.access.discard_to_zero(offset, len)
-        } else {
-            self.access.write_zeroes(offset, len)
+        let end = offset.checked_add(len).ok_or(io::ErrorKind::InvalidInput)?;
+        let tail = self.partial_tail();
+        if offset < tail {
+            let n = end.min(tail) - offset;
+            if unmap {
+                self.access.discard_to_zero(offset, n)?;
+            } else {
+                self.access.write_zeroes(offset, n)?;
+            }
         }
+        let from = offset.max(tail);
+        if from < end {
+            write_zero_bytes(self, from, end - from)?;
+        }
+        Ok(())
     }
 
     fn close(&mut self) -> io::Result<()> {

@@ -119,7 +119,10 @@ fn a_backing_file_shows_through_and_is_never_written() {
     assert_eq!(read(&mut disk, 5 * 512, 512), vec![0xee; 512]);
     assert_eq!(read(&mut disk, 4 * 512, 512), vec![4; 512]);
     assert_eq!(read(&mut disk, 200 * 512, 512), vec![0; 512]);
-    assert_eq!(read(&mut disk, 300 * 512, 512), vec![300u16.to_le_bytes()[0]; 512]);
+    assert_eq!(
+        read(&mut disk, 300 * 512, 512),
+        vec![300u16.to_le_bytes()[0]; 512]
+    );
     disk.backend.close().unwrap();
     drop(disk);
     assert_eq!(std::fs::read(&base).unwrap(), data, "the base changed");
@@ -170,4 +173,21 @@ fn a_chain_longer_than_the_limit_is_refused() {
     assert!(matches!(e, DiskError::ChainTooLong(_, MAX_CHAIN)), "{e}");
     // One file fewer is within it.
     assert!(open(&d.join(format!("l{}.qcow2", MAX_CHAIN - 1))).is_ok());
+}
+
+#[test]
+fn zeroes_in_a_disk_smaller_than_a_cluster_are_written() {
+    let d = dir("small");
+    let img = d.join("small.qcow2");
+    // 8 sectors in one 64 KiB cluster.
+    create(&img, 4096, None);
+    let mut disk = open(&img).unwrap();
+    disk.backend.write_at(0, &[0x42; 4096]).unwrap();
+    for unmap in [false, true] {
+        disk.backend.write_zeroes(1024, 512, unmap).unwrap();
+        let b = read(&mut disk, 0, 4096);
+        assert!(b[1024..1536].iter().all(|x| *x == 0), "unmap {unmap}");
+        assert!(b[..1024].iter().chain(&b[1536..]).all(|x| *x == 0x42));
+        disk.backend.write_at(1024, &[0x42; 512]).unwrap();
+    }
 }
