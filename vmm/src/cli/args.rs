@@ -306,6 +306,10 @@ pub struct BenchArgs {
     /// Rounds.
     #[arg(long, default_value_t = 6)]
     pub rounds: usize,
+    /// Measure only the disk path: sequential and random 4 KiB reads from a qcow2 image
+    /// against the same data in raw (no VM).
+    #[arg(long)]
+    pub disk: bool,
 }
 
 impl VmArgs {

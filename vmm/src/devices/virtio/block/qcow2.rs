@@ -20,7 +20,10 @@ use imago::file::File as ImagoFile;
 use imago::format::gate::ImplicitOpenGate;
 use imago::qcow2::Qcow2;
 use imago::raw::Raw;
-use imago::{DenyImplicitOpenGate, FormatAccess, FormatDriverBuilder, StorageOpenOptions};
+use imago::{
+    DenyImplicitOpenGate, FormatAccess, FormatCreateBuilder, FormatDriverBuilder,
+    StorageOpenOptions,
+};
 
 use super::disk::{write_zero_bytes, DiskBackend, DiskError};
 use super::image::{lock, open_file};
@@ -132,6 +135,21 @@ pub(super) fn open_base(file: File, path: &Path, format: DiskFormat) -> Result<A
                 .map_err(|e| open_err(path, e))
         }
     }
+}
+
+/// Makes an empty qcow2 image of `size` bytes at `path` (64 KiB clusters, no backing file),
+/// replacing any file there.
+pub fn create_qcow2(path: &Path, size: u64) -> io::Result<()> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)?;
+    let storage = storage(file, path, true)?;
+    Qcow2::<ImagoFile>::create_builder(storage)
+        .size(size)
+        .create()
 }
 
 fn open_err(path: &Path, e: io::Error) -> DiskError {
