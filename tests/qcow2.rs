@@ -195,6 +195,9 @@ fn bad_images_are_usage_errors_that_name_the_file() {
     // Incompatible feature bit 63, which nothing implements.
     let feature = fresh("feature.qcow2");
     poke(&feature, 72, &(1u64 << 63).to_be_bytes());
+    // crypt_method 1 (AES), which imago does not decrypt.
+    let encrypted = fresh("encrypted.qcow2");
+    poke(&encrypted, 32, &1u32.to_be_bytes());
     // a -> b -> a.
     let b = fresh("b.qcow2");
     let a = dir.join("a.qcow2");
@@ -238,7 +241,7 @@ fn bad_images_are_usage_errors_that_name_the_file() {
     let raw = dir.write("plain.raw", &image());
     let good = fresh("good.qcow2");
 
-    let cases: [(String, &[&str]); 7] = [
+    let cases: [(String, &[&str]); 8] = [
         (
             arg(&truncated).into(),
             &["truncated.qcow2", "cannot be used as qcow2"],
@@ -250,6 +253,10 @@ fn bad_images_are_usage_errors_that_name_the_file() {
         (
             arg(&feature).into(),
             &["feature.qcow2", "cannot be used as qcow2"],
+        ),
+        (
+            arg(&encrypted).into(),
+            &["encrypted.qcow2", "an encrypted qcow2 image"],
         ),
         (arg(&a).into(), &["a.qcow2", "backing chain loops"]),
         (

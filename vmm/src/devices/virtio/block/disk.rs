@@ -93,6 +93,13 @@ pub enum DiskError {
     /// More backing files than hvprof follows.
     #[error("disk image {}: its backing chain is longer than {} files", .0.display(), .1)]
     ChainTooLong(PathBuf, usize),
+    /// An encrypted qcow2 image (the image or a backing file, the second path).
+    #[error(
+        "disk image {}: {} is an encrypted qcow2 image, which hvprof cannot read",
+        .0.display(),
+        .1.display()
+    )]
+    Encrypted(PathBuf, PathBuf),
     /// A qcow2 image whose data lives in an external data file.
     #[error("disk image {}: qcow2 external data files are not supported", .0.display())]
     ExternalData(PathBuf),
@@ -117,6 +124,7 @@ impl Blame for DiskError {
             | DiskError::BackingLocked(..)
             | DiskError::BackingLoop(..)
             | DiskError::ChainTooLong(..)
+            | DiskError::Encrypted(..)
             | DiskError::ExternalData(_) => Fault::User,
             DiskError::Overlay(..) => Fault::Host,
         }

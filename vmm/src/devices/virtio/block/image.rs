@@ -8,7 +8,7 @@
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::Path;
 
 use super::disk::{DiskBackend, DiskError, DiskImage, QCOW2_MAGIC, SECTOR_SIZE};
@@ -26,6 +26,9 @@ impl DiskImage {
             TryLockError::Error(e) => DiskError::Open(path.clone(), e),
         })?;
         let found = detect(&mut file).map_err(|e| DiskError::Open(path.clone(), e))?;
+        if encrypted(&file).map_err(|e| DiskError::Open(path.clone(), e))? {
+            return Err(DiskError::Encrypted(path.clone(), path.clone()));
+        }
         if let Some(given) = config.format {
             if given != found {
                 return Err(DiskError::Format(path.clone(), given, found));
@@ -114,6 +117,19 @@ fn detect(file: &mut File) -> std::io::Result<DiskFormat> {
     } else {
         DiskFormat::Raw
     })
+}
+
+/// Whether `file` is a qcow2 image whose `crypt_method` (header bytes 32-35, big-endian) is
+/// not 0: AES or LUKS encrypted. imago 0.2.6 neither decrypts nor refuses such an image, so
+/// the guest would read ciphertext and its writes would corrupt the image. Two fields at fixed
+/// offsets are the only image bytes hvprof reads itself; imago parses the rest.
+pub(super) fn encrypted(file: &File) -> std::io::Result<bool> {
+    let mut header = [0u8; 36];
+    match file.read_exact_at(&mut header, 0) {
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(e),
+        Ok(()) => Ok(header[..4] == QCOW2_MAGIC && header[32..] != [0; 4]),
+    }
 }
 
 /// Takes the image's lock: shared for a read-only image, exclusive otherwise. A file system

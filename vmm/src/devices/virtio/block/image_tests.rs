@@ -1,6 +1,7 @@
 //! Opening images: format detection, `format=`, snapshots, and qcow2 images that are not
 //! usable.
 
+use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 
 use super::*;
@@ -121,4 +122,27 @@ fn truncated_corrupt_and_unsupported_qcow2_images_are_refused_by_name() {
         );
         assert!(e.to_string().contains(name), "{e}");
     }
+}
+
+#[test]
+fn encrypted_qcow2_images_are_refused_as_the_image_or_a_backing_file() {
+    let d = dir("encrypted");
+    let base = d.join("secret.qcow2");
+    create(&base, MIB, None);
+    // crypt_method 2: LUKS.
+    let f = OpenOptions::new().write(true).open(&base).unwrap();
+    f.write_all_at(&2u32.to_be_bytes(), 32).unwrap();
+    drop(f);
+    let e = DiskImage::open(&cfg(&base)).err().unwrap();
+    assert!(
+        matches!(&e, DiskError::Encrypted(i, x) if *i == base && *x == base),
+        "{e}"
+    );
+    let top = d.join("top.qcow2");
+    create(&top, MIB, Some(("secret.qcow2", "qcow2")));
+    let e = DiskImage::open(&cfg(&top)).err().unwrap();
+    assert!(
+        matches!(&e, DiskError::Encrypted(i, x) if *i == top && x.ends_with("secret.qcow2")),
+        "{e}"
+    );
 }

@@ -6,8 +6,8 @@
 //! be opened. Every backing file goes through [`ChainGate`], which opens it read-only (so no
 //! write can reach it), takes a shared lock on it, resolves relative names against the
 //! directory of the image that names them (imago does that), refuses a file already in the
-//! chain (a loop) and a chain longer than [`MAX_CHAIN`], and remembers why it refused, so the
-//! error names the file. External data files are refused.
+//! chain (a loop), an encrypted image and a chain longer than [`MAX_CHAIN`], and remembers why
+//! it refused, so the error names the file. External data files are refused.
 
 use std::cell::RefCell;
 use std::fs::{File, TryLockError};
@@ -26,7 +26,7 @@ use imago::{
 };
 
 use super::disk::{write_zero_bytes, DiskBackend, DiskError};
-use super::image::{lock, open_file};
+use super::image::{encrypted, lock, open_file};
 use crate::config::DiskFormat;
 
 /// Most files in a chain, the image included.
@@ -246,6 +246,11 @@ impl ChainGate {
             TryLockError::WouldBlock => DiskError::BackingLocked(image.clone(), path.to_owned()),
             TryLockError::Error(e) => DiskError::Backing(image.clone(), path.to_owned(), e),
         })?;
+        match encrypted(&file) {
+            Ok(false) => {}
+            Ok(true) => return Err(DiskError::Encrypted(image.clone(), path.to_owned())),
+            Err(e) => return Err(DiskError::Backing(image.clone(), path.to_owned(), e)),
+        }
         chain.files.push(id);
         Ok(file)
     }
