@@ -357,3 +357,56 @@ fn seabios_boots_an_mbr_from_the_virtio_disk() {
     assert!(by_event >= 2, "{summary}");
     assert!(summary.contains(" 0 by exit"), "{summary}");
 }
+
+/// SeaBIOS boots a qcow2 overlay made by qemu-img (512-byte clusters) over a raw base: the
+/// base holds the MBR and LBA 1, the overlay only LBA 2 (written there by qemu-io), so the
+/// boot code's int 13h read of LBA 1-2 gets one sector from each layer. The base is never
+/// written.
+#[test]
+fn seabios_boots_a_qcow2_overlay_whose_base_holds_the_boot_sector() {
+    let dir = TempDir::new("mbr-qcow2");
+    let base = mbr_image(&dir);
+    let mut bytes = std::fs::read(&base).unwrap();
+    let lba2 = dir.write("lba2.bin", &bytes[1024..1536]);
+    bytes[1024..1536].fill(0);
+    std::fs::write(&base, &bytes).unwrap();
+    let overlay = dir.join("boot.qcow2");
+    let s = |p: &std::path::Path| p.to_str().expect("utf-8 temp path").to_owned();
+    crate::harness::tool(
+        "qemu-img",
+        "qemu-utils",
+        &[
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-o",
+            "cluster_size=512",
+            "-b",
+            "disk.img",
+            "-F",
+            "raw",
+            &s(&overlay),
+        ],
+    );
+    let write = format!("write -q -s {} 1024 512", s(&lba2));
+    crate::harness::tool(
+        "qemu-io",
+        "qemu-utils",
+        &["-f", "qcow2", "-c", &write, &s(&overlay)],
+    );
+    let out = hvprof([
+        "run".as_ref(),
+        "--firmware".as_ref(),
+        seabios().as_os_str(),
+        "--disk".as_ref(),
+        overlay.as_os_str(),
+        "--timeout".as_ref(),
+        "60".as_ref(),
+    ])
+    .limit(Duration::from_secs(90))
+    .run();
+    out.assert_debug_exit(0x31);
+    out.assert_stdout_contains("mbr: sectors 1-2 read through int 13h and matched");
+    assert_eq!(std::fs::read(&base).unwrap(), bytes, "the base changed");
+}

@@ -29,6 +29,8 @@ mod ntkernel;
 mod pdb;
 /// Profile objects, sampling and injection, end to end.
 mod profiling;
+/// qcow2 images, backing chains and `,snapshot` (images made by qemu-img).
+mod qcow2;
 /// The reference guest's scenarios.
 mod refguest;
 /// `hvprof demo --out` and `hvprof report` (`go tool pprof` needs Debian's golang-go).

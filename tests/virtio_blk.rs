@@ -5,10 +5,10 @@
 
 use crate::harness::{fixture, hvprof_run, status, Fixture, Output, TempDir, FIXTURE_OK};
 
-const SECTORS: usize = 8;
+pub(crate) const SECTORS: usize = 8;
 
 /// An image whose sector n is filled with byte n, and sector 0 starts with a marker.
-fn image() -> Vec<u8> {
+pub(crate) fn image() -> Vec<u8> {
     let mut img: Vec<u8> = (0..SECTORS * 512)
         .map(|i| u8::try_from(i / 512).unwrap())
         .collect();
@@ -34,7 +34,7 @@ fn run_fixture(disk_arg: &str, ring: bool) -> Output {
     .run()
 }
 
-fn expected_sector1() -> Vec<u8> {
+pub(crate) fn expected_sector1() -> Vec<u8> {
     let mut s: Vec<u8> = (0..512).map(|i| u8::try_from(i & 0xff).unwrap()).collect();
     s[..16].copy_from_slice(b"written by guest");
     s

@@ -61,34 +61,76 @@ impl std::io::Write for SharedBuffer {
 /// Most disks a VM may have (PCI slots 2-31 of bus 0, with room left for other devices).
 pub const MAX_DISKS: usize = 16;
 
+/// The format of a disk image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiskFormat {
+    /// The sectors, one after another.
+    Raw,
+    /// QEMU's copy-on-write format (versions 2 and 3), possibly over a backing chain.
+    Qcow2,
+}
+
+impl DiskFormat {
+    /// The name `format=` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            DiskFormat::Raw => "raw",
+            DiskFormat::Qcow2 => "qcow2",
+        }
+    }
+}
+
 /// A disk image attached as a virtio-blk device.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DiskConfig {
-    /// The raw image.
+    /// The image.
     pub path: PathBuf,
     /// Refuse the guest's writes (and open the file read-only).
     pub readonly: bool,
+    /// The format the user gave (`format=`); `None`: detected from the image's first bytes.
+    pub format: Option<DiskFormat>,
+    /// Open the image (and its backing chain) read-only and send the guest's writes to a
+    /// temporary overlay that is discarded when the run ends.
+    pub snapshot: bool,
 }
 
 impl DiskConfig {
-    /// Parses `IMAGE[,readonly]` (`ro` is accepted for `readonly`).
+    /// A raw or detected image at `path`, read-write unless `readonly`.
+    pub fn new(path: impl Into<PathBuf>, readonly: bool) -> Self {
+        DiskConfig {
+            path: path.into(),
+            readonly,
+            ..Default::default()
+        }
+    }
+
+    /// Parses `IMAGE[,readonly][,snapshot][,format=raw|qcow2]` (`ro` is accepted for
+    /// `readonly`).
     pub fn parse(s: &str) -> Result<Self, ConfigError> {
         let mut parts = s.split(',');
         let path = parts.next().unwrap_or_default();
         if path.is_empty() {
             return Err(ConfigError::DiskOption(s.to_owned()));
         }
-        let mut readonly = false;
+        let mut disk = DiskConfig::new(path, false);
         for opt in parts {
             match opt {
-                "readonly" | "ro" => readonly = true,
+                "readonly" | "ro" => disk.readonly = true,
+                "snapshot" => disk.snapshot = true,
+                "format=raw" => disk.format = Some(DiskFormat::Raw),
+                "format=qcow2" => disk.format = Some(DiskFormat::Qcow2),
                 _ => return Err(ConfigError::DiskOption(s.to_owned())),
             }
         }
-        Ok(DiskConfig {
-            path: PathBuf::from(path),
-            readonly,
-        })
+        if disk.readonly && disk.snapshot {
+            return Err(ConfigError::DiskReadonlySnapshot(s.to_owned()));
+        }
+        Ok(disk)
+    }
+
+    /// The guest may change the image file itself (neither read-only nor a snapshot).
+    pub fn writes_image(&self) -> bool {
+        !(self.readonly || self.snapshot)
     }
 }
 
@@ -226,8 +268,14 @@ pub enum ConfigError {
     #[error("at most {MAX_DISKS} disks, not {0}")]
     Disks(usize),
     /// A malformed --disk value.
-    #[error("--disk takes IMAGE[,readonly], not {0:?}")]
+    #[error("--disk takes IMAGE[,readonly][,snapshot][,format=raw|qcow2], not {0:?}")]
     DiskOption(String),
+    /// `readonly` and `snapshot` together.
+    #[error(
+        "--disk {0:?}: readonly and snapshot exclude each other (snapshot already keeps the \
+         image unchanged; readonly refuses the guest's writes)"
+    )]
+    DiskReadonlySnapshot(String),
 }
 
 impl Blame for ConfigError {
@@ -237,7 +285,8 @@ impl Blame for ConfigError {
             | ConfigError::Memory(_)
             | ConfigError::Timeout
             | ConfigError::Disks(_)
-            | ConfigError::DiskOption(_) => Fault::User,
+            | ConfigError::DiskOption(_)
+            | ConfigError::DiskReadonlySnapshot(_) => Fault::User,
         }
     }
 }
@@ -274,8 +323,25 @@ mod tests {
             DiskConfig::parse("a.img").unwrap(),
             DiskConfig {
                 path: "a.img".into(),
-                readonly: false
+                readonly: false,
+                format: None,
+                snapshot: false,
             }
+        );
+        let d = DiskConfig::parse("w.qcow2,snapshot,format=qcow2").unwrap();
+        assert!(d.snapshot && !d.readonly && !d.writes_image());
+        assert_eq!(d.format, Some(DiskFormat::Qcow2));
+        assert_eq!(
+            DiskConfig::parse("a,format=raw").unwrap().format,
+            Some(DiskFormat::Raw)
+        );
+        assert!(DiskConfig::parse("a,format=vmdk").is_err());
+        assert!(DiskConfig::parse("a,format=").is_err());
+        assert_eq!(
+            DiskConfig::parse("a,readonly,snapshot"),
+            Err(ConfigError::DiskReadonlySnapshot(
+                "a,readonly,snapshot".into()
+            ))
         );
         assert!(DiskConfig::parse("/x/a.img,readonly").unwrap().readonly);
         assert!(DiskConfig::parse("a.img,ro").unwrap().readonly);

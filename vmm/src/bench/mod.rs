@@ -17,7 +17,10 @@
 //! * Hypercall path. The guest times, with RDTSC at CPL0, a bare port-I/O exit (OUT to an
 //!   unclaimed port) and a full hypercall round trip (QUERY_INTERVAL rung through the
 //!   doorbell), minus the measurement's own overhead.
+//! * Disk path (`hvprof bench --disk`, [`disk`]): 4 KiB reads from a qcow2 image against the
+//!   same data in a raw image, through the device's request path.
 
+pub mod disk;
 pub mod pe;
 mod stats;
 

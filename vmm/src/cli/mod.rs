@@ -33,6 +33,10 @@ enum Command {
     /// Run the bundled reference guest's default scenario (a profiled 1:2:4 workload).
     Demo(DemoArgs),
     /// Run a VM and collect every profile: the guest agent's objects and a host-side profile.
+    ///
+    /// For regression runs give the guest's system disk as `--disk IMAGE,snapshot`: the image
+    /// is opened read-only and the guest's writes go to a temporary overlay discarded when the
+    /// run ends, so every run starts from the same golden image and the image never changes.
     Profile(ProfileArgs),
     /// Reprint the report of a saved profile.json, optionally with disassembly.
     Report(ReportArgs),

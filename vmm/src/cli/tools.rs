@@ -211,8 +211,41 @@ pub fn merge(a: &MergeArgs) -> ExitCode {
     }
 }
 
+/// `hvprof bench --disk`.
+fn bench_disk(a: &BenchArgs) -> ExitCode {
+    match vmm::bench::disk::run(&vmm::bench::disk::DiskBenchOptions::default()) {
+        Ok(r) if a.json => {
+            println!("{}", r.to_json());
+            ExitCode::SUCCESS
+        }
+        Ok(r) => {
+            println!(
+                "sequential 4 KiB reads: {:>7.0} ns qcow2 vs {:>7.0} ns raw (median of {} rounds of {} reads)",
+                r.seq_qcow2_ns, r.seq_raw_ns, r.rounds, r.reads
+            );
+            println!(
+                "seq_ratio       {:>9.3}   (qcow2 throughput / raw; target >= 0.8)",
+                r.seq_ratio
+            );
+            println!(
+                "random 4 KiB reads:     {:>7.0} ns qcow2 vs {:>7.0} ns raw",
+                r.rand_qcow2_ns, r.rand_raw_ns
+            );
+            println!(
+                "rand_ratio      {:>9.3}   (qcow2 throughput / raw)",
+                r.rand_ratio
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e, STATUS_HOST_ERROR),
+    }
+}
+
 /// `hvprof bench`.
 pub fn bench(a: &BenchArgs) -> ExitCode {
+    if a.disk {
+        return bench_disk(a);
+    }
     let opts = vmm::bench::BenchOptions {
         kicks: a.kicks,
         rounds: a.rounds,

@@ -105,7 +105,8 @@ fn common() -> Vec<Allow> {
 /// heap, from whichever thread that is, and takes a failed open as "do not know".
 pub(super) const FILES_REFUSED: [i64; 2] = [libc::SYS_open, libc::SYS_openat];
 
-/// A virtio-blk disk's backing file, read and written where requests are served.
+/// A virtio-blk disk's image files, read and written where requests are served (a qcow2
+/// image grows with `ftruncate` when imago zeroes a new cluster at its end).
 fn disk_io() -> Vec<Allow> {
     [
         libc::SYS_pread64,
@@ -116,6 +117,7 @@ fn disk_io() -> Vec<Allow> {
         libc::SYS_fdatasync,
         libc::SYS_lseek,
         libc::SYS_fallocate,
+        libc::SYS_ftruncate,
     ]
     .into_iter()
     .map(|nr| (nr, vec![]))

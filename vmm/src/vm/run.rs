@@ -273,6 +273,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
         .collect();
     for d in &disks {
         d.serve_pending();
+        d.close();
         log::info!("{}", d.summary());
     }
     // Every vCPU has stopped: release every pinned buffer and keep the objects' counts.

@@ -256,6 +256,11 @@ impl<D: VirtioDevice> VirtioPciDevice<D> {
         &self.device
     }
 
+    /// The device behind the transport, to act on outside a request (the end of a run).
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.device
+    }
+
     /// The device status.
     pub fn status(&self) -> u8 {
         self.common.status

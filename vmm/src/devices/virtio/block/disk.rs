@@ -1,25 +1,25 @@
-//! Raw disk images: opening them with clear errors, and the backend the block device reads
-//! and writes through.
+//! Disk images: the backend trait the block device reads and writes through, the raw-file
+//! backend, and the errors of opening an image (opening itself, with format detection, qcow2
+//! chains and snapshots, is in [`super::image`]).
 //!
-//! Capacity is the image size rounded down to whole 512-byte sectors. The tail of an image
-//! whose size is not a multiple of 512 is unreachable: requests that touch it are out of
-//! range and fail with VIRTIO_BLK_S_IOERR (a warning says so when the image is opened).
-//! An image smaller than one sector is refused.
+//! Capacity is the image's size (a qcow2 image's virtual size) rounded down to whole 512-byte
+//! sectors. The tail of a raw image whose size is not a multiple of 512 is unreachable:
+//! requests that touch it are out of range and fail with VIRTIO_BLK_S_IOERR (a warning says so
+//! when the image is opened). An image smaller than one sector is refused.
 //!
 //! Images are locked while open (`flock`, which Linux ties to the open file description):
-//! a read-write image exclusively, a read-only one shared. A second VM that would write an
-//! image someone else has open, or read one someone is writing, is refused with
-//! [`DiskError::Locked`] instead of silently corrupting it; the same file twice in one VM is
-//! refused beforehand ([`check_distinct`]). Locks are advisory: they bind programs that take
-//! `flock` locks (hvprof, `flock(1)`), not QEMU, whose image locks are fcntl byte-range locks
-//! that Linux keeps apart from `flock`.
+//! an image the guest writes exclusively, a read-only or snapshot image and every backing file
+//! shared. A second VM that would write an image someone else has open, or read one someone
+//! is writing, is refused with [`DiskError::Locked`] instead of silently corrupting it; the
+//! same file twice in one VM is refused beforehand ([`check_distinct`]). Locks are advisory:
+//! they bind programs that take `flock` locks (hvprof, `flock(1)`), not QEMU, whose image
+//! locks are fcntl byte-range locks that Linux keeps apart from `flock`.
 
-use std::fs::{File, OpenOptions, TryLockError};
-use std::io::{Seek, SeekFrom};
-use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
 
-use crate::config::DiskConfig;
+use crate::config::{DiskConfig, DiskFormat};
 use crate::outcome::{Blame, Fault};
 
 /// Bytes per sector.
@@ -58,20 +58,81 @@ pub enum DiskError {
         .1.display()
     )]
     Twice(PathBuf, PathBuf),
+    /// `format=` says one format, the image's first bytes another.
+    #[error(
+        "disk image {} is {}, not {} as format={} says",
+        .0.display(),
+        .2.name(),
+        .1.name(),
+        .1.name()
+    )]
+    Format(PathBuf, DiskFormat, DiskFormat),
+    /// The qcow2 library refused the image (truncated, corrupt header or tables, a feature
+    /// it does not support, a backing file it could not open as an image).
+    #[error("disk image {} cannot be used as qcow2", .0.display())]
+    Qcow2(PathBuf, #[source] std::io::Error),
+    /// A backing file (named in the header of the image or of a file in its chain) cannot
+    /// be opened.
+    #[error("disk image {}: cannot open its backing file {}", .0.display(), .1.display())]
+    Backing(PathBuf, PathBuf, #[source] std::io::Error),
+    /// A backing file is being written by someone else.
+    #[error(
+        "disk image {}: its backing file {} is in use: another VM or program has it open for \
+         writing",
+        .0.display(),
+        .1.display()
+    )]
+    BackingLocked(PathBuf, PathBuf),
+    /// The backing chain comes back to a file already in it.
+    #[error(
+        "disk image {}: its backing chain loops (backing file {} is already in the chain)",
+        .0.display(),
+        .1.display()
+    )]
+    BackingLoop(PathBuf, PathBuf),
+    /// More backing files than hvprof follows.
+    #[error("disk image {}: its backing chain is longer than {} files", .0.display(), .1)]
+    ChainTooLong(PathBuf, usize),
+    /// An encrypted qcow2 image (the image or a backing file, the second path).
+    #[error(
+        "disk image {}: {} is an encrypted qcow2 image, which hvprof cannot read",
+        .0.display(),
+        .1.display()
+    )]
+    Encrypted(PathBuf, PathBuf),
+    /// A qcow2 image whose data lives in an external data file.
+    #[error("disk image {}: qcow2 external data files are not supported", .0.display())]
+    ExternalData(PathBuf),
+    /// The temporary overlay of `,snapshot` could not be made.
+    #[error("disk image {}: cannot create the snapshot overlay in {}", .0.display(), .1.display())]
+    Overlay(PathBuf, PathBuf, #[source] std::io::Error),
 }
 
 impl Blame for DiskError {
-    /// The image the user named cannot be used as asked.
+    /// The image the user named cannot be used as asked, except for the overlay, which is
+    /// the host's temporary directory failing.
     fn fault(&self) -> Fault {
         match self {
             DiskError::Open(..)
             | DiskError::NotAFile(_)
             | DiskError::TooSmall(..)
             | DiskError::Locked(..)
-            | DiskError::Twice(..) => Fault::User,
+            | DiskError::Twice(..)
+            | DiskError::Format(..)
+            | DiskError::Qcow2(..)
+            | DiskError::Backing(..)
+            | DiskError::BackingLocked(..)
+            | DiskError::BackingLoop(..)
+            | DiskError::ChainTooLong(..)
+            | DiskError::Encrypted(..)
+            | DiskError::ExternalData(_) => Fault::User,
+            DiskError::Overlay(..) => Fault::Host,
         }
     }
 }
+
+/// The first bytes of a qcow2 image ("QFI\xfb").
+pub const QCOW2_MAGIC: [u8; 4] = *b"QFI\xfb";
 
 /// Where the sectors live.
 pub trait DiskBackend: Send {
@@ -91,10 +152,14 @@ pub trait DiskBackend: Send {
     fn write_zeroes(&mut self, offset: u64, len: u64, _unmap: bool) -> std::io::Result<()> {
         write_zero_bytes(self, offset, len)
     }
+    /// The run is over: write back whatever the backend holds in memory. By default nothing.
+    fn close(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Writes `len` zero bytes at `offset` through `write_at`, 64 KiB at a time.
-fn write_zero_bytes<B: DiskBackend + ?Sized>(
+pub(super) fn write_zero_bytes<B: DiskBackend + ?Sized>(
     backend: &mut B,
     offset: u64,
     len: u64,
@@ -136,11 +201,22 @@ fn fallocate(file: &File, mode: libc::c_int, offset: u64, len: u64) -> std::io::
     }
 }
 
+/// A raw image file.
 impl DiskBackend for File {
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
         self.read_exact_at(buf, offset)
     }
+    /// Refuses to put the qcow2 magic at the start of the image: a raw image the guest made
+    /// look like qcow2 would be detected as qcow2 the next time, and its header could name any
+    /// host file as a backing file for the guest to read (QEMU guards probed raw images the
+    /// same way).
     fn write_at(&mut self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        if offset == 0 && buf.starts_with(&QCOW2_MAGIC) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                "a raw image may not start with the qcow2 magic",
+            ));
+        }
         self.write_all_at(buf, offset)
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -219,43 +295,10 @@ impl DiskImage {
             id: id_bytes,
         }
     }
-
-    /// Opens the image `config` names: read-write unless it is read-only.
-    pub fn open(config: &DiskConfig) -> Result<Self, DiskError> {
-        let path = &config.path;
-        let open_err = |e| DiskError::Open(path.clone(), e);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(!config.readonly)
-            .open(path)
-            .map_err(open_err)?;
-        let meta = file.metadata().map_err(open_err)?;
-        let kind = meta.file_type();
-        if !(kind.is_file() || kind.is_block_device()) {
-            return Err(DiskError::NotAFile(path.clone()));
-        }
-        lock(&file, path, config.readonly).map_err(|e| match e {
-            TryLockError::WouldBlock => DiskError::Locked(path.clone(), config.readonly),
-            TryLockError::Error(e) => DiskError::Open(path.clone(), e),
-        })?;
-        let len = file.seek(SeekFrom::End(0)).map_err(open_err)?;
-        if len < SECTOR_SIZE {
-            return Err(DiskError::TooSmall(path.clone(), len));
-        }
-        if !len.is_multiple_of(SECTOR_SIZE) {
-            log::warn!(
-                "disk image {}: {len} bytes is not a whole number of sectors; the last {} bytes are not reachable",
-                path.display(),
-                len % SECTOR_SIZE
-            );
-        }
-        let id = format!("hvprof{:x}-{:x}", meta.dev(), meta.ino());
-        Ok(DiskImage::new(Box::new(file), len, config.readonly, &id))
-    }
 }
 
 /// Refuses the same file (device and inode, whatever the path) twice among `disks` unless
-/// every occurrence is read-only. (Two opens in one process also conflict through their
+/// no occurrence lets the guest change it (each is `,readonly` or `,snapshot`). (Two opens in one process also conflict through their
 /// locks, but not on file systems that emulate `flock` with per-process POSIX locks, such as
 /// NFS.) Paths that cannot be examined are left for [`DiskImage::open`] to report.
 pub fn check_distinct(disks: &[DiskConfig]) -> Result<(), DiskError> {
@@ -266,35 +309,13 @@ pub fn check_distinct(disks: &[DiskConfig]) -> Result<(), DiskError> {
         };
         let key = (meta.dev(), meta.ino());
         if let Some((_, first)) = seen.iter().find(|(k, _)| *k == key) {
-            if !(d.readonly && first.readonly) {
+            if d.writes_image() || first.writes_image() {
                 return Err(DiskError::Twice(d.path.clone(), first.path.clone()));
             }
         }
         seen.push((key, d));
     }
     Ok(())
-}
-
-/// Takes the image's lock: shared for a read-only image, exclusive otherwise. A file system
-/// without locks (ENOLCK, EOPNOTSUPP) is used unlocked, with a warning.
-fn lock(file: &File, path: &std::path::Path, shared: bool) -> Result<(), TryLockError> {
-    let taken = if shared {
-        file.try_lock_shared()
-    } else {
-        file.try_lock()
-    };
-    match taken {
-        Err(TryLockError::Error(e))
-            if matches!(e.raw_os_error(), Some(libc::ENOLCK | libc::EOPNOTSUPP)) =>
-        {
-            log::warn!(
-                "disk image {}: the file system cannot lock it ({e}); using it unlocked",
-                path.display()
-            );
-            Ok(())
-        }
-        other => other,
-    }
 }
 
 #[cfg(test)]
@@ -311,10 +332,25 @@ mod tests {
     }
 
     fn cfg(path: &Path, readonly: bool) -> DiskConfig {
-        DiskConfig {
-            path: path.to_owned(),
-            readonly,
-        }
+        DiskConfig::new(path, readonly)
+    }
+
+    #[test]
+    fn a_raw_image_cannot_be_made_to_look_like_qcow2() {
+        let p = temp("magic.img", &[0u8; 1024]);
+        let mut d = DiskImage::open(&cfg(&p, false)).unwrap();
+        let mut sector = [0u8; 512];
+        sector[..4].copy_from_slice(&QCOW2_MAGIC);
+        let e = d.backend.write_at(0, &sector).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+        // Elsewhere, or anything else at the start, is written.
+        d.backend.write_at(512, &sector).unwrap();
+        sector[0] = b'X';
+        d.backend.write_at(0, &sector).unwrap();
+        drop(d);
+        let after = std::fs::read(&p).unwrap();
+        assert_eq!(&after[..4], b"XFI\xfb");
+        assert_eq!(&after[512..516], &QCOW2_MAGIC);
     }
 
     #[test]

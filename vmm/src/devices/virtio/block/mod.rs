@@ -1,9 +1,13 @@
-//! The virtio block device (virtio 1.2, 5.2) on a raw image: read, write, flush, get-id,
-//! discard, write-zeroes, read-only mode; one request queue.
+//! The virtio block device (virtio 1.2, 5.2) on a raw or qcow2 image: read, write, flush,
+//! get-id, discard, write-zeroes, read-only mode; one request queue. The device serves
+//! requests through [`disk::DiskBackend`] and does not know the image's format.
 
 pub mod discard;
 pub mod disk;
+mod image;
+pub mod qcow2;
 pub mod request;
+mod snapshot;
 
 use std::sync::{Arc, Mutex};
 
@@ -100,7 +104,13 @@ pub fn attach_block(
         disk.path.display(),
         attached.at.slot,
         attached.at.gsi,
-        if disk.readonly { ", read-only" } else { "" }
+        if disk.readonly {
+            ", read-only"
+        } else if disk.snapshot {
+            ", snapshot (writes go to a temporary overlay)"
+        } else {
+            ""
+        }
     );
     Ok(attached)
 }
@@ -176,6 +186,18 @@ impl BlockAttachment {
             .serve_pending();
     }
 
+    /// The run is over: writes back what the image's backend caches (a qcow2 image's tables).
+    /// A failure is logged: the guest's run is over either way.
+    pub fn close(&self) {
+        let mut d = self.device.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = d.device_mut().close() {
+            log::error!(
+                "virtio-blk 00:{:02x}.0: writing the image back failed: {e}",
+                self.at.slot
+            );
+        }
+    }
+
     /// One line on what the device served, for the end of a run.
     pub fn summary(&self) -> String {
         let d = self.device.lock().unwrap_or_else(|e| e.into_inner());
@@ -229,6 +251,11 @@ impl BlockDevice {
     /// What it has served.
     pub fn stats(&self) -> BlockStats {
         self.stats
+    }
+
+    /// Writes back what the image's backend caches.
+    pub fn close(&mut self) -> std::io::Result<()> {
+        self.disk.backend.close()
     }
 
     fn config_bytes(&self) -> [u8; CONFIG_LEN] {
