@@ -15,12 +15,27 @@ use crate::devices::virtio::block::disk::DiskImage;
 const MIB: u64 = 1 << 20;
 const MIB_USIZE: usize = 1 << 20;
 
-/// A fresh directory for one test.
-pub(crate) fn dir(name: &str) -> PathBuf {
+/// A fresh directory for one test, removed with everything in it when dropped.
+pub(crate) struct TestDir(PathBuf);
+
+impl std::ops::Deref for TestDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub(crate) fn dir(name: &str) -> TestDir {
     let d = std::env::temp_dir().join(format!("hvprof-qcow2-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    TestDir(d)
 }
 
 /// Makes an empty qcow2 image of `size` bytes at `path`, its header naming `backing` (file
