@@ -372,23 +372,7 @@ fn seabios_boots_a_qcow2_overlay_whose_base_holds_the_boot_sector() {
     std::fs::write(&base, &bytes).unwrap();
     let overlay = dir.join("boot.qcow2");
     let s = |p: &std::path::Path| p.to_str().expect("utf-8 temp path").to_owned();
-    crate::harness::tool(
-        "qemu-img",
-        "qemu-utils",
-        &[
-            "create",
-            "-q",
-            "-f",
-            "qcow2",
-            "-o",
-            "cluster_size=512",
-            "-b",
-            "disk.img",
-            "-F",
-            "raw",
-            &s(&overlay),
-        ],
-    );
+    crate::harness::qcow2_overlay(&overlay, "disk.img", "raw", Some(512));
     let write = format!("write -q -s {} 1024 512", s(&lba2));
     crate::harness::tool(
         "qemu-io",

@@ -6,7 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::harness::{fixture, hvprof_run, status, tool, Fixture, Output, TempDir, FIXTURE_OK};
+use crate::harness::{
+    fixture, hvprof_run, qcow2_overlay, status, tool, Fixture, Output, TempDir, FIXTURE_OK,
+};
 use crate::virtio_blk::{expected_sector1, image};
 
 fn qemu_img(args: &[&str]) {
@@ -85,31 +87,9 @@ fn guest_reads_through_a_backing_chain_that_is_never_written() {
     // mid names its backing file relatively, top by absolute path; 512-byte clusters so
     // that one sector written into the top leaves its neighbours to the layers below.
     let mid = dir.join("mid.qcow2");
-    qemu_img(&[
-        "create",
-        "-q",
-        "-f",
-        "qcow2",
-        "-b",
-        "base.raw",
-        "-F",
-        "raw",
-        arg(&mid),
-    ]);
+    qcow2_overlay(&mid, "base.raw", "raw", None);
     let top = dir.join("top.qcow2");
-    qemu_img(&[
-        "create",
-        "-q",
-        "-f",
-        "qcow2",
-        "-o",
-        "cluster_size=512",
-        "-b",
-        arg(&mid),
-        "-F",
-        "qcow2",
-        arg(&top),
-    ]);
+    qcow2_overlay(&top, arg(&mid), "qcow2", Some(512));
     qemu_io_fill(&top, 7, 0x4f);
     let mid_before = std::fs::read(&mid).unwrap();
 
@@ -201,17 +181,7 @@ fn bad_images_are_usage_errors_that_name_the_file() {
     // a -> b -> a.
     let b = fresh("b.qcow2");
     let a = dir.join("a.qcow2");
-    qemu_img(&[
-        "create",
-        "-q",
-        "-f",
-        "qcow2",
-        "-b",
-        "b.qcow2",
-        "-F",
-        "qcow2",
-        arg(&a),
-    ]);
+    qcow2_overlay(&a, "b.qcow2", "qcow2", None);
     qemu_img(&[
         "rebase",
         "-u",
@@ -226,17 +196,7 @@ fn bad_images_are_usage_errors_that_name_the_file() {
     // A backing file that has gone.
     let gone = dir.write("gone.raw", &[0u8; 4096]);
     let orphan = dir.join("orphan.qcow2");
-    qemu_img(&[
-        "create",
-        "-q",
-        "-f",
-        "qcow2",
-        "-b",
-        "gone.raw",
-        "-F",
-        "raw",
-        arg(&orphan),
-    ]);
+    qcow2_overlay(&orphan, "gone.raw", "raw", None);
     std::fs::remove_file(&gone).unwrap();
     let raw = dir.write("plain.raw", &image());
     let good = fresh("good.qcow2");

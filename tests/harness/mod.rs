@@ -666,6 +666,20 @@ pub fn tool<S: AsRef<std::ffi::OsStr>>(name: &str, package: &str, args: &[S]) {
     );
 }
 
+/// Makes the qcow2 overlay `path` over `backing` (as named: a relative name is resolved from
+/// the overlay's directory) whose format is `backing_format`, with `cluster_size`-byte
+/// clusters if given.
+pub fn qcow2_overlay(path: &Path, backing: &str, backing_format: &str, cluster_size: Option<u32>) {
+    let cluster = cluster_size.map(|c| format!("cluster_size={c}"));
+    let mut args = vec!["create", "-q", "-f", "qcow2"];
+    if let Some(c) = &cluster {
+        args.extend(["-o", c.as_str()]);
+    }
+    let path = path.to_str().expect("utf-8 temp path");
+    args.extend(["-b", backing, "-F", backing_format, path]);
+    tool("qemu-img", "qemu-utils", &args);
+}
+
 /// `go tool pprof <report> <options>` on DIR/profile.pb.gz (`report`: `-top`, `-traces`, ...):
 /// its stdout and stderr.
 pub fn pprof(dir: &Path, report: &str, options: &[&str]) -> (String, String) {
