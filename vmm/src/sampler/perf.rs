@@ -12,6 +12,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use perf_event_open_sys::bindings::{perf_event_attr, PERF_FLAG_FD_CLOEXEC};
 use perf_event_open_sys::{ioctls, perf_event_open};
+use vmm_sys_util::syscall::SyscallReturnCode;
 
 use super::events::EventSpec;
 use crate::signals::overflow;
@@ -51,14 +52,6 @@ fn open(spec: &EventSpec, period: u64) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-fn check(rc: libc::c_int) -> io::Result<()> {
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
 /// Opens `spec` on the calling thread and closes it again: whether this host and this user
 /// may sample it on a vCPU thread.
 pub fn try_open(spec: &EventSpec) -> io::Result<()> {
@@ -90,14 +83,15 @@ impl PerfEvent {
             Some(p) => {
                 let p = p.max(1);
                 // SAFETY: PERIOD reads a u64 through the pointer, which is live for the call.
-                check(unsafe { ioctls::PERIOD(fd, std::ptr::addr_of!(p) as u64) })?;
+                SyscallReturnCode(unsafe { ioctls::PERIOD(fd, std::ptr::addr_of!(p) as u64) })
+                    .into_empty_result()?;
                 // SAFETY: RESET and ENABLE take no argument beyond the flag word.
-                check(unsafe { ioctls::RESET(fd, 0) })?;
+                SyscallReturnCode(unsafe { ioctls::RESET(fd, 0) }).into_empty_result()?;
                 // SAFETY: as above.
-                check(unsafe { ioctls::ENABLE(fd, 0) })?;
+                SyscallReturnCode(unsafe { ioctls::ENABLE(fd, 0) }).into_empty_result()?;
             }
             // SAFETY: as above.
-            None => check(unsafe { ioctls::DISABLE(fd, 0) })?,
+            None => SyscallReturnCode(unsafe { ioctls::DISABLE(fd, 0) }).into_empty_result()?,
         }
         self.armed = period;
         Ok(())

@@ -14,6 +14,8 @@
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
+use vmm_sys_util::syscall::SyscallReturnCode;
+
 /// Perf events one thread can watch.
 pub const SLOTS: usize = 32;
 
@@ -92,14 +94,6 @@ struct OwnerEx {
     pid: libc::pid_t,
 }
 
-fn check(rc: libc::c_int) -> std::io::Result<()> {
-    if rc < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
 /// Makes `fd` signal the calling thread, and only it, with the overflow signal whenever it
 /// has news (for a perf event: each overflow): `F_SETOWN_EX` to this thread's id,
 /// `F_SETSIG`, `O_ASYNC`.
@@ -111,14 +105,16 @@ pub fn route_to_current_thread(fd: RawFd) -> std::io::Result<()> {
     };
     // SAFETY: F_SETOWN_EX reads a `struct f_owner_ex`, which `OwnerEx` lays out, from a
     // pointer live for the call.
-    check(unsafe { libc::fcntl(fd, F_SETOWN_EX, &owner) })?;
+    SyscallReturnCode(unsafe { libc::fcntl(fd, F_SETOWN_EX, &owner) }).into_empty_result()?;
     // SAFETY: F_SETSIG takes a signal number.
-    check(unsafe { libc::fcntl(fd, F_SETSIG, super::overflow_signal()) })?;
+    SyscallReturnCode(unsafe { libc::fcntl(fd, F_SETSIG, super::overflow_signal()) })
+        .into_empty_result()?;
     // SAFETY: F_GETFL takes no argument.
     let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    check(flags)?;
+    SyscallReturnCode(flags).into_empty_result()?;
     // SAFETY: F_SETFL takes the flag word; O_ASYNC turns the owner's signal on.
-    check(unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_ASYNC) })
+    SyscallReturnCode(unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_ASYNC) })
+        .into_empty_result()
 }
 
 /// Starts counting the calling thread's overflow signals that name `fd`; returns its slot,
