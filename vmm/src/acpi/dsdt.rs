@@ -1,7 +1,6 @@
-//! The DSDT's AML. Direct kernel boot: the system bus with COM1, and the S5 sleep state.
-//! Firmware boot ([`firmware_body`]): the PCI root bridge with its resources and interrupt
-//! routing, COM1, the hvprof hypercall device, the power button, the motherboard resources
-//! (PM block, fw_cfg, ECAM) and `_S5`.
+//! The DSDT's AML, the same for both boot paths: the PCI root bridge with its resources and
+//! interrupt routing, holding COM1, the RTC, the hvprof hypercall device and the motherboard
+//! resources (PM block, fw_cfg, ECAM); the power button; `_S5`.
 
 use acpi_tables::aml::{
     AddressSpace, AddressSpaceCacheable, Device, EISAName, Interrupt, Memory32Fixed, Name, Package,
@@ -11,20 +10,14 @@ use acpi_tables::Aml;
 use profile_core::abi::{DOORBELL_PORT_BASE, DOORBELL_PORT_COUNT};
 
 use crate::devices::acpi_pm::S5_SLP_TYP;
-use crate::layout::{ACPI_PM_BASE, FW_CFG_LEN, FW_CFG_PORT};
+use crate::devices::cmos::{CMOS_LEN, CMOS_PORT};
+use crate::devices::pci::intx_gsi;
+use crate::layout::{
+    ACPI_PM_BASE, FW_CFG_LEN, FW_CFG_PORT, PCI_ECAM_SIZE, PCI_ECAM_START, PCI_MMIO32_WINDOWS,
+};
 
 /// The `_HID` of the hvprof hypercall device (the Windows agent's driver matches it).
 pub const HYPERCALL_HID: &str = "HVPR0001";
-
-/// The DSDT body for direct kernel boot (everything after the table header).
-pub fn body() -> Vec<u8> {
-    let mut out = Vec::new();
-    let com1 = com1();
-    com1.with(|d| Scope::new(Path::new("\\_SB_"), vec![d]).to_aml_bytes(&mut out));
-    let s5 = Package::new(vec![&5u8, &0u8]);
-    Name::new("_S5_".into(), &s5).to_aml_bytes(&mut out);
-    out
-}
 
 /// COM1's device, built on demand (the AML types borrow their parts).
 struct Com1 {
@@ -68,6 +61,19 @@ pub struct PciRoot {
 }
 
 impl PciRoot {
+    /// The PCI root of hvprof's platform (both boot paths), from the layout's constants.
+    pub fn platform() -> PciRoot {
+        PciRoot {
+            ecam_base: Some(PCI_ECAM_START),
+            last_bus: u8::try_from((PCI_ECAM_SIZE >> 20) - 1).unwrap_or(u8::MAX),
+            mmio32: PCI_MMIO32_WINDOWS.to_vec(),
+            mmio64: None,
+            // The _PRT maps slot s, pin p (INTA = 0) to intx_gsis[(s + p) % 4]: take the GSIs
+            // from the devices' own routing, so the tables describe what the hardware does.
+            intx_gsis: [0u8, 1, 2, 3].map(|k| u32::from(intx_gsi(k, 1))),
+        }
+    }
+
     /// The size of the ECAM region for the described buses.
     pub fn ecam_size(&self) -> u64 {
         (u64::from(self.last_bus) + 1) << 20
@@ -138,8 +144,8 @@ fn pci_root_aml(root: &PciRoot, children: &[&dyn Aml]) -> Vec<u8> {
     out
 }
 
-/// The DSDT body for firmware boot.
-pub fn firmware_body(root: &PciRoot) -> Vec<u8> {
+/// The DSDT body (everything after the table header).
+pub fn body(root: &PciRoot) -> Vec<u8> {
     // The hypercall device: its doorbell ports are its resources, so a PnP driver gets them.
     let hv_io = IO::new(
         DOORBELL_PORT_BASE,
@@ -190,11 +196,25 @@ pub fn firmware_body(root: &PciRoot) -> Vec<u8> {
     let pwrb_uid = Name::new("_UID".into(), &0u8);
     let pwrb = Device::new("PWRB".into(), vec![&pwrb_hid, &pwrb_uid]);
 
+    // The RTC (the CMOS device's clock). No IRQ 8: the device raises no interrupts, so it
+    // offers no alarms or update interrupts, and the table says so by listing none.
+    let rtc_io = IO::new(
+        u16::try_from(CMOS_PORT).unwrap_or(0x70),
+        u16::try_from(CMOS_PORT).unwrap_or(0x70),
+        1,
+        u8::try_from(CMOS_LEN).unwrap_or(2),
+    );
+    let rtc_crs_t = ResourceTemplate::new(vec![&rtc_io]);
+    let rtc_hid_v = EISAName::new("PNP0B00");
+    let rtc_hid = Name::new("_HID".into(), &rtc_hid_v);
+    let rtc_crs = Name::new("_CRS".into(), &rtc_crs_t);
+    let rtc = Device::new("RTC_".into(), vec![&rtc_hid, &rtc_crs]);
+
     let com1 = com1();
     let mut out = Vec::new();
-    // The PCI root holds COM1, the hypercall device and the motherboard resources, as the
-    // ISA devices behind QEMU's LPC bridge; the power button sits on the system bus.
-    let pci0 = com1.with(|c| pci_root_aml(root, &[c, &hvpr, &mres_dev]));
+    // The PCI root holds COM1, the RTC, the hypercall device and the motherboard resources,
+    // as the ISA devices behind QEMU's LPC bridge; the power button sits on the system bus.
+    let pci0 = com1.with(|c| pci_root_aml(root, &[c, &rtc, &hvpr, &mres_dev]));
     let raw = RawAml(pci0);
     Scope::new(Path::new("\\_SB_"), vec![&raw, &pwrb]).to_aml_bytes(&mut out);
     let typ = u8::try_from(S5_SLP_TYP).unwrap_or(0);
@@ -231,14 +251,22 @@ mod tests {
     }
 
     #[test]
-    fn firmware_dsdt_names_the_hypercall_device_and_its_ports() {
-        let aml = firmware_body(&root());
+    fn dsdt_names_the_hypercall_device_and_its_ports() {
+        let aml = body(&root());
         assert!(contains(&aml, b"HVPR0001\0"));
         // IO descriptor: 0x47, decode16, min, max, align, length.
         let base = DOORBELL_PORT_BASE.to_le_bytes();
         let io = [0x47, 1, base[0], base[1], base[0], base[1], 1, 8];
         assert!(contains(&aml, &io));
-        for name in [&b"PCI0"[..], b"COM1", b"PWRB", b"MRES", b"_PRT", b"_S5_"] {
+        for name in [
+            &b"PCI0"[..],
+            b"COM1",
+            b"RTC_",
+            b"PWRB",
+            b"MRES",
+            b"_PRT",
+            b"_S5_",
+        ] {
             assert!(contains(&aml, name), "{}", String::from_utf8_lossy(name));
         }
     }
@@ -247,11 +275,35 @@ mod tests {
     fn prt_routes_slot_pins_to_the_given_gsis() {
         let mut r = root();
         r.intx_gsis = [0x55, 0x56, 0x57, 0x58];
-        let aml = firmware_body(&r);
+        let aml = body(&r);
         // Slot 1, pin 0 -> line 1 -> 0x56: Package(4){0x0001FFFF, Zero, Zero, 0x56}
         let entry = [
             0x12, 0x0b, 0x04, 0x0c, 0xff, 0xff, 0x01, 0x00, 0x00, 0x00, 0x0a, 0x56,
         ];
         assert!(contains(&aml, &entry));
+    }
+
+    #[test]
+    fn pci_root_matches_the_layout() {
+        let p = PciRoot::platform();
+        assert_eq!(p.ecam_size(), PCI_ECAM_SIZE);
+    }
+
+    /// The DSDT's _PRT gives slot s, pin p (INTA = 0) the GSI intx_gsis[(s + p) % 4]; it must
+    /// be the GSI the device raises (regression: the tables once said GSIs 16-19 while the
+    /// devices raised 10 and 11).
+    #[test]
+    fn prt_agrees_with_the_devices_intx_routing() {
+        let p = PciRoot::platform();
+        for slot in 0u8..32 {
+            for pin in 0u8..4 {
+                let prt = p.intx_gsis[usize::from((slot + pin) % 4)];
+                assert_eq!(
+                    prt,
+                    u32::from(intx_gsi(slot, pin + 1)),
+                    "slot {slot} pin {pin}"
+                );
+            }
+        }
     }
 }

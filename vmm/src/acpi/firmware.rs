@@ -1,11 +1,15 @@
-//! ACPI tables for a firmware boot, handed to SeaBIOS or OVMF through fw_cfg the way QEMU
-//! does: the tables in "etc/acpi/tables", the RSDP in "etc/acpi/rsdp", and a linker/loader
-//! script ("etc/table-loader") that allocates both, patches the pointers between tables with
-//! their final addresses, and computes the checksums.
+//! The platform's ACPI tables, built once for both boot paths, with QEMU's linker/loader
+//! script: the tables in "etc/acpi/tables", the RSDP in "etc/acpi/rsdp", and the script
+//! ("etc/table-loader") that allocates both, patches the pointers between tables with their
+//! final addresses, and computes the checksums. A firmware boot hands the three files to
+//! SeaBIOS or OVMF through fw_cfg; a direct kernel boot runs the script itself
+//! ([`super::create_acpi_tables`]).
 //!
 //! The FADT is a full (not hardware-reduced) one: PM1a event/control, the PM timer and GPE0
 //! at `ACPI_PM_BASE`, the SCI on IRQ 9, the reset register at 0xCF9, no SMI command port (the
-//! platform is always in ACPI mode), and a FACS.
+//! platform is always in ACPI mode), and a FACS. IAPC_BOOT_ARCH says legacy devices but no
+//! 8042: the i8042 at 0x60/0x64 only takes the reset command, it has no keyboard or mouse
+//! behind it and would fail an OS's probe.
 
 use acpi_tables::facs::FACS;
 use acpi_tables::fadt::{FADTBuilder, Flags, PmProfile};
@@ -30,8 +34,8 @@ pub const RSDP_FILE: &str = "etc/acpi/rsdp";
 /// The fw_cfg file holding the loader script.
 pub const LOADER_FILE: &str = "etc/table-loader";
 
-/// IAPC_BOOT_ARCH: legacy devices and an 8042 are present.
-const IAPC_LEGACY_AND_8042: u16 = 0x3;
+/// IAPC_BOOT_ARCH: legacy (ISA) devices are present; no 8042 (bit 1 clear).
+const IAPC_LEGACY_DEVICES: u16 = 0x1;
 /// MADT interrupt flags: level-triggered, active high.
 const LEVEL_HIGH: u16 = 0x000d;
 
@@ -124,7 +128,7 @@ fn fadt() -> Vec<u8> {
     f.p_lvl2_lat = 0xfff.into();
     f.p_lvl3_lat = 0xffff.into();
     f.century = 0x32;
-    f.iapc_boot_arch = IAPC_LEGACY_AND_8042.into();
+    f.iapc_boot_arch = IAPC_LEGACY_DEVICES.into();
     f.reset_reg = io_gas(8, RESET_CONTROL_PORT, AccessSize::ByteAccess);
     f.reset_value = RESET_CONTROL_VALUE;
     f.x_pm1a_evt_blk = io_gas(32, ACPI_PM1A_EVT, AccessSize::WordAccess);
@@ -166,7 +170,7 @@ pub fn firmware_tables(cpus: usize, root: &PciRoot) -> Result<FirmwareTables, Ac
     let facs = b.add(&to_bytes(&FACS::new()), 64);
 
     let mut dsdt_t = Sdt::new(*b"DSDT", 36, 2, OEM_ID, OEM_TABLE_ID, OEM_REVISION);
-    dsdt_t.append_slice(&dsdt::firmware_body(root));
+    dsdt_t.append_slice(&dsdt::body(root));
     let dsdt = b.add(dsdt_t.as_slice(), 16);
     b.checksum(dsdt);
 

@@ -108,6 +108,9 @@ fn fadt_is_full_and_points_at_dsdt_facs_and_the_pm_block() {
     assert_eq!(u64::from(u32_at(fadt, 76)), ACPI_PM_TMR);
     assert_eq!(u64::from(u32_at(fadt, 80)), ACPI_GPE0_BLK);
     assert_eq!(fadt[91], 4, "PM_TMR_LEN");
+    // IAPC_BOOT_ARCH: legacy devices, no 8042 (nothing behind it would answer a probe).
+    let boot_arch = u16::from_le_bytes([fadt[109], fadt[110]]);
+    assert_eq!(boot_arch & 0b11, 0b01);
     // Reset register: I/O space, 8 bits, at 0xCF9, value 6.
     assert_eq!(fadt[116], 1);
     assert_eq!(u64_at(fadt, 120), RESET_CONTROL_PORT);

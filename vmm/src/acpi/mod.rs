@@ -1,37 +1,28 @@
-//! ACPI tables. For direct kernel boot (this file): RSDP, XSDT, FADT, MADT (one local APIC per vCPU, the
-//! IOAPIC and the ISA interrupt overrides) and a DSDT describing the platform's devices.
-//! They are written into the BIOS area, where both the PVH start info and legacy scanners
-//! find the RSDP. For firmware boot, `firmware.rs` builds QEMU-style tables that the
-//! firmware loads from fw_cfg.
+//! ACPI tables: one description of the machine for both boot paths. [`firmware`] builds the
+//! tables (FACS, DSDT, full FADT, MADT, MCFG, RSDT, XSDT, RSDP) and QEMU's linker/loader
+//! script that places and links them. A firmware boot hands both to the firmware through
+//! fw_cfg; a direct kernel boot ([`create_acpi_tables`]) runs the same script here, into the
+//! BIOS area, where both the PVH start info and legacy scanners find the RSDP.
 
 pub mod dsdt;
 pub mod firmware;
 
 pub use dsdt::PciRoot;
 
-use acpi_tables::fadt::{FADTBuilder, Flags};
-use acpi_tables::gas::{AccessSize, AddressSpace, GAS};
 use acpi_tables::madt::{
     EnabledStatus, IoApic, LocalInterruptController, ProcessorLocalApic, MADT,
 };
-use acpi_tables::rsdp::Rsdp;
-use acpi_tables::sdt::Sdt;
-use acpi_tables::xsdt::XSDT;
 use acpi_tables::Aml;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use zerocopy::{Immutable, IntoBytes};
 
+use crate::devices::fw_cfg::loader::execute;
 use crate::layout::{ACPI_SIZE, ACPI_START, IOAPIC_START, LAPIC_START};
 use crate::outcome::{Blame, Fault};
 
 pub(crate) const OEM_ID: [u8; 6] = *b"HVPROF";
 pub(crate) const OEM_TABLE_ID: [u8; 8] = *b"HVPROF  ";
 pub(crate) const OEM_REVISION: u32 = 1;
-/// I/O port of the i8042 command register, used as the ACPI reset register.
-const RESET_PORT: u64 = 0x64;
-const RESET_VALUE: u8 = 0xfe;
-/// IAPC_BOOT_ARCH: legacy devices and an 8042 are present.
-const IAPC_LEGACY_AND_8042: u16 = 0x3;
 /// MADT flags: PCAT_COMPAT (dual 8259s present).
 const MADT_PCAT_COMPAT: u32 = 1;
 
@@ -47,13 +38,16 @@ pub enum AcpiError {
     /// More vCPUs than the MADT's 8-bit APIC ids can name.
     #[error("{0} vCPUs cannot be described with xAPIC ids")]
     TooManyCpus(usize),
+    /// The tables' loader script does not link (a bug in the tables' builder).
+    #[error("the ACPI loader script does not run: {0}")]
+    Link(String),
 }
 
 impl Blame for AcpiError {
     fn fault(&self) -> Fault {
         match self {
             AcpiError::TooManyCpus(_) => Fault::User,
-            AcpiError::TooLarge(_) | AcpiError::Write => Fault::Host,
+            AcpiError::TooLarge(_) | AcpiError::Write | AcpiError::Link(_) => Fault::Host,
         }
     }
 }
@@ -90,14 +84,6 @@ impl InterruptSourceOverride {
     }
 }
 
-/// Appends `table` to `blob` at a 16-byte boundary and returns its guest address.
-fn place(blob: &mut Vec<u8>, table: &[u8]) -> u64 {
-    blob.resize(blob.len().next_multiple_of(16), 0);
-    let addr = ACPI_START + blob.len() as u64;
-    blob.extend_from_slice(table);
-    addr
-}
-
 pub(crate) fn to_bytes(t: &dyn Aml) -> Vec<u8> {
     let mut v = Vec::new();
     t.to_aml_bytes(&mut v);
@@ -132,12 +118,6 @@ fn madt(cpus: usize, overrides: &[InterruptSourceOverride]) -> Result<MADT, Acpi
     Ok(madt)
 }
 
-/// Direct kernel boot keeps KVM's default routing, which wires ISA IRQ n to IOAPIC pin n (the
-/// PIT on pin 0), so only the SCI needs an override: level-triggered, active high.
-fn direct_overrides() -> [InterruptSourceOverride; 1] {
-    [InterruptSourceOverride::new(9, 9, 0x000d)]
-}
-
 /// The MADT's bytes, with PCAT_COMPAT set (the crate has no setter for the flags field).
 pub(crate) fn madt_bytes(
     cpus: usize,
@@ -153,49 +133,43 @@ pub(crate) fn madt_bytes(
     Ok(t)
 }
 
-/// Writes the tables into guest memory; returns the RSDP's address.
-pub fn create_acpi_tables(mem: &GuestMemoryMmap, cpus: usize) -> Result<u64, AcpiError> {
-    // The RSDP goes first, at the start of the area; its XSDT pointer is filled in last.
-    let mut blob = vec![0u8; Rsdp::len()];
-
-    let mut dsdt = Sdt::new(*b"DSDT", 36, 6, OEM_ID, OEM_TABLE_ID, OEM_REVISION);
-    dsdt.append_slice(&dsdt::body());
-    let dsdt_addr = place(&mut blob, dsdt.as_slice());
-
-    let reset = GAS::new(
-        AddressSpace::SystemIo,
-        8,
-        0,
-        AccessSize::ByteAccess,
-        RESET_PORT,
-    );
-    let mut fadt = FADTBuilder::new(OEM_ID, OEM_TABLE_ID, OEM_REVISION)
-        .dsdt_64(dsdt_addr)
-        .flag(Flags::HwReducedAcpi)
-        .flag(Flags::ResetRegSup)
-        .flag(Flags::PwrButton)
-        .flag(Flags::SlpButton);
-    fadt.reset_reg = reset;
-    fadt.reset_value = RESET_VALUE;
-    fadt.iapc_boot_arch = IAPC_LEGACY_AND_8042.into();
-    let fadt_addr = place(&mut blob, &to_bytes(&fadt.finalize()));
-
-    let madt_addr = place(&mut blob, &madt_bytes(cpus, &direct_overrides())?);
-
-    let mut xsdt = XSDT::new(OEM_ID, OEM_TABLE_ID, OEM_REVISION);
-    xsdt.add_entry(fadt_addr);
-    xsdt.add_entry(madt_addr);
-    let xsdt_addr = place(&mut blob, &to_bytes(&xsdt));
-
-    let rsdp = to_bytes(&Rsdp::new(OEM_ID, xsdt_addr));
-    blob[..rsdp.len()].copy_from_slice(&rsdp);
-
-    if blob.len() as u64 > ACPI_SIZE {
-        return Err(AcpiError::TooLarge(blob.len()));
+/// Writes the platform's tables for `cpus` vCPUs and the PCI root `root` into the BIOS area
+/// for a direct kernel boot, running their loader script as firmware would (files placed one
+/// after another from `ACPI_START`); returns the RSDP's address.
+pub fn create_acpi_tables(
+    mem: &GuestMemoryMmap,
+    cpus: usize,
+    root: &PciRoot,
+) -> Result<u64, AcpiError> {
+    let t = firmware::firmware_tables(cpus, root)?;
+    let mut files = vec![
+        (firmware::TABLES_FILE.to_string(), t.tables),
+        (firmware::RSDP_FILE.to_string(), t.rsdp),
+    ];
+    let mut next = ACPI_START;
+    let placed = execute(&t.loader, &mut files, |_, len, align| {
+        let at = next.next_multiple_of(u64::from(align.max(1)));
+        next = at + len as u64;
+        at
+    })
+    .map_err(AcpiError::Link)?;
+    let used = next - ACPI_START;
+    if used > ACPI_SIZE {
+        return Err(AcpiError::TooLarge(
+            usize::try_from(used).unwrap_or(usize::MAX),
+        ));
     }
-    mem.write_slice(&blob, GuestAddress(ACPI_START))
-        .map_err(|_| AcpiError::Write)?;
-    Ok(ACPI_START)
+    let mut rsdp = None;
+    for (name, at) in &placed {
+        if let Some((_, bytes)) = files.iter().find(|(n, _)| n == name) {
+            mem.write_slice(bytes, GuestAddress(*at))
+                .map_err(|_| AcpiError::Write)?;
+        }
+        if name == firmware::RSDP_FILE {
+            rsdp = Some(*at);
+        }
+    }
+    rsdp.ok_or_else(|| AcpiError::Link(format!("{} was not allocated", firmware::RSDP_FILE)))
 }
 
 #[cfg(test)]
@@ -216,7 +190,9 @@ mod tests {
     #[test]
     fn tables_chain_from_the_rsdp_with_valid_checksums() {
         let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 16 << 20)]).unwrap();
-        let rsdp_addr = create_acpi_tables(&mem, 2).unwrap();
+        let rsdp_addr = create_acpi_tables(&mem, 2, &dsdt::PciRoot::platform()).unwrap();
+        // Where legacy scanners look: a 16-byte boundary in 0xE0000-0xFFFFF.
+        assert!((0xe_0000..0x10_0000).contains(&rsdp_addr) && rsdp_addr.is_multiple_of(16));
         let mut rsdp = [0u8; 36];
         mem.read_slice(&mut rsdp, GuestAddress(rsdp_addr)).unwrap();
         assert_eq!(&rsdp[..8], b"RSD PTR ");
@@ -247,15 +223,29 @@ mod tests {
                 let dsdt = table_at(&mem, u64::from_le_bytes(t[140..148].try_into().unwrap()));
                 assert_eq!(&dsdt[..4], b"DSDT");
                 assert!(checksum_ok(&dsdt));
+                for name in [&b"PCI0"[..], b"_PRT", b"_CRS", b"RTC_", b"_S5_"] {
+                    assert!(dsdt.windows(4).any(|w| w == name), "{name:?}");
+                }
+                // A FACS (no checksum, 64-byte aligned), and not hardware-reduced.
+                let facs = u64::from(u32::from_le_bytes(t[36..40].try_into().unwrap()));
+                assert!(facs.is_multiple_of(64));
+                let mut sig = [0u8; 4];
+                mem.read_slice(&mut sig, GuestAddress(facs)).unwrap();
+                assert_eq!(&sig, b"FACS");
+                let flags = u32::from_le_bytes(t[112..116].try_into().unwrap());
+                assert_eq!(flags & (1 << 20), 0, "HW_REDUCED_ACPI");
             }
         }
-        assert_eq!(sigs, vec![b"FACP".to_vec(), b"APIC".to_vec()]);
+        assert_eq!(
+            sigs,
+            vec![b"FACP".to_vec(), b"APIC".to_vec(), b"MCFG".to_vec()]
+        );
     }
 
     #[test]
     fn too_many_cpus_is_an_error() {
         assert!(matches!(
-            madt(300, &direct_overrides()),
+            madt(300, &firmware::isa_overrides()),
             Err(AcpiError::TooManyCpus(300))
         ));
     }

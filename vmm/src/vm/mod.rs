@@ -2,6 +2,7 @@
 
 mod event_loop;
 pub mod firmware_boot;
+pub mod machine;
 pub mod platform;
 mod run;
 
@@ -199,9 +200,12 @@ impl Vm {
             .create_pit2(pit)
             .map_err(|e| VmError::Kvm("KVM_CREATE_PIT2", e))?;
 
+        machine::set_qemu_gsi_routing(&vm_fd)?;
+
         let (boot, firmware) = match &config.boot {
             BootSource::Kernel(kernel) => {
-                let rsdp = create_acpi_tables(&mem, config.cpus)?;
+                let rsdp =
+                    create_acpi_tables(&mem, config.cpus, &crate::acpi::PciRoot::platform())?;
                 let boot = load_kernel(&mem, config.memory_mib << 20, kernel, rsdp)?;
                 (boot, None)
             }

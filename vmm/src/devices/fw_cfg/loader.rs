@@ -139,8 +139,9 @@ impl TableLoader {
 }
 
 /// Runs a script the way the firmware does, over files given as `(name, bytes)`, placing
-/// each allocated file at the address `place` returns. Used by tests to check what the
-/// firmware will see.
+/// each allocated file at the address `place` returns (given the file's name, length and
+/// alignment). Returns where each file went, in allocation order. A direct kernel boot links
+/// its ACPI tables with it; tests use it to check what the firmware will see.
 pub fn execute(
     script: &TableLoader,
     files: &mut [(String, Vec<u8>)],
