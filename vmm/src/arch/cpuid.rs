@@ -52,28 +52,29 @@ pub fn vcpu_cpuid(
             LEAF_CACHE => {
                 e.eax = (e.eax & 0x03ff_ffff) | (count.saturating_sub(1).min(63) << 26);
             }
-            LEAF_TOPOLOGY | LEAF_TOPOLOGY_V2 => {
-                e.edx = apic_id;
-                match e.index {
-                    0 => {
-                        e.eax = 0;
-                        e.ebx = 1;
-                        e.ecx = 1 << 8;
-                    }
-                    1 => {
-                        e.eax = shift;
-                        e.ebx = count;
-                        e.ecx = (2 << 8) | 1;
-                    }
-                    _ => {
-                        e.eax = 0;
-                        e.ebx = 0;
-                        e.ecx = e.index;
-                    }
-                }
-            }
             _ => {}
         }
+    }
+    // KVM offers the topology leaves with subleaf 0 only; a guest reading subleaf 1 (the core
+    // level) would get zeros and count every vCPU as a package of its own. Each leaf the host
+    // offers is replaced by the full enumeration: one thread per core, `count` cores in one
+    // package.
+    let offered = |f: u32| cpuid.as_slice().iter().any(|e| e.function == f);
+    let topology: Vec<u32> = [LEAF_TOPOLOGY, LEAF_TOPOLOGY_V2]
+        .into_iter()
+        .filter(|&f| offered(f))
+        .collect();
+    if !topology.is_empty() {
+        let mut entries: Vec<kvm_cpuid_entry2> = cpuid
+            .as_slice()
+            .iter()
+            .filter(|e| !topology.contains(&e.function))
+            .copied()
+            .collect();
+        for &f in &topology {
+            entries.extend(topology_leaves(f, apic_id, count, shift));
+        }
+        cpuid = CpuId::from_entries(&entries).map_err(|_| CpuidError)?;
     }
     for leaf in extra {
         let entry = kvm_cpuid_entry2 {
@@ -98,6 +99,29 @@ pub fn vcpu_cpuid(
     Ok(cpuid)
 }
 
+/// The subleaves of topology leaf `function` (0xB or 0x1F) for vCPU `apic_id` of `count`:
+/// the SMT level (one thread), the core level (`count` cores, APIC id shift `shift`), and the
+/// invalid level that ends the enumeration.
+fn topology_leaves(function: u32, apic_id: u32, count: u32, shift: u32) -> [kvm_cpuid_entry2; 3] {
+    const LEVEL_SMT: u32 = 1;
+    const LEVEL_CORE: u32 = 2;
+    let level = |index: u32, eax: u32, ebx: u32, kind: u32| kvm_cpuid_entry2 {
+        function,
+        index,
+        flags: KVM_CPUID_FLAG_SIGNIFCANT_INDEX,
+        eax,
+        ebx,
+        ecx: (kind << 8) | index,
+        edx: apic_id,
+        ..Default::default()
+    };
+    [
+        level(0, 0, 1, LEVEL_SMT),
+        level(1, shift, count, LEVEL_CORE),
+        level(2, 0, 0, 0),
+    ]
+}
+
 /// Splits a 12-byte signature into EBX, ECX, EDX as CPUID returns vendor strings.
 pub fn signature_regs(sig: &[u8; 12]) -> (u32, u32, u32) {
     let word = |i: usize| u32::from_le_bytes([sig[i], sig[i + 1], sig[i + 2], sig[i + 3]]);
@@ -115,9 +139,12 @@ mod tests {
                 ebx: 0xff00_0800,
                 ..Default::default()
             },
+            // As KVM offers it: subleaf 0 only.
             kvm_cpuid_entry2 {
                 function: 0xb,
-                index: 1,
+                index: 0,
+                flags: KVM_CPUID_FLAG_SIGNIFCANT_INDEX,
+                edx: 1,
                 ..Default::default()
             },
         ];
@@ -131,8 +158,27 @@ mod tests {
         assert_eq!(l1.ebx >> 24, 3);
         assert_eq!((l1.ebx >> 16) & 0xff, 4);
         assert_ne!(l1.ecx & ECX_HYPERVISOR, 0);
-        let topo = c.as_slice()[1];
-        assert_eq!((topo.eax, topo.ebx, topo.edx), (2, 4, 3));
+        let sub = |i: u32| {
+            *c.as_slice()
+                .iter()
+                .find(|e| e.function == 0xb && e.index == i)
+                .unwrap()
+        };
+        // SMT: shift 0, one thread; core: shift 2, four cores; then the end (type 0).
+        assert_eq!(
+            (sub(0).eax, sub(0).ebx, sub(0).ecx >> 8, sub(0).edx),
+            (0, 1, 1, 3)
+        );
+        assert_eq!(
+            (sub(1).eax, sub(1).ebx, sub(1).ecx, sub(1).edx),
+            (2, 4, 0x201, 3)
+        );
+        assert_eq!((sub(2).ecx >> 8) & 0xff, 0);
+        assert_eq!(c.as_slice().iter().filter(|e| e.function == 0xb).count(), 3);
+        assert!(
+            !c.as_slice().iter().any(|e| e.function == 0x1f),
+            "not offered, not added"
+        );
     }
 
     #[test]
