@@ -2,7 +2,7 @@
 //! (PVH ELF32 and ELF64, Multiboot ELF and a.out kludge) and they report what
 //! they found through COM1 and isa-debug-exit.
 
-use crate::harness::{fixture, hvprof_run, Fixture, Output, TempDir, FIXTURE_OK};
+use crate::harness::{fixture, hvprof_run, status, Fixture, Output, TempDir, FIXTURE_OK};
 
 const CMDLINE: &str = "hello from the hvprof tests x=1";
 const INITRD: &[u8] = b"HVPROF-INITRD\nthe rest of the initrd\n";
@@ -187,6 +187,21 @@ fn check_multiboot(kind: Fixture) {
 #[test]
 fn multiboot_elf_gets_cmdline_initrd_and_memory() {
     check_multiboot(Fixture::Multiboot);
+}
+
+/// QEMU loads a multiboot segment anywhere in RAM; so does hvprof (kvm-unit-tests' realmode
+/// test links at 0x8000).
+#[test]
+fn multiboot_kernel_linked_at_0x8000_boots() {
+    check_multiboot(Fixture::MultibootLow);
+}
+
+/// A segment over a structure hvprof writes for the boot is refused, naming both.
+#[test]
+fn pvh_segment_over_the_start_info_is_refused_by_name() {
+    let out = hvprof_run(&fixture(Fixture::Pvh32OverStartInfo), &["--memory", "64"]).run();
+    out.assert_status(status::USAGE);
+    out.assert_error_line(&["segment at 0x6000", "overlaps the PVH start info"]);
 }
 
 #[test]

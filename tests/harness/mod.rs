@@ -107,10 +107,15 @@ pub enum Fixture {
     Pvh32,
     /// The same as an ELF64 object with a 32-bit entry (pvh64.S).
     Pvh64,
+    /// pvh32.S linked at 0x6000, over the PVH start info hvprof writes there.
+    Pvh32OverStartInfo,
     /// Multiboot 1 ELF32 kernel (multiboot.S).
     Multiboot,
     /// Multiboot 1 flat binary using the a.out kludge, header flag bit 16.
     MultibootAout,
+    /// The Multiboot 1 ELF32 kernel linked at 0x8000, below the VMM's usual boot structures'
+    /// neighbours (kvm-unit-tests' realmode test loads there).
+    MultibootLow,
     /// PVH kernel that triple-faults (triple_fault.S).
     TripleFault,
     /// PVH kernel that halts with interrupts disabled (cli_hlt.S).
@@ -130,6 +135,9 @@ pub enum Fixture {
     VirtioBlk { readonly: bool, ring: bool },
 }
 
+/// The fixture symbol that sets a multiboot kernel's load address (given to the linker).
+const LOAD_ADDR: &str = "LOAD_ADDR=";
+
 enum Format {
     Elf32Pvh,
     Elf64Pvh,
@@ -141,9 +149,19 @@ impl Fixture {
     fn recipe(self) -> (&'static str, Format, Vec<String>) {
         match self {
             Fixture::Pvh32 => ("pvh32", Format::Elf32Pvh, vec![]),
+            Fixture::Pvh32OverStartInfo => (
+                "pvh32",
+                Format::Elf32Pvh,
+                vec![format!("{LOAD_ADDR}0x6000")],
+            ),
             Fixture::Pvh64 => ("pvh64", Format::Elf64Pvh, vec![]),
             Fixture::Multiboot => ("multiboot", Format::Elf32Multiboot, vec![]),
             Fixture::MultibootAout => ("multiboot", Format::FlatMultiboot, vec!["AOUT=1".into()]),
+            Fixture::MultibootLow => (
+                "multiboot",
+                Format::Elf32Multiboot,
+                vec![format!("{LOAD_ADDR}0x8000")],
+            ),
             Fixture::TripleFault => ("triple_fault", Format::Elf32Pvh, vec![]),
             Fixture::CliHlt => ("cli_hlt", Format::Elf32Pvh, vec![]),
             Fixture::Spin => ("spin", Format::Elf32Pvh, vec![]),
@@ -235,7 +253,10 @@ pub fn fixture(f: Fixture) -> PathBuf {
         "-I".into(),
         src_dir.clone().into(),
     ];
-    for d in &defsyms {
+    // LOAD_ADDR is the linker's; the other symbols are the assembler's.
+    let (ld_syms, as_syms): (Vec<&String>, Vec<&String>) =
+        defsyms.iter().partition(|d| d.starts_with(LOAD_ADDR));
+    for d in as_syms {
         as_args.extend(["--defsym".into(), d.into()]);
     }
     as_args.extend([
@@ -259,12 +280,21 @@ pub fn fixture(f: Fixture) -> PathBuf {
             "-z".into(),
             "max-page-size=0x1000".into(),
             "--no-warn-rwx-segments".into(),
+        ]
+        .into_iter()
+        .chain(
+            ld_syms
+                .iter()
+                .flat_map(|d| ["--defsym".into(), OsString::from(d)]),
+        )
+        .chain([
             "-T".into(),
             src_dir.join(script).into(),
             "-o".into(),
             linked.clone().into(),
             obj.clone().into(),
-        ],
+        ])
+        .collect::<Vec<OsString>>(),
     );
     if let Format::FlatMultiboot = format {
         tool::<OsString>(

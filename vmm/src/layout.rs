@@ -24,6 +24,8 @@
 
 /// Start of the boot GDT.
 pub const BOOT_GDT_START: u64 = 0x500;
+/// Its size: four 8-byte descriptors.
+pub const BOOT_GDT_SIZE: u64 = 4 * 8;
 /// Boot information block: PVH start_info or multiboot info.
 pub const BOOT_INFO_START: u64 = 0x6000;
 /// Linux zero page.

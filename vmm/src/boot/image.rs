@@ -7,26 +7,55 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::elf::{ElfImage, Segment};
 use super::BootError;
-use crate::layout::{CMDLINE_START, HIGH_MEMORY_START, RAM_ABOVE_4G_START};
-use crate::memory::low_ram_end;
+use crate::layout::{BOOT_GDT_SIZE, BOOT_GDT_START, CMDLINE_START, HIGH_MEMORY_START};
+use crate::memory::{low_ram_end, memory_map, RangeKind};
 
 /// Something does not fit in guest memory.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PlacementError {
-    /// A kernel segment lies outside the RAM kernels may use.
+    /// A kernel segment lies outside the guest's RAM.
     #[error(
-        "segment at {addr:#x} ({size:#x} bytes) is outside the RAM a kernel may use \
-         ({start:#x}-{end:#x})"
+        "segment at {addr:#x} ({size:#x} bytes) is not inside one RAM range of the guest's \
+         memory map (RAM: {ram})"
     )]
     Segment {
         /// Load address.
         addr: u64,
         /// Size in memory.
         size: u64,
-        /// Lowest usable address.
+        /// The RAM ranges, as text.
+        ram: String,
+    },
+    /// A kernel segment overlaps a structure hvprof writes for the boot.
+    #[error(
+        "segment at {addr:#x} ({size:#x} bytes) overlaps {what}, which hvprof writes at \
+         {start:#x}-{end:#x} for this boot protocol",
+        end = start + len - 1
+    )]
+    Collides {
+        /// Load address.
+        addr: u64,
+        /// Size in memory.
+        size: u64,
+        /// The structure.
+        what: &'static str,
+        /// Its start.
         start: u64,
-        /// End of usable RAM.
-        end: u64,
+        /// Its length.
+        len: u64,
+    },
+    /// The multiboot information fits neither at its usual place nor after the kernel.
+    #[error(
+        "the multiboot information ({size:#x} bytes) fits neither at {usual:#x} (the kernel is \
+         there) nor in RAM after the kernel's end {kernel_end:#x}"
+    )]
+    BootInfo {
+        /// Its size.
+        size: u64,
+        /// Where it goes when the kernel leaves room.
+        usual: u64,
+        /// End of the kernel image.
+        kernel_end: u64,
     },
     /// The initrd does not fit between the kernel and the top of low RAM.
     #[error(
@@ -43,6 +72,17 @@ pub enum PlacementError {
     /// Writing to guest memory failed.
     #[error("cannot write {0} bytes at {1:#x} in guest memory")]
     Write(usize, u64),
+}
+
+/// Whether the byte ranges `a` and `b` (start, length) share a byte.
+pub fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
+    let end = |(s, l): (u64, u64)| s.saturating_add(l);
+    a.1 > 0 && b.1 > 0 && a.0 < end(b) && b.0 < end(a)
+}
+
+/// The ranges (address, size in memory) an ELF image's segments occupy.
+pub fn segment_ranges(img: &ElfImage) -> Vec<(u64, u64)> {
+    img.segments.iter().map(|s| (s.paddr, s.mem_size)).collect()
 }
 
 /// What every loader needs.
@@ -68,25 +108,53 @@ impl LoadContext<'_> {
             .map_err(|_| self.err(PlacementError::Write(data.len(), addr)))
     }
 
-    /// Checks that `[addr, addr + size)` is RAM a kernel may occupy: above 1 MiB and inside
-    /// one RAM region.
+    /// Checks that `[addr, addr + size)` lies inside one RAM range of the guest's memory map
+    /// and clear of the boot GDT (which every protocol's entry uses).
     pub fn check_kernel_range(&self, addr: u64, size: u64) -> Result<(), BootError> {
-        let low_end = low_ram_end(self.mem_size);
-        let high_end = RAM_ABOVE_4G_START + self.mem_size.saturating_sub(low_end);
+        let map = memory_map(self.mem_size);
         let end = addr.checked_add(size);
-        let fits = |start: u64, stop: u64| addr >= start && end.is_some_and(|e| e <= stop);
-        if fits(HIGH_MEMORY_START, low_end)
-            || (self.mem_size > low_end && fits(RAM_ABOVE_4G_START, high_end))
-        {
-            Ok(())
-        } else {
-            Err(self.err(PlacementError::Segment {
+        let in_ram = map.iter().any(|e| {
+            e.kind == RangeKind::Ram && addr >= e.addr && end.is_some_and(|x| x <= e.addr + e.size)
+        });
+        if !in_ram {
+            let ram: Vec<String> = map
+                .iter()
+                .filter(|e| e.kind == RangeKind::Ram)
+                .map(|e| format!("{:#x}-{:#x}", e.addr, e.addr + e.size - 1))
+                .collect();
+            return Err(self.err(PlacementError::Segment {
                 addr,
                 size,
-                start: HIGH_MEMORY_START,
-                end: low_end,
-            }))
+                ram: ram.join(", "),
+            }));
         }
+        self.check_clear(
+            &[(addr, size)],
+            &[(BOOT_GDT_START, BOOT_GDT_SIZE, "the boot GDT")],
+        )
+    }
+
+    /// Checks that none of the kernel's `segments` (address, size) overlaps one of the
+    /// `structures` (address, size, name) hvprof writes for the boot.
+    pub fn check_clear(
+        &self,
+        segments: &[(u64, u64)],
+        structures: &[(u64, u64, &'static str)],
+    ) -> Result<(), BootError> {
+        for &(addr, size) in segments {
+            for &(start, len, what) in structures {
+                if overlaps((addr, size), (start, len)) {
+                    return Err(self.err(PlacementError::Collides {
+                        addr,
+                        size,
+                        what,
+                        start,
+                        len,
+                    }));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Loads one segment: file bytes, then zeroes up to its memory size.
@@ -124,10 +192,15 @@ impl LoadContext<'_> {
 
     /// Writes the NUL-terminated command line at its fixed address and returns that address.
     pub fn write_cmdline(&self, cmdline: &str) -> Result<u64, BootError> {
+        self.write_cmdline_at(CMDLINE_START, cmdline)?;
+        Ok(CMDLINE_START)
+    }
+
+    /// Writes the NUL-terminated command line at `addr`.
+    pub fn write_cmdline_at(&self, addr: u64, cmdline: &str) -> Result<(), BootError> {
         let mut bytes = cmdline.as_bytes().to_vec();
         bytes.push(0);
-        self.write(CMDLINE_START, &bytes)?;
-        Ok(CMDLINE_START)
+        self.write(addr, &bytes)
     }
 
     /// Places an initrd page-aligned at the top of low RAM (below `limit` if given), above
@@ -154,5 +227,70 @@ impl LoadContext<'_> {
                 limit: top,
             })),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The placement error's own message.
+    fn why(r: Result<(), BootError>) -> String {
+        match r {
+            Err(BootError::Placement(_, e)) => e.to_string(),
+            other => panic!("expected a placement error, got {other:?}"),
+        }
+    }
+
+    fn with_ctx(f: impl FnOnce(&LoadContext<'_>)) {
+        let size = 64 << 20;
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), size)]).unwrap();
+        f(&LoadContext {
+            mem: &mem,
+            mem_size: size as u64,
+            path: Path::new("k"),
+        });
+    }
+
+    #[test]
+    fn kernels_may_use_any_ram_of_the_memory_map() {
+        with_ctx(|ctx| {
+            ctx.check_kernel_range(0x8000, 0x1_0000).unwrap();
+            ctx.check_kernel_range(0x10_0000, 0x10_0000).unwrap();
+            // Not RAM: the EBDA, the VGA hole and BIOS area, past the end, straddling.
+            for (addr, size) in [(0x9_fc00, 0x10), (0xa_0000, 0x1000), (0xf_0000, 0x1000)] {
+                let e = why(ctx.check_kernel_range(addr, size));
+                assert!(e.contains("not inside one RAM range"), "{e}");
+            }
+            assert!(ctx.check_kernel_range(0x9_f000, 0x2000).is_err());
+            assert!(ctx.check_kernel_range(64 << 20, 0x1000).is_err());
+            assert!(ctx.check_kernel_range(u64::MAX - 1, 0x10).is_err());
+        });
+    }
+
+    #[test]
+    fn a_segment_over_the_boot_gdt_or_a_boot_structure_is_named() {
+        with_ctx(|ctx| {
+            let e = why(ctx.check_kernel_range(0x400, 0x200));
+            assert!(e.contains("overlaps the boot GDT"), "{e}");
+            let e = why(ctx.check_clear(
+                &[(0x5000, 0x1001)],
+                &[(0x6000, 0x1000, "the PVH start info")],
+            ));
+            assert!(
+                e.contains("the PVH start info") && e.contains("0x6000-0x6fff"),
+                "{e}"
+            );
+            ctx.check_clear(&[(0x5000, 0x1000)], &[(0x6000, 0x1000, "x")])
+                .unwrap();
+        });
+    }
+
+    #[test]
+    fn overlap_is_exact_at_the_edges() {
+        assert!(overlaps((0, 2), (1, 1)));
+        assert!(!overlaps((0, 1), (1, 1)));
+        assert!(!overlaps((5, 0), (0, 10)), "empty ranges overlap nothing");
+        assert!(overlaps((u64::MAX - 1, 10), (u64::MAX - 1, 1)));
     }
 }

@@ -10,15 +10,17 @@ use linux_loader::loader::elf::start_info::{
 use vm_memory::ByteValued;
 
 use super::elf::ElfImage;
-use super::image::LoadContext;
+use super::image::{segment_ranges, LoadContext};
 use super::{BootError, BootSetup, EntryPoint, Protocol};
-use crate::layout::BOOT_INFO_START;
+use crate::layout::{BOOT_INFO_START, CMDLINE_START};
 use crate::memory::memory_map;
 
 /// `hvm_start_info.magic`.
 pub const START_INFO_MAGIC: u32 = 0x336e_c578;
 const MODLIST_START: u64 = BOOT_INFO_START + 0x40;
 const MEMMAP_START: u64 = BOOT_INFO_START + 0x80;
+/// The start info, module list and memory map together.
+const START_INFO_AREA: u64 = 0x1000;
 
 pub(super) fn boot(
     ctx: &LoadContext<'_>,
@@ -30,6 +32,13 @@ pub(super) fn boot(
     rsdp: u64,
 ) -> Result<BootSetup, BootError> {
     let kernel_end = ctx.load_elf(file, img)?;
+    ctx.check_clear(
+        &segment_ranges(img),
+        &[
+            (BOOT_INFO_START, START_INFO_AREA, "the PVH start info"),
+            (CMDLINE_START, cmdline.len() as u64 + 1, "the command line"),
+        ],
+    )?;
     let cmdline_paddr = ctx.write_cmdline(cmdline)?;
 
     let mut start_info = hvm_start_info {
