@@ -9,18 +9,28 @@ use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SectionKind, Sy
 use super::{sort_symbols, ImageKind, Module, Section, Symbol, SymbolError};
 
 /// Reads an ELF image (or any other format the object crate reads the same way) as a module
-/// named `name`, placed where it was linked: its base is the lowest loadable segment's address.
+/// named `name`, placed where it was linked. Its range is that of its executable segments
+/// (all loadable ones when none is marked executable): samples are code addresses, and a
+/// kernel's data segments may be linked far from its code (Linux's per-CPU segment at 0 would
+/// otherwise make vmlinux claim every user-mode address).
 pub fn read(name: &str, bytes: &[u8]) -> Result<Module, SymbolError> {
     let file = object::File::parse(bytes)?;
-    let (lo, hi) =
-        file.segments()
-            .filter(|s| s.size() > 0)
-            .fold((u64::MAX, 0u64), |(lo, hi), s| {
-                (
-                    lo.min(s.address()),
-                    hi.max(s.address().saturating_add(s.size())),
-                )
-            });
+    let executable_segment = |s: &object::Segment<'_, '_>| {
+        matches!(s.flags(), object::SegmentFlags::Elf { p_flags, .. }
+            if p_flags.0 & object::elf::PF_X.0 != 0)
+    };
+    let any_executable = file
+        .segments()
+        .any(|s| s.size() > 0 && executable_segment(&s));
+    let (lo, hi) = file
+        .segments()
+        .filter(|s| s.size() > 0 && (!any_executable || executable_segment(s)))
+        .fold((u64::MAX, 0u64), |(lo, hi), s| {
+            (
+                lo.min(s.address()),
+                hi.max(s.address().saturating_add(s.size())),
+            )
+        });
     let (base, size) = if lo < hi {
         (lo, hi - lo)
     } else {
