@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Builds hvprof's Linux test guest from Debian's linux-source-6.1 into OUT (default
+# target/linux): OUT/vmlinux (a PVH ELF with symbols) and OUT/initramfs.cpio (busybox and
+# images/linux/init, uncompressed). tinyconfig plus hvprof.config, and pvm-host-quirks.patch,
+# which changes nothing unless the kernel is booted with "pvm_host_quirks".
+#
+# Needs: linux-source-6.1, busybox-static, gcc, make, bc, bison, flex, libelf-dev, xz-utils.
+# The kernel is built again only when its recipe changes.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=$(mkdir -p "${1:-$here/../../target/linux}" && cd "${1:-$here/../../target/linux}" && pwd)
+src_tar=/usr/src/linux-source-6.1.tar.xz
+busybox=/bin/busybox
+for f in "$src_tar" "$busybox"; do
+    [ -e "$f" ] || { echo "build.sh: $f is missing (apt-get install linux-source-6.1 busybox-static)" >&2; exit 2; }
+done
+
+build_kernel() {
+    rm -f "$out/recipe"
+    rm -rf "$tree"
+    echo "build.sh: unpacking $src_tar"
+    tar -C "$out" -xf "$src_tar"
+    patch -d "$tree" -p1 --quiet < "$here/pvm-host-quirks.patch"
+    make -C "$tree" -s tinyconfig
+    "$tree/scripts/kconfig/merge_config.sh" -m -O "$tree" "$tree/.config" "$here/hvprof.config" >/dev/null
+    make -C "$tree" -s olddefconfig
+    # Every line of the fragment must have survived olddefconfig (a dependency missing drops one).
+    missing=$(grep -E '^CONFIG_' "$here/hvprof.config" | while read -r line; do
+        case "$line" in
+            *=n) ! grep -qE "^${line%=n}=[ym]" "$tree/.config" || echo "$line" ;;
+            *) grep -qxF "$line" "$tree/.config" || echo "$line" ;;
+        esac
+    done)
+    if [ -n "$missing" ]; then
+        echo "build.sh: the kernel configuration lost: $missing" >&2
+        exit 1
+    fi
+    echo "build.sh: building vmlinux with $(nproc) jobs"
+    make -C "$tree" -s -j"$(nproc)" vmlinux
+    cp "$tree/vmlinux" "$out/vmlinux"
+}
+
+tree="$out/linux-source-6.1"
+# The kernel is rebuilt when its recipe (this script, the config, the patch, the source)
+# changes; the initramfs is cheap and always rebuilt.
+recipe=$(cat "$0" "$here/hvprof.config" "$here/pvm-host-quirks.patch" "$src_tar" | sha256sum | cut -d' ' -f1)
+if [ -f "$out/vmlinux" ] && [ -x "$tree/usr/gen_init_cpio" ] && [ "$(cat "$out/recipe" 2>/dev/null)" = "$recipe" ]; then
+    echo "build.sh: $out/vmlinux is up to date"
+else
+    build_kernel
+    echo "$recipe" >"$out/recipe"
+fi
+
+cat >"$out/initramfs.list" <<LIST
+dir /bin 755 0 0
+dir /dev 755 0 0
+dir /proc 755 0 0
+dir /sys 755 0 0
+dir /mnt 755 0 0
+dir /tmp 1777 0 0
+nod /dev/console 600 0 0 c 5 1
+file /bin/busybox $busybox 755 0 0
+slink /bin/sh busybox 777 0 0
+file /init $here/init 755 0 0
+LIST
+"$tree/usr/gen_init_cpio" "$out/initramfs.list" >"$out/initramfs.cpio"
+echo "build.sh: $out/vmlinux and $out/initramfs.cpio"
