@@ -75,8 +75,11 @@ impl Profiler {
         if !gpa.is_multiple_of(8) {
             return NtStatus::DATATYPE_MISALIGNMENT;
         }
+        // Guest RAM is what the guest's memory map says, not whatever a memory slot backs.
         let mut head = [0u8; abi::HEADER_SIZE];
-        if self.mem.read_slice(&mut head, GuestAddress(gpa)).is_err() {
+        if !self.ram.contains(gpa, head.len() as u64)
+            || self.mem.read_slice(&mut head, GuestAddress(gpa)).is_err()
+        {
             return NtStatus::ACCESS_VIOLATION;
         }
         let header = match decode_header(&head) {
@@ -87,7 +90,9 @@ impl Profiler {
             }
         };
         let mut block = vec![0u8; usize::try_from(header.length).unwrap_or(0)];
-        if self.mem.read_slice(&mut block, GuestAddress(gpa)).is_err() {
+        if !self.ram.contains(gpa, u64::from(header.length))
+            || self.mem.read_slice(&mut block, GuestAddress(gpa)).is_err()
+        {
             return NtStatus::ACCESS_VIOLATION;
         }
         let (status, range) = match decode_request(&block) {
@@ -183,6 +188,7 @@ impl Profiler {
             let pin = match buffer {
                 StartBuffer::PageList(list) => {
                     list.check_covers(req.buffer, req.buffer_size)?;
+                    self.check_ram(list.frames())?;
                     PinnedBuffer::pin(
                         &self.mem,
                         list.frames(),
@@ -202,6 +208,7 @@ impl Profiler {
                     let frames =
                         writable_frames(&self.mem, &paging, *va, u64::from(req.buffer_size))
                             .map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
+                    self.check_ram(frames.iter().copied())?;
                     PinnedBuffer::pin(&self.mem, frames, offset, req.buffer_size, req.counters_len)
                 }
             };
@@ -218,6 +225,17 @@ impl Profiler {
             pinned_pages: u32::try_from(pages).unwrap_or(u32::MAX),
             reserved: 0,
         })
+    }
+
+    /// Every frame must be RAM by the guest's memory map (not merely backed by a slot).
+    fn check_ram(&self, frames: impl IntoIterator<Item = u64>) -> CallResult<()> {
+        match frames.into_iter().find(|f| !self.ram.has_frame(*f)) {
+            Some(frame) => {
+                log::info!("START: frame {frame:#x} is not guest RAM");
+                Err(NtStatus::INSUFFICIENT_RESOURCES)
+            }
+            None => Ok(()),
+        }
     }
 
     fn stop(&self, handle: Handle) -> CallResult<Empty> {
