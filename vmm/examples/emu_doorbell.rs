@@ -2,7 +2,7 @@
 //! runs hvprof.sys: the real doorbell device and the real hypercall handling (profile-core's
 //! object manager behind `vmm::profiler::Profiler`) over guest RAM that the emulator shares.
 //!
-//! The emulator creates a memfd of `--ram-mib` MiB, passes it as file descriptor 3 and maps it
+//! The emulator creates a memfd of `--ram-mib` MiB, passes it as descriptor `--ram-fd`, maps it
 //! into its CPU; this program maps the same file as guest RAM (one region at guest-physical 0),
 //! so request blocks and pinned counters are the same bytes on both sides. One command per line
 //! on stdin, one answer per line on stdout:
@@ -64,14 +64,20 @@ fn cpu(cr3: u64, rip: u64) -> CpuState {
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let mib: u64 = match args.as_slice() {
-        [_, flag, v] if flag == "--ram-mib" => v.parse().context("--ram-mib")?,
-        _ => bail!("usage: emu_doorbell --ram-mib N (guest RAM as file descriptor 3)"),
+    let (mib, fd): (u64, i32) = match args.as_slice() {
+        [_, m, mib, f, fd] if m == "--ram-mib" && f == "--ram-fd" => (
+            mib.parse().context("--ram-mib")?,
+            fd.parse().context("--ram-fd")?,
+        ),
+        _ => bail!("usage: emu_doorbell --ram-mib N --ram-fd FD (guest RAM, a memfd)"),
     };
+    if fd < 3 {
+        bail!("--ram-fd {fd} is a standard stream");
+    }
     let size = mib << 20;
-    // SAFETY: the emulator passes its memfd as descriptor 3 and nothing else in this process
-    // owns that descriptor.
-    let file = unsafe { File::from_raw_fd(3) };
+    // SAFETY: the emulator passes its memfd as descriptor `fd` (not a standard stream, checked
+    // above) and nothing else in this process owns that descriptor.
+    let file = unsafe { File::from_raw_fd(fd) };
     let len = usize::try_from(size).context("RAM size")?;
     let mem = GuestMemoryMmap::from_ranges_with_files([(
         GuestAddress(0),

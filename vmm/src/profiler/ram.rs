@@ -86,9 +86,21 @@ mod tests {
     #[test]
     fn adjacent_entries_join_and_large_guests_keep_their_high_ram() {
         let map = [
-            MapEntry { addr: 0x1000, size: 0x1000, kind: RangeKind::Ram },
-            MapEntry { addr: 0, size: 0x1000, kind: RangeKind::Ram },
-            MapEntry { addr: 0x2000, size: 0x1000, kind: RangeKind::Acpi },
+            MapEntry {
+                addr: 0x1000,
+                size: 0x1000,
+                kind: RangeKind::Ram,
+            },
+            MapEntry {
+                addr: 0,
+                size: 0x1000,
+                kind: RangeKind::Ram,
+            },
+            MapEntry {
+                addr: 0x2000,
+                size: 0x1000,
+                kind: RangeKind::Acpi,
+            },
         ];
         let ram = GuestRam::from_map(&map);
         assert!(ram.contains(0xff8, 16));
