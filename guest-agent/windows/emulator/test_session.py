@@ -71,7 +71,7 @@ class Session(unittest.TestCase):
         # 4-byte buckets: 16 pages of counters, in the agent's own process (no privilege needed).
         out = serve(self.d, self.p, self.fo,
                     ['process', str(self.p.pid), '0x400000', '0x10000'])
-        self.assertEqual(out, 'counts ')
+        self.assertEqual(out, 'counts')
 
 
 if __name__ == '__main__':

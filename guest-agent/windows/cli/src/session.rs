@@ -202,6 +202,18 @@ pub struct Outcome {
     pub pinned_pages: u32,
 }
 
+/// Writes one counter in every page of `n` counters at `buffer`. A large zeroed allocation is
+/// demand-zero memory that no page table maps yet, and the VMM's CREATE check wants every page
+/// of the buffer mapped writable now (NtCreateProfile's probe would have faulted them in).
+fn touch_pages<H: Host + ?Sized>(host: &mut H, buffer: u64, n: usize) {
+    let end = buffer + 4 * n as u64;
+    let mut at = buffer;
+    while at < end {
+        host.write_u32(at, 0);
+        at = (at & !0xFFF) + 0x1000;
+    }
+}
+
 /// Runs a profile: optional SET_INTERVAL, CREATE, START, `wait()`, STOP, CLOSE. The counters
 /// live in this process; the driver locks them and the VMM counts into them while started. On
 /// any failure after CREATE the object is closed (which also stops it).
@@ -224,6 +236,7 @@ where
     let buffer = host
         .alloc_counters(plan.buckets)
         .map_err(SessionError::Host)?;
+    touch_pages(host, buffer, plan.buckets);
     let create = bytes(&plan.create_in(buffer));
     let created: CreateReply = call(d, "CREATE", IOCTL_HVPROF_CREATE, &create)?;
     let handle = bytes(&plan::handle_in(created.handle));
