@@ -229,6 +229,11 @@ where
     H: Host + ?Sized,
     W: FnOnce() -> Result<(), String>,
 {
+    // Windows counts only enabled privileges, and an elevated administrator holds this one
+    // disabled: without it the driver treats the caller as restricted. Not held: run on as a
+    // restricted caller (the driver's statuses say what that refuses).
+    host.enable_profile_privilege()
+        .map_err(SessionError::Host)?;
     if let Some(i) = interval {
         set_interval(d, plan.source, i)?;
     }

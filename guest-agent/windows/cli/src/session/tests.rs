@@ -267,3 +267,24 @@ fn info_and_stats() {
     assert_eq!(v.processor_count, 2);
     assert_eq!(read_stats(&mut m).unwrap().samples, 7);
 }
+
+#[test]
+fn a_run_enables_the_privilege_and_touches_every_counter_page_before_create() {
+    let mut m = Model::default();
+    let mut host = ModelHost {
+        held: true,
+        ..ModelHost::default()
+    };
+    let r = Region {
+        name: "x.sys".into(),
+        base: 0x1000,
+        size: 0x10000,
+        process_id: 0,
+    };
+    run(&mut m, &mut host, &plan(r, 2, 0).unwrap(), None, || Ok(())).unwrap();
+    assert!(host.enabled);
+    // 0x4000 counters = 64 KiB: at least one write in each of the 16 or 17 pages spanned.
+    let mut pages: Vec<u64> = host.writes.iter().map(|a| a >> 12).collect();
+    pages.dedup();
+    assert!(pages.len() >= 16 && pages.len() == host.writes.len());
+}
