@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::harness::{hvprof, status, TempDir};
 
-fn seabios() -> PathBuf {
+pub(crate) fn seabios() -> PathBuf {
     let p = std::env::var_os("HVPROF_TEST_SEABIOS").map_or_else(
         || PathBuf::from("/usr/share/seabios/bios.bin"),
         PathBuf::from,
@@ -255,7 +255,14 @@ fn ovmf_from_pflash_reports_how_far_it_gets() {
 
 /// Builds tests/fixtures/mbr.S into a 512-byte boot sector in `dir`.
 fn build_mbr(dir: &TempDir) -> Vec<u8> {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/mbr.S");
+    build_boot_sector(dir, "mbr.S")
+}
+
+/// Builds the boot sector `tests/fixtures/<source>` (16-bit code linked at 0x7C00) in `dir`.
+pub(crate) fn build_boot_sector(dir: &TempDir, source: &str) -> Vec<u8> {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(source);
     let obj = dir.join("mbr.o");
     let bin = dir.join("mbr.bin");
     let run = |prog: &str, args: &[&std::ffi::OsStr]| {

@@ -31,6 +31,8 @@ mod pdb;
 mod profiling;
 /// qcow2 images, backing chains and `,snapshot` (images made by qemu-img).
 mod qcow2;
+/// Guest RAM by the memory map: blocks and frames in 0xA0000-0xFFFFF, PVH and SeaBIOS.
+mod ramrule;
 /// The reference guest's scenarios.
 mod refguest;
 /// `hvprof demo --out` and `hvprof report` (`go tool pprof` needs Debian's golang-go).

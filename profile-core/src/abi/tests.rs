@@ -554,3 +554,120 @@ fn create_fields_build_both_bodies_with_reserved_fields_zero() {
     );
     assert_eq!((e.reserved0, e.reserved1), (0, 0));
 }
+
+fn example(name: &str) -> Vec<u8> {
+    examples().into_iter().find(|e| e.0 == name).unwrap().1
+}
+
+/// docs/abi.md 6.8: QUERY_INTERVAL succeeds for every source, but only once the request is
+/// well formed: a nonzero `reserved` is INVALID_PARAMETER like any other reserved field.
+#[test]
+fn query_interval_succeeds_for_any_source_but_rejects_nonzero_reserved() {
+    let mut b = example("query_interval");
+    set_u32(&mut b, 16, 0x1234); // a source nobody supports: still well formed
+    assert!(matches!(
+        decode_request(&b).unwrap().1,
+        Request::QueryInterval(_)
+    ));
+    set_u32(&mut b, 20, 1);
+    assert_eq!(decode_request(&b).unwrap_err(), NtStatus::INVALID_PARAMETER);
+}
+
+/// docs/abi.md 6.7: SET_INTERVAL takes only CALLER_SYSTEM_PROFILE_PRIVILEGE; any other flag bit,
+/// CREATE_PER_PROCESS and CALLER_RESTRICTED included, is INVALID_PARAMETER.
+#[test]
+fn set_interval_rejects_every_flag_but_the_privilege() {
+    let b = example("set_interval");
+    for flag in [CREATE_PER_PROCESS, CALLER_RESTRICTED, 1 << 3, 1 << 31] {
+        let mut f = b.clone();
+        set_u32(&mut f, 24, CALLER_SYSTEM_PROFILE_PRIVILEGE | flag);
+        assert_eq!(
+            decode_request(&f).unwrap_err(),
+            NtStatus::INVALID_PARAMETER,
+            "flag {flag:#x}"
+        );
+    }
+    let mut none = b;
+    set_u32(&mut none, 24, 0); // no privilege: well formed, refused later (PRIVILEGE_NOT_HELD)
+    assert!(decode_request(&none).is_ok());
+}
+
+/// docs/abi.md 6.2: a global object's `process_cr3` must be 0; a per-process object with
+/// `process_cr3` 0 is accepted (it profiles the address space whose CR3 key is 0).
+#[test]
+fn global_objects_need_cr3_zero_and_per_process_accepts_cr3_zero() {
+    let mut b = valid_create();
+    b[16..24].fill(0);
+    match decode_request(&b).unwrap().1 {
+        Request::Create(r) => {
+            assert_eq!(r.flags & CREATE_PER_PROCESS, CREATE_PER_PROCESS);
+            let p = r.to_params(crate::Owner(1), true);
+            assert_eq!(p.process, Some(0));
+        }
+        other => panic!("{:?}", other),
+    }
+    let mut g = valid_create();
+    set_u32(&mut g, 16 + 44, CALLER_SYSTEM_PROFILE_PRIVILEGE);
+    assert_eq!(decode_request(&g).unwrap_err(), NtStatus::INVALID_PARAMETER);
+    g[16..24].fill(0);
+    assert!(decode_request(&g).is_ok());
+}
+
+/// docs/abi.md 6.3: `length` below 80 fails the header check first; with `length` >= 80, a
+/// `group_count` above 32 is INVALID_PARAMETER whatever `length` says, and only a count of
+/// 0..=32 is then measured against `length`.
+#[test]
+fn create_ex_group_count_above_32_wins_over_the_array_length() {
+    let b = example("create_ex");
+    let mut short = b[..80].to_vec();
+    set_u32(&mut short, 8, 80);
+    short[16 + 52] = 33;
+    assert_eq!(
+        decode_request(&short).unwrap_err(),
+        NtStatus::INVALID_PARAMETER
+    );
+    short[16 + 52] = 32;
+    assert_eq!(
+        decode_request(&short).unwrap_err(),
+        NtStatus::INFO_LENGTH_MISMATCH
+    );
+    set_u32(&mut short, 8, 79);
+    short[16 + 52] = 33;
+    assert_eq!(
+        decode_request(&short).unwrap_err(),
+        NtStatus::INFO_LENGTH_MISMATCH
+    );
+}
+
+/// docs/abi.md 6.4: `page_count` above 65,537 is INSUFFICIENT_RESOURCES even when the list
+/// would also run past `length`; a list of 1..=65,537 frames running past it is
+/// INFO_LENGTH_MISMATCH. Mode 0's frames are not compared with anything at parsing, and a
+/// list naming one frame twice covers a buffer like any other.
+#[test]
+fn page_count_limit_wins_over_the_list_length_and_duplicates_are_allowed() {
+    let b = example("start_page_list");
+    let mut huge = b[..48].to_vec();
+    set_u32(&mut huge, 8, 48);
+    set_u32(&mut huge, 44, MAX_PAGE_COUNT + 1);
+    assert_eq!(
+        decode_request(&huge).unwrap_err(),
+        NtStatus::INSUFFICIENT_RESOURCES
+    );
+    set_u32(&mut huge, 44, MAX_PAGE_COUNT);
+    assert_eq!(
+        decode_request(&huge).unwrap_err(),
+        NtStatus::INFO_LENGTH_MISMATCH
+    );
+    let mut dup = b;
+    dup[56..64].copy_from_slice(&0x1234u64.to_le_bytes());
+    match decode_request(&dup).unwrap().1 {
+        Request::Start(_, StartBuffer::PageList(list)) => {
+            assert_eq!(
+                list.frames().collect::<Vec<_>>(),
+                vec![0x1234, 0x1234, 0x2000, 0x2001]
+            );
+            assert_eq!(list.check_covers(0x1F_0000, 0x4000), Ok(()));
+        }
+        other => panic!("{:?}", other),
+    }
+}

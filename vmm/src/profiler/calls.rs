@@ -11,9 +11,10 @@ use profile_core::abi::{
     IntervalReply, Request, StartBuffer, StartReply, StatsReply, Wire,
 };
 use profile_core::{Handle, NtStatus, ObjectId, ProfileSource};
-use vm_memory::{Bytes, GuestAddress};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::pin::PinnedBuffer;
+use super::ram::GuestRam;
 use super::stats::{bump, total};
 use super::walk::{writable_frames, Paging};
 use super::{Profiler, GUEST_OWNER};
@@ -75,21 +76,14 @@ impl Profiler {
         if !gpa.is_multiple_of(8) {
             return NtStatus::DATATYPE_MISALIGNMENT;
         }
-        let mut head = [0u8; abi::HEADER_SIZE];
-        if self.mem.read_slice(&mut head, GuestAddress(gpa)).is_err() {
-            return NtStatus::ACCESS_VIOLATION;
-        }
-        let header = match decode_header(&head) {
-            Ok(h) => h,
-            Err(status) => {
+        let mut block = match fetch_block(&self.ram, &self.mem, gpa) {
+            Ok(block) => block,
+            Err(Refused::Untouched(status)) => return status,
+            Err(Refused::InHeader(status)) => {
                 self.write_status(gpa, status);
                 return status;
             }
         };
-        let mut block = vec![0u8; usize::try_from(header.length).unwrap_or(0)];
-        if self.mem.read_slice(&mut block, GuestAddress(gpa)).is_err() {
-            return NtStatus::ACCESS_VIOLATION;
-        }
         let (status, range) = match decode_request(&block) {
             Ok((_, request)) => {
                 // The decoded request borrows `block`; copy what the reply needs first.
@@ -183,6 +177,7 @@ impl Profiler {
             let pin = match buffer {
                 StartBuffer::PageList(list) => {
                     list.check_covers(req.buffer, req.buffer_size)?;
+                    self.check_ram(list.frames())?;
                     PinnedBuffer::pin(
                         &self.mem,
                         list.frames(),
@@ -202,6 +197,7 @@ impl Profiler {
                     let frames =
                         writable_frames(&self.mem, &paging, *va, u64::from(req.buffer_size))
                             .map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
+                    self.check_ram(frames.iter().copied())?;
                     PinnedBuffer::pin(&self.mem, frames, offset, req.buffer_size, req.counters_len)
                 }
             };
@@ -218,6 +214,17 @@ impl Profiler {
             pinned_pages: u32::try_from(pages).unwrap_or(u32::MAX),
             reserved: 0,
         })
+    }
+
+    /// Every frame must be RAM by the guest's memory map (not merely backed by a slot).
+    fn check_ram(&self, frames: impl IntoIterator<Item = u64>) -> CallResult<()> {
+        match frames.into_iter().find(|f| !self.ram.has_frame(*f)) {
+            Some(frame) => {
+                log::info!("START: frame {frame:#x} is not guest RAM");
+                Err(NtStatus::INSUFFICIENT_RESOURCES)
+            }
+            None => Ok(()),
+        }
     }
 
     fn stop(&self, handle: Handle) -> CallResult<Empty> {
@@ -267,6 +274,39 @@ impl Profiler {
     }
 }
 
+/// Why a request block was not read whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    /// Not read, not written: the status is only the doorbell's last status.
+    Untouched(NtStatus),
+    /// The header failed its checks: the status is also written into it.
+    InHeader(NtStatus),
+}
+
+/// Reads the request block at `gpa` (docs/abi.md sections 3 and 4.1), in this order: the
+/// header's 16 bytes must be guest RAM (else ACCESS_VIOLATION, untouched); the header's checks
+/// (version, call, `length` bounds; the status written into the header); then all `length`
+/// bytes must be guest RAM (else ACCESS_VIOLATION, untouched). So a `length` under 16 in RAM
+/// is INFO_LENGTH_MISMATCH, and an over-long `length` is INFO_LENGTH_MISMATCH even where its
+/// bytes would leave RAM.
+fn fetch_block(ram: &GuestRam, mem: &GuestMemoryMmap, gpa: u64) -> Result<Vec<u8>, Refused> {
+    // Guest RAM is what the guest's memory map says, not whatever a memory slot backs.
+    let mut head = [0u8; abi::HEADER_SIZE];
+    if !ram.contains(gpa, head.len() as u64)
+        || mem.read_slice(&mut head, GuestAddress(gpa)).is_err()
+    {
+        return Err(Refused::Untouched(NtStatus::ACCESS_VIOLATION));
+    }
+    let header = decode_header(&head).map_err(Refused::InHeader)?;
+    let mut block = vec![0u8; usize::try_from(header.length).unwrap_or(0)];
+    if !ram.contains(gpa, u64::from(header.length))
+        || mem.read_slice(&mut block, GuestAddress(gpa)).is_err()
+    {
+        return Err(Refused::Untouched(NtStatus::ACCESS_VIOLATION));
+    }
+    Ok(block)
+}
+
 fn identity(
     manager: &profile_core::ObjectManager<PinnedBuffer>,
     handle: Handle,
@@ -295,5 +335,61 @@ impl Reply {
             Reply::Stats(r) => reply(block, r),
             Reply::Empty(r) => reply(block, r),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::memory_map;
+
+    fn setup() -> (GuestRam, GuestMemoryMmap) {
+        let size = 16 << 20;
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), size)]).unwrap();
+        (GuestRam::from_map(&memory_map(size as u64)), mem)
+    }
+
+    fn header(mem: &GuestMemoryMmap, gpa: u64, call: u32, length: u32) {
+        for (i, v) in [abi::ABI_VERSION, call, length, 0].into_iter().enumerate() {
+            mem.write_obj(v, GuestAddress(gpa + 4 * i as u64)).unwrap();
+        }
+    }
+
+    /// docs/abi.md 3 vs 4.1: the header's 16 bytes are always read from RAM; a `length`
+    /// under 16 there is the header check's INFO_LENGTH_MISMATCH, not ACCESS_VIOLATION.
+    #[test]
+    fn a_length_under_16_in_ram_is_info_length_mismatch() {
+        let (ram, mem) = setup();
+        header(&mem, 0x1000, abi::CALL_QUERY_INFO, 8);
+        assert_eq!(
+            fetch_block(&ram, &mem, 0x1000),
+            Err(Refused::InHeader(NtStatus::INFO_LENGTH_MISMATCH))
+        );
+        // A header straddling the end of RAM (0x9FC00) is not read at all.
+        assert_eq!(
+            fetch_block(&ram, &mem, 0x9_fbf8),
+            Err(Refused::Untouched(NtStatus::ACCESS_VIOLATION))
+        );
+    }
+
+    /// docs/abi.md 4.1 vs 8: `length` above MAX_REQUEST_LEN fails the header check (status
+    /// written) even where those bytes would leave RAM; a `length` within bounds whose bytes
+    /// leave RAM is ACCESS_VIOLATION and the block is untouched.
+    #[test]
+    fn an_over_long_length_wins_over_leaving_ram() {
+        let (ram, mem) = setup();
+        let gpa = 0x9_f000;
+        header(&mem, gpa, abi::CALL_QUERY_INFO, abi::MAX_REQUEST_LEN + 8);
+        assert_eq!(
+            fetch_block(&ram, &mem, gpa),
+            Err(Refused::InHeader(NtStatus::INFO_LENGTH_MISMATCH))
+        );
+        header(&mem, gpa, abi::CALL_QUERY_INFO, 0x1000);
+        assert_eq!(
+            fetch_block(&ram, &mem, gpa),
+            Err(Refused::Untouched(NtStatus::ACCESS_VIOLATION))
+        );
+        header(&mem, 0x1000, abi::CALL_QUERY_INFO, 0x1000);
+        assert_eq!(fetch_block(&ram, &mem, 0x1000).map(|b| b.len()), Ok(0x1000));
     }
 }

@@ -9,6 +9,7 @@
 mod calls;
 pub mod host;
 pub mod pin;
+pub mod ram;
 pub mod stacks;
 pub mod stats;
 pub mod walk;
@@ -22,7 +23,7 @@ use profile_core::object::ObjectConfig;
 use profile_core::{
     CounterSink, ObjectId, ObjectManager, Owner, PlatformInfo, ProfileSource, Sample,
 };
-use vm_memory::GuestMemoryMmap;
+use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
 pub use calls::{CpuState, FEATURES};
 
@@ -30,6 +31,7 @@ use crate::sampler::probe::ProbeReport;
 use crate::sampler::{Sampling, TriggerId};
 use host::{HostProfile, HostProfileError, HostProfileResult, HostProfileSpec, HostProfileSummary};
 use pin::PinnedBuffer;
+use ram::GuestRam;
 use stacks::StackWalker;
 use stats::{bump, StatsSnapshot, VcpuProfileStats};
 
@@ -71,6 +73,9 @@ pub fn features_for(sampling: &Sampling) -> u32 {
 pub struct Profiler {
     manager: RwLock<ObjectManager<PinnedBuffer>>,
     mem: GuestMemoryMmap,
+    /// What the guest's memory map calls RAM: the only place request blocks and pinned
+    /// frames may be.
+    ram: GuestRam,
     vm_fd: Arc<VmFd>,
     vcpus: Box<[VcpuSlot]>,
     generation: AtomicU64,
@@ -149,9 +154,15 @@ impl Profiler {
         platform.sources.extend(sampling.pmu_sources());
         let manager = ObjectManager::new(platform).map_err(ProfilerError::Platform)?;
         let triggers = sampling.len();
+        // Guest memory is laid out by `memory::ram_regions`, so its total size gives the map
+        // the guest is told (direct boot) or the PC map its firmware reports (the same RAM:
+        // SeaBIOS too keeps 0x9FC00-0xFFFFF out of the map it gives the OS).
+        let size: u64 = mem.iter().map(|r| r.len()).sum();
+        let ram = GuestRam::from_map(&crate::memory::memory_map(size));
         Ok(Profiler {
             manager: RwLock::new(manager),
             mem,
+            ram,
             vm_fd,
             vcpus: (0..vcpus).map(|_| VcpuSlot::new(triggers)).collect(),
             generation: AtomicU64::new(0),

@@ -269,4 +269,15 @@ mod tests {
         m.read_slice(&mut page, GuestAddress(0x7000)).unwrap();
         assert_eq!(page.iter().map(|b| u32::from(*b)).sum::<u32>(), 1);
     }
+
+    /// docs/abi.md 6.4: mode 0's frames are not compared with the buffer's mapping, and a
+    /// list naming one frame twice is pinned as given (both pages' counters land in it).
+    #[test]
+    fn duplicate_frames_are_pinned_as_given() {
+        let m = mem();
+        let pin = PinnedBuffer::pin(&m, [9, 9], 0, 0x2000, 0x2000).unwrap();
+        pin.increment(0);
+        pin.increment(0x1000);
+        assert_eq!(m.read_obj::<u32>(GuestAddress(0x9000)).unwrap(), 2);
+    }
 }

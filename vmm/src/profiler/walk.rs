@@ -328,4 +328,27 @@ mod tests {
             Err(WalkError::NotPresent(0x7000))
         );
     }
+
+    /// docs/abi.md 6.2 and 6.4: "mapped writable" is Present and R/W at every level of the
+    /// walk, whatever the U/S bits and CR0.WP say; CR3's low 12 bits (PCID, PWT, PCD) are
+    /// masked as the CPU masks them, so mode 1's `cr3` may carry them.
+    #[test]
+    fn writable_means_rw_at_every_level_and_cr3_low_bits_are_masked() {
+        let mut m = Mem::default();
+        m.0.insert(0x1000, 0x2000 | RW); // supervisor-only at every level
+        m.0.insert(0x2000, 0x3000 | RW);
+        m.0.insert(0x3000, 0x4000 | RW);
+        m.0.insert(0x4000 + 8 * 5, 0x50_0000 | RW);
+        m.0.insert(0x4000 + 8 * 6, 0x60_0000 | PTE_PRESENT);
+        let p = long_mode(0x1000 | 0xfff, false);
+        assert_eq!(writable_frames(&m, &p, 0x5000, 8).unwrap(), vec![0x500]);
+        let no_wp = Paging {
+            cr0: p.cr0 & !(1 << 16),
+            ..p
+        };
+        assert_eq!(
+            writable_frames(&m, &no_wp, 0x6000, 8),
+            Err(WalkError::NotPresent(0x6000))
+        );
+    }
 }

@@ -22,6 +22,65 @@ pub trait Device {
     fn ioctl(&mut self, code: u32, input: &[u8], output: &mut [u8]) -> Result<usize, NtStatus>;
 }
 
+/// The process a session runs in: its token and the memory the counters live in (Windows:
+/// this process; the tests: a model, or a process of the emulated NT kernel).
+pub trait Host {
+    /// Enables SeSystemProfilePrivilege in the process token if the token holds it (Windows
+    /// counts only enabled privileges; an elevated administrator holds this one disabled).
+    /// `Ok(false)`: not held, the run goes on as a restricted caller.
+    fn enable_profile_privilege(&mut self) -> Result<bool, String>;
+    /// Allocates `n` zeroed 32-bit counters that live until the host is dropped; returns
+    /// their address.
+    fn alloc_counters(&mut self, n: usize) -> Result<u64, String>;
+    /// Stores `value` at `addr` (inside an allocation), as a volatile write.
+    fn write_u32(&mut self, addr: u64, value: u32);
+    /// Loads the value at `addr` (inside an allocation), as a volatile read.
+    fn read_u32(&self, addr: u64) -> u32;
+}
+
+/// Counters in this process's own heap (the Windows agent, the unit tests).
+#[derive(Default, Debug)]
+pub struct LocalCounters {
+    allocations: Vec<Vec<u32>>,
+}
+
+impl LocalCounters {
+    /// `n` zeroed counters; their address.
+    pub fn alloc(&mut self, n: usize) -> u64 {
+        let mut v = vec![0u32; n.max(1)];
+        let addr = v.as_mut_ptr() as u64;
+        self.allocations.push(v);
+        addr
+    }
+
+    /// The allocation and index holding `addr`.
+    fn find(&self, addr: u64) -> Option<(usize, usize)> {
+        self.allocations.iter().enumerate().find_map(|(a, v)| {
+            let start = v.as_ptr() as u64;
+            let i = addr.checked_sub(start)? / 4;
+            (addr % 4 == 0 && (i as usize) < v.len()).then_some((a, i as usize))
+        })
+    }
+
+    /// A volatile store (ignored outside every allocation).
+    pub fn write(&mut self, addr: u64, value: u32) {
+        if let Some((a, i)) = self.find(addr) {
+            // SAFETY: `i` is in bounds of allocation `a`, which this borrow owns.
+            unsafe { std::ptr::write_volatile(self.allocations[a].as_mut_ptr().add(i), value) }
+        }
+    }
+
+    /// A volatile load (0 outside every allocation): the VMM writes these behind the
+    /// compiler's back.
+    pub fn read(&self, addr: u64) -> u32 {
+        match self.find(addr) {
+            // SAFETY: `i` is in bounds of allocation `a`.
+            Some((a, i)) => unsafe { std::ptr::read_volatile(self.allocations[a].as_ptr().add(i)) },
+            None => 0,
+        }
+    }
+}
+
 /// A failed run.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum SessionError {
@@ -36,6 +95,8 @@ pub enum SessionError {
     ShortReply(&'static str),
     /// Waiting (the command) failed.
     Wait(String),
+    /// The process could not prepare the run (privilege, counters).
+    Host(String),
 }
 
 impl fmt::Display for SessionError {
@@ -47,7 +108,7 @@ impl fmt::Display for SessionError {
             SessionError::ShortReply(call) => {
                 write!(f, "{}: the driver's reply is too short", call)
             }
-            SessionError::Wait(why) => write!(f, "{}", why),
+            SessionError::Wait(why) | SessionError::Host(why) => write!(f, "{}", why),
         }
     }
 }
@@ -141,25 +202,46 @@ pub struct Outcome {
     pub pinned_pages: u32,
 }
 
+/// Writes one counter in every page of `n` counters at `buffer`. A large zeroed allocation is
+/// demand-zero memory that no page table maps yet, and the VMM's CREATE check wants every page
+/// of the buffer mapped writable now (NtCreateProfile's probe would have faulted them in).
+fn touch_pages<H: Host + ?Sized>(host: &mut H, buffer: u64, n: usize) {
+    let end = buffer + 4 * n as u64;
+    let mut at = buffer;
+    while at < end {
+        host.write_u32(at, 0);
+        at = (at & !0xFFF) + 0x1000;
+    }
+}
+
 /// Runs a profile: optional SET_INTERVAL, CREATE, START, `wait()`, STOP, CLOSE. The counters
 /// live in this process; the driver locks them and the VMM counts into them while started. On
 /// any failure after CREATE the object is closed (which also stops it).
-pub fn run<D, W>(
+pub fn run<D, H, W>(
     d: &mut D,
+    host: &mut H,
     plan: &Plan,
     interval: Option<u32>,
     wait: W,
 ) -> Result<Outcome, SessionError>
 where
     D: Device + ?Sized,
+    H: Host + ?Sized,
     W: FnOnce() -> Result<(), String>,
 {
+    // Windows counts only enabled privileges, and an elevated administrator holds this one
+    // disabled: without it the driver treats the caller as restricted. Not held: run on as a
+    // restricted caller (the driver's statuses say what that refuses).
+    host.enable_profile_privilege()
+        .map_err(SessionError::Host)?;
     if let Some(i) = interval {
         set_interval(d, plan.source, i)?;
     }
     let interval = query_interval(d, plan.source)?;
-    let mut counts = vec![0u32; plan.buckets];
-    let buffer = counts.as_mut_ptr() as u64;
+    let buffer = host
+        .alloc_counters(plan.buckets)
+        .map_err(SessionError::Host)?;
+    touch_pages(host, buffer, plan.buckets);
     let create = bytes(&plan.create_in(buffer));
     let created: CreateReply = call(d, "CREATE", IOCTL_HVPROF_CREATE, &create)?;
     let handle = bytes(&plan::handle_in(created.handle));
@@ -175,12 +257,8 @@ where
     closed?;
     // The VMM wrote the counters behind the compiler's back (through the pages the driver
     // locked); read them afresh now that STOP has returned and nothing writes them any more.
-    let counts = counts
-        .iter()
-        .map(|c| {
-            // SAFETY: `c` is a valid, aligned reference into `counts`.
-            unsafe { std::ptr::read_volatile(c) }
-        })
+    let counts = (0..plan.buckets as u64)
+        .map(|i| host.read_u32(buffer + 4 * i))
         .collect();
     Ok(Outcome {
         counts,

@@ -13,6 +13,8 @@ use crate::result_file::{self, Header};
 use crate::session::{self, Device};
 use crate::{codes, report, status_text, NtStatus};
 
+mod host;
+
 type Handle = *mut c_void;
 
 const INVALID_HANDLE_VALUE: Handle = usize::MAX as Handle;
@@ -320,17 +322,23 @@ fn profile(driver: &mut Driver, a: &ProfileArgs) -> Result<(), String> {
     let region = region(&a.target)?;
     let plan = plan::plan(region, a.bucket_shift, a.source).map_err(|e| e.to_string())?;
     let run = a.run.clone();
-    let outcome = session::run(driver, &plan, a.interval, move || match run {
-        Run::Seconds(s) => {
-            std::thread::sleep(std::time::Duration::from_secs(u64::from(s)));
-            Ok(())
-        }
-        Run::Command(cmd) => std::process::Command::new(&cmd[0])
-            .args(&cmd[1..])
-            .status()
-            .map(|status| eprintln!("hvprof-agent: {} exited: {}", cmd[0], status))
-            .map_err(|e| format!("cannot run {}: {}", cmd[0], e)),
-    })
+    let outcome = session::run(
+        driver,
+        &mut host::ThisProcess::default(),
+        &plan,
+        a.interval,
+        move || match run {
+            Run::Seconds(s) => {
+                std::thread::sleep(std::time::Duration::from_secs(u64::from(s)));
+                Ok(())
+            }
+            Run::Command(cmd) => std::process::Command::new(&cmd[0])
+                .args(&cmd[1..])
+                .status()
+                .map(|status| eprintln!("hvprof-agent: {} exited: {}", cmd[0], status))
+                .map_err(|e| format!("cannot run {}: {}", cmd[0], e)),
+        },
+    )
     .map_err(|e| e.to_string())?;
     let header = Header {
         module: plan.region.name.clone(),

@@ -20,6 +20,7 @@ mod ntkernel;
 mod objects;
 mod pestacks;
 mod process;
+mod ramrule;
 mod shares;
 mod smoke;
 mod sources;
@@ -59,6 +60,7 @@ static SCENARIOS: &[Scenario] = &[
     pestacks::SCENARIO,
     ntkernel::SCENARIO,
     sources::SCENARIO,
+    ramrule::SCENARIO,
 ];
 static SELECTED: AtomicUsize = AtomicUsize::new(usize::MAX);
 

@@ -110,6 +110,32 @@ impl Device for Model {
     }
 }
 
+/// The process: a token holding the privilege or not, counters in this process.
+#[derive(Default)]
+struct ModelHost {
+    held: bool,
+    enabled: bool,
+    counters: LocalCounters,
+    writes: Vec<u64>,
+}
+
+impl Host for ModelHost {
+    fn enable_profile_privilege(&mut self) -> Result<bool, String> {
+        self.enabled = self.held;
+        Ok(self.held)
+    }
+    fn alloc_counters(&mut self, n: usize) -> Result<u64, String> {
+        Ok(self.counters.alloc(n))
+    }
+    fn write_u32(&mut self, addr: u64, value: u32) {
+        self.writes.push(addr);
+        self.counters.write(addr, value);
+    }
+    fn read_u32(&self, addr: u64) -> u32 {
+        self.counters.read(addr)
+    }
+}
+
 fn reply<W: Wire>(out: &mut [u8], w: &W) -> Result<usize, NtStatus> {
     w.encode(out).ok_or(NtStatus::BUFFER_TOO_SMALL)
 }
@@ -131,10 +157,16 @@ fn a_run_issues_the_calls_in_order_and_collects_counts() {
         ..Model::default()
     };
     let mut waited = false;
-    let out = run(&mut m, &test_plan(), Some(500), || {
-        waited = true;
-        Ok(())
-    })
+    let out = run(
+        &mut m,
+        &mut ModelHost::default(),
+        &test_plan(),
+        Some(500),
+        || {
+            waited = true;
+            Ok(())
+        },
+    )
     .unwrap();
     assert!(waited);
     assert_eq!(
@@ -166,7 +198,14 @@ fn a_failed_start_still_closes_and_reports_the_status() {
         fail: Some(("START", NtStatus::PROFILING_AT_LIMIT)),
         ..Model::default()
     };
-    let e = run(&mut m, &test_plan(), None, || panic!("must not wait")).unwrap_err();
+    let e = run(
+        &mut m,
+        &mut ModelHost::default(),
+        &test_plan(),
+        None,
+        || panic!("must not wait"),
+    )
+    .unwrap_err();
     assert_eq!(
         e,
         SessionError::Driver {
@@ -181,9 +220,13 @@ fn a_failed_start_still_closes_and_reports_the_status() {
 #[test]
 fn a_failed_command_still_stops_and_closes() {
     let mut m = Model::default();
-    let e = run(&mut m, &test_plan(), None, || {
-        Err("cmd.exe: not found".into())
-    })
+    let e = run(
+        &mut m,
+        &mut ModelHost::default(),
+        &test_plan(),
+        None,
+        || Err("cmd.exe: not found".into()),
+    )
     .unwrap_err();
     assert_eq!(e, SessionError::Wait("cmd.exe: not found".into()));
     assert_eq!(
@@ -198,7 +241,14 @@ fn create_failures_come_back_unchanged() {
         fail: Some(("CREATE", NtStatus::PRIVILEGE_NOT_HELD)),
         ..Model::default()
     };
-    let e = run(&mut m, &test_plan(), None, || Ok(())).unwrap_err();
+    let e = run(
+        &mut m,
+        &mut ModelHost::default(),
+        &test_plan(),
+        None,
+        || Ok(()),
+    )
+    .unwrap_err();
     assert_eq!(
         e,
         SessionError::Driver {
@@ -216,4 +266,25 @@ fn info_and_stats() {
     assert_eq!((d.port, d.port_source), (0x6A0, 2));
     assert_eq!(v.processor_count, 2);
     assert_eq!(read_stats(&mut m).unwrap().samples, 7);
+}
+
+#[test]
+fn a_run_enables_the_privilege_and_touches_every_counter_page_before_create() {
+    let mut m = Model::default();
+    let mut host = ModelHost {
+        held: true,
+        ..ModelHost::default()
+    };
+    let r = Region {
+        name: "x.sys".into(),
+        base: 0x1000,
+        size: 0x10000,
+        process_id: 0,
+    };
+    run(&mut m, &mut host, &plan(r, 2, 0).unwrap(), None, || Ok(())).unwrap();
+    assert!(host.enabled);
+    // 0x4000 counters = 64 KiB: at least one write in each of the 16 or 17 pages spanned.
+    let mut pages: Vec<u64> = host.writes.iter().map(|a| a >> 12).collect();
+    pages.dedup();
+    assert!(pages.len() >= 16 && pages.len() == host.writes.len());
 }

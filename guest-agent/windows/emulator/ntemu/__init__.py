@@ -1,0 +1,1 @@
+"""An emulated NT kernel that runs hvprof.sys (see ../README.md)."""
