@@ -26,6 +26,21 @@ pub(crate) fn seabios() -> PathBuf {
     p
 }
 
+/// SeaBIOS booting `disk` (60 s at most), as a firmware test of a boot sector runs it.
+pub(crate) fn seabios_boots_disk(disk: &std::path::Path) -> crate::harness::Output {
+    hvprof([
+        "run".as_ref(),
+        "--firmware".as_ref(),
+        seabios().as_os_str(),
+        "--disk".as_ref(),
+        disk.as_os_str(),
+        "--timeout".as_ref(),
+        "60".as_ref(),
+    ])
+    .limit(Duration::from_secs(90))
+    .run()
+}
+
 #[test]
 fn seabios_prints_its_banner_and_reaches_no_bootable_device() {
     let dir = TempDir::new("firmware");
@@ -386,17 +401,7 @@ fn seabios_boots_a_qcow2_overlay_whose_base_holds_the_boot_sector() {
         "qemu-utils",
         &["-f", "qcow2", "-c", &write, &s(&overlay)],
     );
-    let out = hvprof([
-        "run".as_ref(),
-        "--firmware".as_ref(),
-        seabios().as_os_str(),
-        "--disk".as_ref(),
-        overlay.as_os_str(),
-        "--timeout".as_ref(),
-        "60".as_ref(),
-    ])
-    .limit(Duration::from_secs(90))
-    .run();
+    let out = seabios_boots_disk(&overlay);
     out.assert_debug_exit(0x31);
     out.assert_stdout_contains("mbr: sectors 1-2 read through int 13h and matched");
     assert_eq!(std::fs::read(&base).unwrap(), bytes, "the base changed");

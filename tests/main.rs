@@ -1,6 +1,6 @@
 //! hvprof's guest-booting tests (tier 3): one test binary, `guests`, with a module per area.
 //! Each test runs the `hvprof` binary on a guest (the fixture kernels of tests/fixtures/, the
-//! built-in reference guest, SeaBIOS, Debian's Linux) through [`harness`], which bounds every
+//! built-in reference guest, SeaBIOS, Debian's Linux, the Linux test guest of images/linux) through [`harness`], which bounds every
 //! run's wall-clock time and prints everything a failed run said.
 //!
 //! Run them with `cargo nextest run --test guests` (per-test time limits in
@@ -23,6 +23,8 @@ mod failures;
 mod firmware;
 /// The early boot of Debian's Linux kernel.
 mod linux;
+/// A small Linux built from Debian's source (images/linux): platform, disk, power, profile.
+mod linux_guest;
 /// A stand-in Windows kernel at CPL0: ntoskrnl and its module list found from outside.
 mod ntkernel;
 /// PE/PDB symbolization of a DLL built at test time (Debian's clang and lld).

@@ -7,8 +7,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::firmware::{build_boot_sector, seabios};
-use crate::harness::{hvprof, hvprof_run, TempDir};
+use crate::firmware::{build_boot_sector, seabios_boots_disk};
+use crate::harness::{hvprof_run, TempDir};
 
 /// The reference guest's PASS code on isa-debug-exit.
 const REFGUEST_PASS: u8 = 0x10;
@@ -67,17 +67,7 @@ fn firmware_blocks_and_frames_outside_the_memory_maps_ram_are_refused() {
     let mut img = build_boot_sector(&dir, "ramrule_mbr.S");
     img.resize(1 << 20, 0);
     let img = dir.write("disk.img", &img);
-    let out = hvprof([
-        "run".as_ref(),
-        "--firmware".as_ref(),
-        seabios().as_os_str(),
-        "--disk".as_ref(),
-        img.as_os_str(),
-        "--timeout".as_ref(),
-        "60".as_ref(),
-    ])
-    .limit(Duration::from_secs(90))
-    .run();
+    let out = seabios_boots_disk(&img);
     out.assert_stdout_contains("ramrule: ok");
     out.assert_debug_exit(0x41);
 }
