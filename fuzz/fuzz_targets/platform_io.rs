@@ -19,6 +19,7 @@ use hvprof_fuzz::platform::{Input, Op, RAM, VARS_BASE, VARS_LEN};
 use hvprof_fuzz::CheckedDisk;
 use libfuzzer_sys::fuzz_target;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use vmm::acpi::PciRoot as TablesPciRoot;
 use vmm::devices::fw_cfg::FwCfg;
 use vmm::devices::pci::msix::{MsiError, MsiMessage, MsiSink};
 use vmm::devices::pci::{devfn, PciRoot};
@@ -31,7 +32,6 @@ use vmm::devices::{Bus, Origin};
 use vmm::firmware::cfg::{fw_cfg_items, FirmwareConfig};
 use vmm::firmware::pflash::Pflash;
 use vmm::outcome::StopSignal;
-use vmm::vm::firmware_boot::pci_root;
 use vmm::vm::platform::{insert_firmware_devices, insert_port_devices, FirmwareDevices};
 use vmm_sys_util::eventfd::EventFd;
 
@@ -115,7 +115,7 @@ fuzz_target!(|data: &[u8]| {
     let fw = FirmwareConfig {
         cpus: CPUS,
         mem_size,
-        pci: pci_root(),
+        pci: TablesPciRoot::platform(),
         boot_fail_wait: None,
         bootorder: Vec::new(),
     };
