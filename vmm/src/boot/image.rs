@@ -8,7 +8,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use super::elf::{ElfImage, Segment};
 use super::BootError;
 use crate::layout::{BOOT_GDT_SIZE, BOOT_GDT_START, CMDLINE_START, HIGH_MEMORY_START};
-use crate::memory::{low_ram_end, memory_map, RangeKind};
+use crate::memory::{low_ram_end, memory_map, GuestRam, RangeKind};
 
 /// Something does not fit in guest memory.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -112,11 +112,7 @@ impl LoadContext<'_> {
     /// and clear of the boot GDT (which every protocol's entry uses).
     pub fn check_kernel_range(&self, addr: u64, size: u64) -> Result<(), BootError> {
         let map = memory_map(self.mem_size);
-        let end = addr.checked_add(size);
-        let in_ram = map.iter().any(|e| {
-            e.kind == RangeKind::Ram && addr >= e.addr && end.is_some_and(|x| x <= e.addr + e.size)
-        });
-        if !in_ram {
+        if !GuestRam::from_map(&map).contains(addr, size) {
             let ram: Vec<String> = map
                 .iter()
                 .filter(|e| e.kind == RangeKind::Ram)

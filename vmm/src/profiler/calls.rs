@@ -14,10 +14,10 @@ use profile_core::{Handle, NtStatus, ObjectId, ProfileSource};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::pin::PinnedBuffer;
-use super::ram::GuestRam;
 use super::stats::{bump, total};
 use super::walk::{writable_frames, Paging};
 use super::{Profiler, GUEST_OWNER};
+use crate::memory::GuestRam;
 
 /// Feature flags hvprof offers (CPUID 0x40000101 ECX, QUERY_INFO).
 pub const FEATURES: u32 = abi::cpuid::FEATURE_START_GUEST_VIRTUAL

@@ -9,7 +9,6 @@
 mod calls;
 pub mod host;
 pub mod pin;
-pub mod ram;
 pub mod stacks;
 pub mod stats;
 pub mod walk;
@@ -27,11 +26,11 @@ use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
 pub use calls::{CpuState, FEATURES};
 
+use crate::memory::GuestRam;
 use crate::sampler::probe::ProbeReport;
 use crate::sampler::{Sampling, TriggerId};
 use host::{HostProfile, HostProfileError, HostProfileResult, HostProfileSpec, HostProfileSummary};
 use pin::PinnedBuffer;
-use ram::GuestRam;
 use stacks::StackWalker;
 use stats::{bump, StatsSnapshot, VcpuProfileStats};
 

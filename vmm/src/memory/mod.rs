@@ -1,5 +1,9 @@
 //! Guest RAM: regions split around the PCI hole, and the memory map the guest sees.
 
+mod ram;
+
+pub use ram::GuestRam;
+
 use vm_memory::{GuestAddress, GuestMemoryMmap};
 
 use crate::layout::{

@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-use crate::memory::{MapEntry, RangeKind};
+use super::{MapEntry, RangeKind};
 
 /// The RAM ranges of the guest's memory map, sorted and disjoint.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
