@@ -19,6 +19,8 @@ mod boot;
 mod compare;
 /// How runs end: crashes, hangs, timeouts, signals, bad input.
 mod failures;
+/// Faults and hostile input: outputs, the API, inputs, images, saved profiles.
+mod faults;
 /// SeaBIOS (Debian's `seabios` package) and OVMF boots.
 mod firmware;
 /// The early boot of Debian's Linux kernel.

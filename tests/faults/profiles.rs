@@ -1,0 +1,4 @@
+//! See the module list in faults/mod.rs.
+
+#[allow(unused_imports)]
+use crate::harness;
