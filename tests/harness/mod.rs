@@ -3,6 +3,7 @@
 //! wall-clock limit enforced here, and asserts on its exit status and output
 //! with messages that show everything the run printed.
 
+pub mod host;
 pub mod pe;
 
 use std::collections::HashMap;
@@ -133,6 +134,9 @@ pub enum Fixture {
     /// expects the device to refuse writes, `ring` negotiates indirect descriptors and
     /// event indexes.
     VirtioBlk { readonly: bool, ring: bool },
+    /// PVH kernel that runs `loops` iterations of a plain integer loop at CPL0, then exits
+    /// with 0x21 (calibrate.S): the measure of this host's speed (harness::host).
+    Calibrate { loops: u32 },
 }
 
 /// The fixture symbol that sets a multiboot kernel's load address (given to the linker).
@@ -175,6 +179,11 @@ impl Fixture {
                     .filter(|&(on, _)| on)
                     .map(|(_, d)| d.to_string())
                     .collect(),
+            ),
+            Fixture::Calibrate { loops } => (
+                "calibrate",
+                Format::Elf32Pvh,
+                vec![format!("LOOPS={loops}")],
             ),
             Fixture::DebugExit { value, width } => (
                 "debug_exit",
@@ -329,6 +338,7 @@ pub struct Hvprof {
     env: Vec<String>,
     args: Vec<String>,
     limit: Duration,
+    note: Option<String>,
 }
 
 /// Starts building an invocation of `hvprof` with the given arguments.
@@ -350,6 +360,7 @@ where
         env: Vec::new(),
         args: shown,
         limit: DEFAULT_LIMIT,
+        note: None,
     }
 }
 
@@ -365,6 +376,14 @@ impl Hvprof {
     /// test fails with the output so far.
     pub fn limit(mut self, limit: Duration) -> Hvprof {
         self.limit = limit;
+        self
+    }
+
+    /// Sets the harness's limit from a limit derived from this host's measured speed, whose
+    /// derivation every failure message then shows.
+    pub fn host_limit(mut self, limit: &host::Limit) -> Hvprof {
+        self.limit = limit.harness;
+        self.note = Some(limit.why.clone());
         self
     }
 
@@ -398,6 +417,7 @@ impl Hvprof {
             env: self.env,
             args: self.args,
             limit: self.limit,
+            note: self.note,
             started,
             stdout,
             stderr,
@@ -432,6 +452,7 @@ pub struct Running {
     env: Vec<String>,
     args: Vec<String>,
     limit: Duration,
+    note: Option<String>,
     started: Instant,
     stdout: Arc<Mutex<Vec<u8>>>,
     stderr: Arc<Mutex<Vec<u8>>>,
@@ -517,6 +538,7 @@ impl Running {
         Output {
             env: self.env.clone(),
             args: self.args.clone(),
+            note: self.note.clone(),
             status,
             killed,
             elapsed,
@@ -542,6 +564,8 @@ pub struct Output {
     pub env: Vec<String>,
     /// Arguments hvprof was given.
     pub args: Vec<String>,
+    /// How its time limit was derived from this host's speed, when it was.
+    pub note: Option<String>,
     /// How it exited.
     pub status: ExitStatus,
     /// Whether the harness killed it.
@@ -569,6 +593,9 @@ impl fmt::Display for Output {
                 ""
             }
         )?;
+        if let Some(note) = &self.note {
+            writeln!(f, "---- time limit: {note}")?;
+        }
         writeln!(f, "---- stdout:\n{}", self.stdout)?;
         write!(f, "---- stderr:\n{}\n---- end", self.stderr)
     }
