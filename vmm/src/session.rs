@@ -3,7 +3,7 @@
 //! guest exits; the run's report carries every object's and host profile's counts. How it is
 //! going goes to a [`Progress`] hook: the library draws nothing, the binary draws a bar.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::config::VmConfig;
 use crate::outcome::RunOutcome;
@@ -14,7 +14,7 @@ use crate::vm::{run_with, RunHooks, RunReport, VmControl, VmError};
 /// How long to profile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Span {
-    /// Stop the VM after this long.
+    /// Stop the VM after it has run this long (time paused through the API not counted).
     For(Duration),
     /// Until the guest ends the run.
     UntilExit,
@@ -34,7 +34,8 @@ pub struct SessionOptions {
 
 /// Told how a session is going, about ten times a second, on the session's own thread.
 pub trait Progress: Send {
-    /// Time since the vCPUs started, and the samples taken so far over every vCPU.
+    /// The guest's running time (pauses excluded), and the samples taken so far over every
+    /// vCPU.
     fn update(&mut self, elapsed: Duration, samples: u64);
     /// The session is over: called once, before [`run`] returns, if the VM got as far as
     /// running (a VM that could not be built never reports progress).
@@ -51,9 +52,9 @@ pub fn run(
 ) -> Result<RunReport, VmError> {
     let span = opts.span;
     let controller = Box::new(move |control: VmControl| {
-        let started = Instant::now();
         while !control.stop.is_requested() {
-            let elapsed = started.elapsed();
+            // Running time: a pause through the API does not count against --duration.
+            let elapsed = control.uptime.running();
             if let Span::For(d) = span {
                 if elapsed >= d {
                     control

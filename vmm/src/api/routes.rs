@@ -142,6 +142,7 @@ impl ApiState {
             acked += 1;
         }
         self.paused = true;
+        self.control.uptime.pause();
         if acked < self.control.vcpus.len() {
             return Response::error(500, "not every vCPU acknowledged the pause");
         }
@@ -156,6 +157,7 @@ impl ApiState {
             v.request(VcpuRequest::Resume);
         }
         self.paused = false;
+        self.control.uptime.resume();
         Response::json(200, json!({ "state": "running" }).to_string())
     }
 

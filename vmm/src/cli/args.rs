@@ -37,7 +37,8 @@ pub struct VmArgs {
     /// Log file for the debug console at port 0x402.
     #[arg(long)]
     pub debugcon: Option<PathBuf>,
-    /// End the run (exit status 8) after this many seconds.
+    /// End the run (exit status 8) this many seconds after it began, the VM's set-up
+    /// included.
     #[arg(long)]
     pub timeout: Option<f64>,
     /// Serve the control API (HTTP + JSON) on this Unix socket, for its owner only.

@@ -208,7 +208,10 @@ pub struct LoopParams {
     pub serial: Arc<Mutex<SerialDevice>>,
     pub serial_input: bool,
     pub vcpus: Vec<VcpuRequester>,
+    /// `--timeout`, counted from `started`.
     pub timeout: Option<Duration>,
+    /// When the run began: before the VM was built, so set-up time counts against the timeout.
+    pub started: Instant,
     pub watchdog_period: Duration,
     /// Virtio devices' queue eventfds (`KVM_IOEVENTFD`): their queues are served here.
     pub queue_watches: Vec<QueueEventWatch>,
@@ -223,7 +226,12 @@ pub fn run_until_stopped(p: LoopParams) -> std::io::Result<()> {
     let timeout = match p.timeout {
         Some(d) => {
             let mut t = TimerFd::new()?;
-            t.reset(d, None)?;
+            // A zero expiry would disarm the timer: a set-up that used the whole timeout
+            // still ends the run, at once.
+            let left = d
+                .saturating_sub(p.started.elapsed())
+                .max(Duration::from_micros(1));
+            t.reset(left, None)?;
             Some((t, d))
         }
         None => None,

@@ -5,6 +5,7 @@ pub mod firmware_boot;
 pub mod machine;
 pub mod platform;
 mod run;
+pub mod uptime;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::event_loop::{run_until_stopped, LoopParams};
+use super::uptime::Uptime;
 use super::{Vm, VmError};
 use crate::boot::Protocol;
 use crate::config::VmConfig;
@@ -141,6 +142,8 @@ pub struct VmControl {
     pub vcpus: Vec<VcpuRequester>,
     /// Guest-entry stamps, when the hooks asked for them.
     pub entry_stamp: Option<Arc<EntryStamp>>,
+    /// The guest's running time; whoever pauses or resumes the vCPUs says so here.
+    pub uptime: Arc<Uptime>,
 }
 
 /// A function run on its own thread while the VM runs.
@@ -204,6 +207,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
         }
     }
     let mut controllers = Vec::new();
+    let uptime = Arc::new(Uptime::start());
     if start_error.is_none() {
         for f in hooks.controllers {
             let control = VmControl {
@@ -211,6 +215,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
                 profiler: profiler.clone(),
                 vcpus: handles.iter().map(|h| h.requester()).collect(),
                 entry_stamp: hooks.entry_stamp.clone(),
+                uptime: uptime.clone(),
             };
             let seccomp = config.seccomp;
             let spawned = std::thread::Builder::new()
@@ -238,6 +243,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
             serial_input: config.serial_input,
             vcpus: handles.iter().map(|h| h.requester()).collect(),
             timeout: config.timeout,
+            started,
             watchdog_period: config.watchdog_period,
             queue_watches: disks.iter_mut().filter_map(|d| d.watch.take()).collect(),
             seccomp: config.seccomp,
