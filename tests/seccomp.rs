@@ -23,7 +23,7 @@ fn profile(dir: &TempDir, trigger: &str, extra: &[&str]) -> crate::harness::Outp
 #[test]
 fn a_refused_call_on_each_kind_of_thread_ends_the_run_naming_it() {
     let dir = TempDir::new("seccomp");
-    for kind in ["vcpu", "event-loop", "controller"] {
+    for kind in ["vcpu", "event-loop", "controller", "results"] {
         let out = profile(&dir, kind, &[]);
         out.assert_status(STATUS_SECCOMP);
         out.assert_stderr_contains(&format!(

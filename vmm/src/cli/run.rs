@@ -8,7 +8,8 @@ use analysis::symbols::Finder;
 use analysis::Symbols;
 use vmm::config::VmConfig;
 use vmm::export::RunMetadata;
-use vmm::outcome::{STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
+use vmm::outcome::{Blame, STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
+use vmm::seccomp::ThreadKind;
 use vmm::session::{Progress, SessionOptions, Span};
 use vmm::vm::{RunHooks, RunReport};
 
@@ -73,6 +74,12 @@ fn finish(
             return fail(e, status);
         }
     };
+    // From here this thread turns what the guest left (module lists, PDB names, stacks) into
+    // reports: it is filtered like every thread that ran beside the guest.
+    if let Err(e) = vmm::seccomp::install(ThreadKind::Results, config.seccomp) {
+        let status = e.fault().exit_status();
+        return fail(e, status);
+    }
     let status = status_of(&report);
     let mut meta = RunMetadata::new(config, started);
     meta.exit_status = status;

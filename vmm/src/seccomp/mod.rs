@@ -4,10 +4,11 @@
 //! the thread's list is not run: the thread gets SIGSYS and hvprof ends at once with a message
 //! naming the call and the thread ([`trap`], exit status 14).
 //!
-//! Filtered: every vCPU thread, the event-loop thread, and every controller thread (the API
-//! server, the session's progress, the benchmark's timing). Not filtered: the main thread,
-//! which builds the VM before any guest code runs, then only waits for the event loop, and
-//! writes the results after the VM is gone.
+//! Filtered: every vCPU thread, the event-loop thread, every controller thread (the API
+//! server, the session's progress, the benchmark's timing), and the main thread once the VM is
+//! gone, while it turns what the guest left (module lists, PDB names, stacks) into reports.
+//! Not filtered: the main thread while it builds the VM, before any guest code runs, and while
+//! it waits for the event loop.
 
 mod names;
 mod rules;
@@ -26,6 +27,10 @@ pub enum ThreadKind {
     EventLoop,
     /// A controller: the API server, the progress of a session, a benchmark's timing.
     Controller,
+    /// The results: the main thread once the VM is gone (and `report`, `compare`, `merge`
+    /// from their start), turning guest-derived data into reports: files, the symbol cache,
+    /// symbol servers; never KVM, processes or anything else.
+    Results,
 }
 
 impl ThreadKind {
@@ -35,6 +40,7 @@ impl ThreadKind {
             ThreadKind::Vcpu => "vcpu",
             ThreadKind::EventLoop => "event-loop",
             ThreadKind::Controller => "controller",
+            ThreadKind::Results => "results",
         }
     }
 }
@@ -91,17 +97,16 @@ fn program(kind: ThreadKind) -> Result<BpfProgram, seccompiler::Error> {
     Ok(filter.try_into()?)
 }
 
-/// The second filter every thread installs: opening a file fails with EACCES. (Stacked
-/// filters all run and the strictest answer wins, so this one's EACCES beats the first one's
-/// allowance, and anything the first one refuses stays refused.)
-fn files_refused() -> Result<BpfProgram, seccompiler::Error> {
+/// The second filter every thread installs: calls that fail with an error instead of ending
+/// the process (opening a file, on every thread but the results'; clone3 on the results'
+/// thread). Stacked filters all run and the strictest answer wins, so this one's error beats
+/// the first one's allowance, and anything the first one refuses stays refused.
+fn errno_filter(kind: ThreadKind) -> Result<BpfProgram, seccompiler::Error> {
+    let (calls, errno) = rules::refused_with_errno(kind);
     let filter = SeccompFilter::new(
-        rules::FILES_REFUSED
-            .iter()
-            .map(|nr| (*nr, vec![]))
-            .collect(),
+        calls.iter().map(|nr| (*nr, vec![])).collect(),
         SeccompAction::Allow,
-        SeccompAction::Errno(libc::EACCES as u32),
+        SeccompAction::Errno(errno as u32),
         TargetArch::x86_64,
     )?;
     Ok(filter.try_into()?)
@@ -115,10 +120,13 @@ pub fn install(kind: ThreadKind, mode: Seccomp) -> Result<(), SeccompError> {
     let refuse = test_trigger::asked(kind);
     trap::install_handler().map_err(SeccompError::Handler)?;
     let fail = |e| SeccompError::Filter(kind.name(), e);
-    let (program, files) = (program(kind).map_err(fail)?, files_refused().map_err(fail)?);
+    let (program, errors) = (
+        program(kind).map_err(fail)?,
+        errno_filter(kind).map_err(fail)?,
+    );
     trap::set_thread_kind(kind.name());
-    // The file filter first: installing a filter takes calls the main one does not allow.
-    seccompiler::apply_filter(&files).map_err(fail)?;
+    // The error filter first: installing a filter takes calls the main one does not allow.
+    seccompiler::apply_filter(&errors).map_err(fail)?;
     seccompiler::apply_filter(&program).map_err(fail)?;
     if refuse {
         test_trigger::refused_call();
@@ -138,8 +146,10 @@ mod test_trigger {
     }
 
     pub(super) fn refused_call() {
+        // A packet socket: no thread may open one (the results thread opens only the
+        // families a download uses).
         // SAFETY: socket(2) has no memory arguments; the filter refuses it before it runs.
-        unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+        unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
     }
 }
 
@@ -164,6 +174,7 @@ mod tests {
             ThreadKind::Vcpu,
             ThreadKind::EventLoop,
             ThreadKind::Controller,
+            ThreadKind::Results,
         ] {
             let p = program(kind).unwrap();
             assert!(!p.is_empty(), "{kind:?}");
@@ -174,6 +185,35 @@ mod tests {
         assert!(!has(ThreadKind::Vcpu, libc::SYS_execve));
         assert!(!has(ThreadKind::EventLoop, libc::SYS_execve));
         assert!(has(ThreadKind::Controller, libc::SYS_accept4));
+        // The results: files and symbol servers, threads but no processes, no KVM.
+        assert!(has(ThreadKind::Results, libc::SYS_openat));
+        assert!(has(ThreadKind::Results, libc::SYS_connect));
+        for nr in [
+            libc::SYS_execve,
+            libc::SYS_fork,
+            libc::SYS_vfork,
+            libc::SYS_ptrace,
+            libc::SYS_kill,
+        ] {
+            assert!(!has(ThreadKind::Results, nr), "{nr}");
+        }
+        let results = rules::rules(ThreadKind::Results).unwrap();
+        assert!(
+            !results[&libc::SYS_ioctl].is_empty(),
+            "ioctl: terminal, sockets"
+        );
+        assert_eq!(
+            results[&libc::SYS_clone].len(),
+            1,
+            "clone: CLONE_THREAD only"
+        );
+        assert_eq!(
+            rules::refused_with_errno(ThreadKind::Results),
+            (&[libc::SYS_clone3][..], libc::ENOSYS)
+        );
+        assert!(!rules::refused_with_errno(ThreadKind::Results)
+            .0
+            .contains(&libc::SYS_openat));
     }
 
     #[test]
@@ -196,7 +236,7 @@ mod tests {
         // are built before the fork, so the child allocates nothing.
         let (program, files) = (
             program(ThreadKind::Controller).unwrap(),
-            files_refused().unwrap(),
+            errno_filter(ThreadKind::Controller).unwrap(),
         );
         // SAFETY: fork in a test; the child makes only system calls and _exits.
         let pid = unsafe { libc::fork() };
@@ -219,6 +259,41 @@ mod tests {
             // Refused: socket, which ends the process with the seccomp status.
             // SAFETY: no memory arguments.
             unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+            // SAFETY: ending the child.
+            unsafe { libc::_exit(0) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status));
+        assert_eq!(libc::WEXITSTATUS(status), crate::outcome::STATUS_SECCOMP);
+    }
+
+    #[test]
+    fn the_results_thread_opens_files_but_cannot_start_a_process() {
+        let (program, errors) = (
+            program(ThreadKind::Results).unwrap(),
+            errno_filter(ThreadKind::Results).unwrap(),
+        );
+        // SAFETY: fork in a test; the child makes only system calls and _exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let ok = trap::install_handler().is_ok()
+                && seccompiler::apply_filter(&errors).is_ok()
+                && seccompiler::apply_filter(&program).is_ok();
+            // SAFETY: a constant NUL-terminated path.
+            let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY) };
+            // SAFETY: clone3 with no arguments: refused with ENOSYS before it reads them.
+            let clone3 = unsafe { libc::syscall(libc::SYS_clone3, 0, 0) };
+            let enosys = clone3 == -1
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS);
+            if !ok || fd < 0 || !enosys {
+                // SAFETY: ending the child.
+                unsafe { libc::_exit(1) };
+            }
+            // A process (clone without CLONE_THREAD) ends this one with the seccomp status.
+            // SAFETY: the raw call with fork's flags; refused before it runs.
+            unsafe { libc::syscall(libc::SYS_clone, libc::SIGCHLD, 0, 0, 0, 0) };
             // SAFETY: ending the child.
             unsafe { libc::_exit(0) };
         }

@@ -55,8 +55,19 @@ const TCSETSW: u64 = 0x5403;
 const TIOCGWINSZ: u64 = 0x5413;
 const FIONBIO: u64 = 0x5421;
 
-/// `(system call, only with these first arguments)`: an empty list allows any argument.
+/// `(system call, only with these values of its selecting argument)`: an empty list allows
+/// any argument. See [`selector`].
 type Allow = (i64, Vec<u64>);
+
+/// The argument that selects what a call does, which a narrowed rule compares: socket's
+/// domain (the first), ioctl's request and fcntl's command (the second).
+fn selector(nr: i64) -> u8 {
+    if nr == libc::SYS_socket {
+        0
+    } else {
+        1
+    }
+}
 
 /// Every thread: memory (the allocator), futexes (locks, condition variables), signals
 /// (returning from the kick and tick handlers, masks), writes (the console, logs, eventfds),
@@ -95,15 +106,23 @@ fn common() -> Vec<Allow> {
     .map(|nr| (nr, vec![]))
     .collect();
     v.push((libc::SYS_fcntl, vec![libc::F_GETFD as u64]));
-    // Passed through here, refused with EACCES by the second filter (`files_refused`).
-    v.extend(FILES_REFUSED.iter().map(|nr| (*nr, vec![])));
     v
 }
 
-/// Opening files: refused on every filtered thread, with EACCES rather than SIGSYS, because
-/// glibc's allocator opens /proc/sys/vm/overcommit_memory the first time it trims a thread's
-/// heap, from whichever thread that is, and takes a failed open as "do not know".
-pub(super) const FILES_REFUSED: [i64; 2] = [libc::SYS_open, libc::SYS_openat];
+/// Calls the second filter answers with an error instead of letting them run: passed
+/// through by the allow list, so that the error, not SIGSYS, is the answer.
+///
+/// Opening files, refused on every filtered thread but the results' with EACCES rather than
+/// SIGSYS, because glibc's allocator opens /proc/sys/vm/overcommit_memory the first time it
+/// trims a thread's heap, from whichever thread that is, and takes a failed open as "do not
+/// know". On the results' thread, clone3, whose flags a filter cannot read: ENOSYS makes glibc
+/// fall back to clone, whose flags the allow list checks (threads only, never a process).
+pub(super) fn refused_with_errno(kind: ThreadKind) -> (&'static [i64], i32) {
+    match kind {
+        ThreadKind::Results => (&[libc::SYS_clone3], libc::ENOSYS),
+        _ => (&[libc::SYS_open, libc::SYS_openat], libc::EACCES),
+    }
+}
 
 /// A virtio-blk disk's image files, read and written where requests are served (a qcow2
 /// image grows with `ftruncate` when imago zeroes a new cluster at its end).
@@ -132,6 +151,7 @@ fn device_irqs() -> Vec<u64> {
 /// The allow list of `kind`.
 pub(super) fn allowed(kind: ThreadKind) -> Vec<Allow> {
     let mut v = common();
+    v.extend(refused_with_errno(kind).0.iter().map(|nr| (*nr, vec![])));
     match kind {
         ThreadKind::Vcpu => {
             // KVM_RUN and register access for exits, sampling and stack walks; interrupt
@@ -216,12 +236,111 @@ pub(super) fn allowed(kind: ThreadKind) -> Vec<Allow> {
             v.push((libc::SYS_rt_tgsigqueueinfo, vec![]));
             v.push((libc::SYS_getuid, vec![]));
         }
+        ThreadKind::Results => v.extend(results()),
     }
     v
 }
 
-/// The allow list as seccompiler rules: ioctls compared on their request number (the kernel
-/// reads it as a 32-bit int).
+/// The results thread: reading inputs (saved profiles, symbol files, PDBs), writing outputs
+/// atomically (a temporary file, fsync, rename) and the symbol cache, fetching symbols over
+/// HTTP(S) (name resolution included: glibc asks netlink for the host's addresses and sends
+/// DNS queries with sendmmsg), and terminal queries for the printed report.
+fn results() -> Vec<Allow> {
+    let mut v: Vec<Allow> = [
+        // Files and directories.
+        libc::SYS_open,
+        libc::SYS_openat,
+        libc::SYS_stat,
+        libc::SYS_fstat,
+        libc::SYS_lstat,
+        libc::SYS_newfstatat,
+        libc::SYS_statx,
+        libc::SYS_statfs,
+        libc::SYS_fstatfs,
+        libc::SYS_access,
+        libc::SYS_faccessat,
+        libc::SYS_faccessat2,
+        libc::SYS_readlink,
+        libc::SYS_readlinkat,
+        libc::SYS_getcwd,
+        libc::SYS_getdents64,
+        libc::SYS_lseek,
+        libc::SYS_pread64,
+        libc::SYS_pwrite64,
+        libc::SYS_fsync,
+        libc::SYS_fdatasync,
+        libc::SYS_ftruncate,
+        libc::SYS_fallocate,
+        // std::io::copy between files (a symbol file copied into the cache).
+        libc::SYS_copy_file_range,
+        libc::SYS_sendfile,
+        libc::SYS_fchmod,
+        libc::SYS_fcntl,
+        libc::SYS_flock,
+        libc::SYS_rename,
+        libc::SYS_renameat,
+        libc::SYS_renameat2,
+        libc::SYS_unlink,
+        libc::SYS_unlinkat,
+        libc::SYS_mkdir,
+        libc::SYS_mkdirat,
+        libc::SYS_rmdir,
+        libc::SYS_umask,
+        // Symbol servers.
+        libc::SYS_connect,
+        libc::SYS_bind,
+        libc::SYS_getsockname,
+        libc::SYS_getpeername,
+        libc::SYS_getsockopt,
+        libc::SYS_setsockopt,
+        libc::SYS_sendto,
+        libc::SYS_sendmsg,
+        libc::SYS_sendmmsg,
+        libc::SYS_recvfrom,
+        libc::SYS_recvmsg,
+        libc::SYS_shutdown,
+        libc::SYS_poll,
+        libc::SYS_ppoll,
+        libc::SYS_uname,
+        libc::SYS_getuid,
+        libc::SYS_geteuid,
+    ]
+    .into_iter()
+    .map(|nr| (nr, vec![]))
+    .collect();
+    // Sockets of the families a download and its name resolution use, nothing else.
+    let families = [
+        libc::AF_UNIX,
+        libc::AF_INET,
+        libc::AF_INET6,
+        libc::AF_NETLINK,
+    ];
+    v.push((
+        libc::SYS_socket,
+        families.iter().map(|f| *f as u64).collect(),
+    ));
+    v.push((libc::SYS_ioctl, vec![TCGETS, TIOCGWINSZ, FIONBIO]));
+    // A download's name resolution runs on a thread of the HTTP client's (with a time
+    // limit): clone with CLONE_THREAD (checked in `rules`), and what a new thread calls.
+    v.push((libc::SYS_clone, vec![]));
+    v.push((libc::SYS_set_robust_list, vec![]));
+    v.push((libc::SYS_rseq, vec![]));
+    v
+}
+
+/// clone only for a thread: its flags (the first argument) include CLONE_THREAD.
+fn thread_only() -> Result<SeccompRule, seccompiler::Error> {
+    let thread = libc::CLONE_THREAD as u64;
+    Ok(SeccompRule::new(vec![SeccompCondition::new(
+        0,
+        SeccompCmpArgLen::Qword,
+        SeccompCmpOp::MaskedEq(thread),
+        thread,
+    )?])?)
+}
+
+/// The allow list as seccompiler rules: a narrowed call compared on its [`selector`] (the
+/// kernel reads each of them as a 32-bit int).
 pub(super) fn rules(
     kind: ThreadKind,
 ) -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::Error> {
@@ -239,10 +358,14 @@ pub(super) fn rules(
     for (nr, args) in merged {
         let mut rules = Vec::new();
         for a in args.unwrap_or_default() {
-            let c = SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, a)?;
+            let c =
+                SeccompCondition::new(selector(nr), SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, a)?;
             rules.push(SeccompRule::new(vec![c])?);
         }
         map.insert(nr, rules);
+    }
+    if let Some(clone) = map.get_mut(&libc::SYS_clone) {
+        *clone = vec![thread_only()?];
     }
     Ok(map)
 }
