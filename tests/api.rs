@@ -365,3 +365,48 @@ fn connect_as_nobody(socket: &Path) -> i32 {
         libc::WEXITSTATUS(status)
     }
 }
+
+/// `profile --duration` counts the guest's running time: a pause through the API does not eat
+/// into it. The guest runs 60 s of work, so only --duration ends the run; the run then lasts at
+/// least the duration plus the pause, however the host schedules it.
+#[test]
+fn a_pause_does_not_count_against_the_profiles_duration() {
+    const DURATION: Duration = Duration::from_secs(2);
+    const PAUSE: Duration = Duration::from_secs(3);
+    let dir = TempDir::new("api-duration");
+    let socket = dir.join("api.sock");
+    let out = dir.join("out");
+    let mut run = crate::harness::hvprof([
+        "profile",
+        "--quiet",
+        "--cmdline",
+        "scenario=shares shares.ms=60000",
+        "--duration",
+        "2",
+        "--api-socket",
+        socket.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ])
+    .limit(Duration::from_secs(90))
+    .spawn();
+    wait_for_socket(&socket);
+    run.wait_for_stdout("refguest: scenario shares start", Duration::from_secs(30));
+    let paused_at = Instant::now();
+    assert_eq!(call(&socket, "PUT", "/v1/vm/pause", "").0, 200);
+    std::thread::sleep(PAUSE);
+    assert_eq!(call(&socket, "PUT", "/v1/vm/resume", "").0, 200);
+    let out = run.wait();
+    out.assert_status(0)
+        .assert_stderr_contains("stopped by --duration");
+    assert!(
+        paused_at.elapsed() >= PAUSE,
+        "the run ended {:.2?} after the pause began, within the pause itself\n{out}",
+        paused_at.elapsed()
+    );
+    assert!(
+        out.elapsed >= DURATION + PAUSE,
+        "the run took {:.2?}: the pause counted against --duration\n{out}",
+        out.elapsed
+    );
+}
