@@ -182,14 +182,17 @@ pub fn write(target: &Path, bytes: &[u8]) -> Result<PathBuf, WriteError> {
 /// and removes a temporary in it. Errors name `dir`.
 pub fn check_dir(dir: &Path, create: bool) -> Result<(), WriteError> {
     let fail = |e| WriteError::Dir(dir.to_path_buf(), e);
-    if create {
-        std::fs::create_dir_all(dir).map_err(fail)?;
-    }
-    let meta = std::fs::metadata(dir).map_err(fail)?;
-    if !meta.is_dir() {
-        return Err(fail(std::io::Error::from(
-            std::io::ErrorKind::NotADirectory,
-        )));
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(fail(std::io::Error::from(
+                std::io::ErrorKind::NotADirectory,
+            )))
+        }
+        Err(e) if create && e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir).map_err(fail)?;
+        }
+        Err(e) => return Err(fail(e)),
     }
     let (_, temp) = create_temp(&dir.join("probe")).map_err(fail)?;
     std::fs::remove_file(&temp).map_err(fail)

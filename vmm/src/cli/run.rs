@@ -47,6 +47,15 @@ fn config(
     Ok((config, hooks, guard))
 }
 
+/// Proves `--out` writable (created if missing) before the VM is built: a bad `--out` is the
+/// user's mistake (status 2) and must not cost the run.
+fn check_out(out: Option<&Path>) -> Result<(), ExitCode> {
+    match out.map(|dir| analysis::atomic::check_dir(dir, true)) {
+        Some(Err(e)) => Err(fail(e, STATUS_CONFIG_ERROR)),
+        _ => Ok(()),
+    }
+}
+
 /// Prints the end-of-run summary (and the error, if the outcome is one).
 fn summarize(report: &RunReport) {
     eprint!("{}", report.summary());
@@ -120,6 +129,9 @@ pub fn run(a: RunArgs) -> ExitCode {
 
 /// `hvprof demo`.
 pub fn demo(a: DemoArgs) -> ExitCode {
+    if let Err(code) = check_out(a.out.as_deref()) {
+        return code;
+    }
     let (config, hooks, _api) = match config(
         a.vm,
         BootArgs::none(),
@@ -146,6 +158,9 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         Ok(None) => Span::UntilExit,
         Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
     };
+    if let Err(code) = check_out(Some(&a.out)) {
+        return code;
+    }
     // A bad symbol path fails before the run, not after it.
     let mut finder = match super::symbols::finder(&a.symbol_path, a.quiet) {
         Ok(f) => f,
