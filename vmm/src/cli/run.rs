@@ -153,6 +153,10 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         Ok(h) => h,
         Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
     };
+    let interval = match a.checked_interval(!a.boot.is_empty()) {
+        Ok(i) => i,
+        Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
+    };
     let span = match a.duration.map(|s| seconds("--duration", s)).transpose() {
         Ok(Some(d)) => Span::For(d),
         Ok(None) => Span::UntilExit,
@@ -174,7 +178,7 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
     };
     let opts = SessionOptions {
         span,
-        interval: a.interval,
+        interval,
         host_profiles: host.into_iter().collect(),
     };
     let progress: Option<Box<dyn Progress>> = if a.quiet {
