@@ -410,11 +410,13 @@ impl ProfileArgs {
         let source = vmm::sampler::events::interval_source(self.event.as_deref());
         let (info, unit) = if source == profile_core::source::ProfileSource::TIME {
             if !own_guest {
-                return Err("--interval needs --kernel or --firmware: the built-in reference \
+                return Err(
+                    "--interval needs --kernel or --firmware: the built-in reference \
                      guest sets ProfileTime's interval itself (give its command line \
                      SCENARIO.interval=N instead, e.g. --cmdline \"scenario=shares \
                      shares.interval=N\")"
-                    .into());
+                        .into(),
+                );
             }
             (
                 profile_core::source::SourceInfo::profile_time(),

@@ -175,11 +175,13 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
     // (a full file system) leaves all of them as they were.
     let staged = || -> Result<Vec<atomic::Staged>, analysis::ReportError> {
         let text = |path: &std::path::Path, text: &str| {
-            atomic::stage(path, |w| w.write_all(text.as_bytes()).map_err(ReportError::Io))
-                .map_err(|e| ReportError::File {
-                    path: path.to_path_buf(),
-                    source: Box::new(e),
-                })
+            atomic::stage(path, |w| {
+                w.write_all(text.as_bytes()).map_err(ReportError::Io)
+            })
+            .map_err(|e| ReportError::File {
+                path: path.to_path_buf(),
+                source: Box::new(e),
+            })
         };
         let mut staged = Vec::new();
         if let Some(p) = &a.markdown {
