@@ -462,21 +462,59 @@ fn interval_out_of_range_is_refused_not_clamped() {
 }
 
 #[test]
-fn interval_with_the_built_in_guest_is_refused_not_overridden() {
+fn interval_with_the_built_in_guest_holds_for_the_whole_run() {
+    // The default scenario sets ProfileTime's interval (to 10000 unless told) once it starts;
+    // the run's profile records the interval in force at its end.
     let dir = TempDir::new("outputs-interval-builtin");
+    let out = dir.join("out");
     let run = hvprof([
         "profile",
-        "--duration",
-        "30",
         "--interval",
         "5000",
+        "--quiet",
+        "--serial",
+        "null",
         "--out",
-        dir.path().to_str().unwrap(),
+        out.to_str().unwrap(),
     ])
     .run();
-    run.assert_status(status::USAGE);
-    run.assert_error_line(&["--interval needs --kernel or --firmware", "shares.interval"]);
-    assert_eq!(run.stdout, "", "no guest ran\n{run}");
+    run.assert_status(0);
+    let json = String::from_utf8(read(&out.join("profile.json"))).unwrap();
+    assert!(
+        json.contains("\"interval_100ns\": 5000") || json.contains("\"interval_100ns\":5000"),
+        "the run kept --interval 5000\n{json}\n{run}"
+    );
+}
+
+#[test]
+fn interval_the_built_in_guest_cannot_keep_is_refused() {
+    let dir = TempDir::new("outputs-interval-refused");
+    for (cmdline, why) in [
+        (
+            "scenario=bench",
+            "scenario=bench sets its own sampling intervals",
+        ),
+        (
+            "scenario=shares shares.interval=2000",
+            "--interval 5000 and shares.interval=2000 on the command line disagree",
+        ),
+    ] {
+        let run = hvprof([
+            "profile",
+            "--duration",
+            "30",
+            "--interval",
+            "5000",
+            "--cmdline",
+            cmdline,
+            "--out",
+            dir.path().to_str().unwrap(),
+        ])
+        .run();
+        run.assert_status(status::USAGE);
+        run.assert_error_line(&[why]);
+        assert_eq!(run.stdout, "", "no guest ran\n{run}");
+    }
 }
 
 #[test]

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use profile_core::source::ProfileSource;
 use vmm::boot::KernelSpec;
 use vmm::config::{BootSource, DiskConfig, SerialOutput, VmConfig};
 use vmm::firmware::FirmwareSpec;
@@ -206,8 +207,8 @@ pub struct ProfileArgs {
     pub until_exit: bool,
     /// The sampling interval: ProfileTime's in 100 ns units (1000 to 10000000; default
     /// 39063), or with --event of a PMU source, events per sample (10000 to 2147483647;
-    /// default 1000000). Needs --kernel or --firmware when ProfileTime's: the built-in
-    /// reference guest sets that interval itself (its command line's SCENARIO.interval=N).
+    /// default 1000000). The built-in reference guest's scenarios that set ProfileTime's
+    /// interval themselves are told the same (SCENARIO.interval=N on their command line).
     #[arg(long, value_name = "N")]
     pub interval: Option<u32>,
     /// What takes the host-side profile's samples: a perf event `hvprof events` lists as
@@ -399,25 +400,15 @@ pub fn parse_u64(s: &str) -> Result<u64, String> {
 }
 
 impl ProfileArgs {
-    /// `--interval`, checked against its source's range (ProfileTime's, or the PMU source's
-    /// that `--event` names): a value the profiler would clamp is refused rather than changed
-    /// without a word. ProfileTime's needs a kernel or firmware of the user's (`own_guest`):
-    /// the built-in reference guest sets it itself, which would override it.
-    pub fn checked_interval(&self, own_guest: bool) -> Result<Option<u32>, String> {
+    /// `--interval` with its source (ProfileTime, or the PMU source `--event` names),
+    /// checked against that source's range: a value the profiler would clamp is refused
+    /// rather than changed without a word.
+    pub fn checked_interval(&self) -> Result<Option<(ProfileSource, u32)>, String> {
         let Some(interval) = self.interval else {
             return Ok(None);
         };
         let source = vmm::sampler::events::interval_source(self.event.as_deref());
-        let (info, unit) = if source == profile_core::source::ProfileSource::TIME {
-            if !own_guest {
-                return Err(
-                    "--interval needs --kernel or --firmware: the built-in reference \
-                     guest sets ProfileTime's interval itself (give its command line \
-                     SCENARIO.interval=N instead, e.g. --cmdline \"scenario=shares \
-                     shares.interval=N\")"
-                        .into(),
-                );
-            }
+        let (info, unit) = if source == ProfileSource::TIME {
             (
                 profile_core::source::SourceInfo::profile_time(),
                 "ProfileTime's interval in 100 ns units",
@@ -429,7 +420,7 @@ impl ProfileArgs {
             )
         };
         if (info.min_interval..=info.max_interval).contains(&interval) {
-            Ok(Some(interval))
+            Ok(Some((source, interval)))
         } else {
             Err(format!(
                 "--interval {interval}: {unit} must be from {} to {}",

@@ -6,6 +6,7 @@ use std::time::SystemTime;
 
 use analysis::symbols::Finder;
 use analysis::Symbols;
+use profile_core::source::ProfileSource;
 use vmm::config::VmConfig;
 use vmm::export::RunMetadata;
 use vmm::outcome::{STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
@@ -153,7 +154,7 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         Ok(h) => h,
         Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
     };
-    let interval = match a.checked_interval(!a.boot.is_empty()) {
+    let interval = match a.checked_interval() {
         Ok(i) => i,
         Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
     };
@@ -171,14 +172,27 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
     };
     let embedded = a.boot.is_empty();
+    let mut boot = a.boot;
+    // The built-in guest's scenario sets ProfileTime's interval itself once it starts, after
+    // the host did: it is told the same, or the run is refused.
+    if let Some((ProfileSource::TIME, i)) = interval.filter(|_| embedded) {
+        let cmdline = boot
+            .cmdline
+            .as_deref()
+            .unwrap_or(vmm::demo::DEFAULT_CMDLINE);
+        match vmm::demo::keep_interval(cmdline, i) {
+            Ok(c) => boot.cmdline = Some(c),
+            Err(e) => return fail(e, STATUS_CONFIG_ERROR),
+        }
+    }
     let default = vmm::demo::kernel_spec(vmm::demo::DEFAULT_CMDLINE);
-    let (config, hooks, _api) = match config(a.vm, a.boot, Some(default)) {
+    let (config, hooks, _api) = match config(a.vm, boot, Some(default)) {
         Ok(c) => c,
         Err(code) => return code,
     };
     let opts = SessionOptions {
         span,
-        interval,
+        interval: interval.map(|(_, i)| i),
         host_profiles: host.into_iter().collect(),
     };
     let progress: Option<Box<dyn Progress>> = if a.quiet {
