@@ -225,13 +225,19 @@ fn a_full_file_system_after_a_run_is_a_host_error_and_keeps_the_previous_profile
     }
 }
 
-/// Kills `hvprof` `args` after each of a fixed set of delays; before each, `reset` puts the
-/// old files in place; after each, `check` sees what is there.
+/// Kills `hvprof` `args` at 200 points spread evenly over 1.25 times the length of one whole
+/// run (measured first: the points scale with the host's speed, and the write, at the end of
+/// the run, falls among them); before each, `reset` puts the old files in place; after each,
+/// `check` sees what is there, whatever the kill interrupted.
 fn kill_at_many_points(args: &[&str], reset: impl Fn(), check: impl Fn(&harness::Output)) {
-    for delay_ms in (0..100).step_by(3) {
+    reset();
+    let whole = hvprof(args).run();
+    whole.assert_status(0);
+    check(&whole);
+    for i in 0..200u32 {
         reset();
         let running = hvprof(args).spawn();
-        std::thread::sleep(Duration::from_millis(delay_ms));
+        std::thread::sleep(whole.elapsed * i / 160);
         running.signal(libc::SIGKILL);
         check(&running.wait());
     }
