@@ -531,3 +531,30 @@ fn bench_refuses_zero_rounds_and_zero_kicks() {
         run.assert_stderr_contains(&format!("invalid value '0' for '{flag}"));
     }
 }
+
+#[test]
+fn an_output_directory_the_user_may_not_write_is_refused_up_front() {
+    // Root writes anywhere: the tools run as nobody, on a directory only root may write.
+    let s = saved();
+    let dir = TempDir::new("outputs-eacces");
+    let locked = dir.join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    let target = locked.join("all.json");
+    let run = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(harness::hvprof_bin())
+        .args(["merge", "--out"])
+        .args([&target, &s.a, &s.b])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(status::USAGE), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "hvprof: error: cannot write {}: Permission denied",
+            target.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(names(&locked), Vec::<String>::new());
+}
