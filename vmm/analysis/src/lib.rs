@@ -19,6 +19,7 @@
 #![warn(missing_docs)]
 
 pub mod annotate;
+pub mod atomic;
 pub mod callers;
 pub mod compare;
 pub mod flame;
@@ -76,12 +77,21 @@ pub enum ReportError {
     /// The output directory could not be created.
     #[error("cannot create {}", .0.display())]
     CreateDir(PathBuf, #[source] std::io::Error),
+    /// A file could not be put in place, or a directory takes no new files.
+    #[error(transparent)]
+    Write(#[from] atomic::WriteError),
     /// An image's symbols could not be read.
     #[error("symbols of {}", .0.display())]
     Symbols(PathBuf, #[source] SymbolError),
     /// A `--symbols` argument that is neither `FILE` nor `FILE@0xBASE`.
     #[error("bad symbols argument {0:?}: expected FILE or FILE@0xBASE")]
     SymbolSpec(String),
+}
+
+impl From<std::io::Error> for ReportError {
+    fn from(e: std::io::Error) -> Self {
+        ReportError::Io(e)
+    }
 }
 
 /// The files [`write_all`] wrote.
@@ -104,24 +114,24 @@ impl WrittenFiles {
     }
 }
 
-fn write_file(
+/// Stages `path` (see [`atomic`]): written and fsynced beside it, not yet in place.
+fn stage_file(
     path: PathBuf,
     f: impl FnOnce(&mut BufWriter<File>) -> Result<(), ReportError>,
-) -> Result<PathBuf, ReportError> {
-    let wrap = |e: ReportError| ReportError::File {
-        path: path.clone(),
+) -> Result<atomic::Staged, ReportError> {
+    atomic::stage(&path, f).map_err(|e| ReportError::File {
+        path,
         source: Box::new(e),
-    };
-    let file = File::create(&path).map_err(|e| wrap(ReportError::Io(e)))?;
-    let mut w = BufWriter::new(file);
-    f(&mut w).map_err(wrap)?;
-    w.flush().map_err(|e| wrap(ReportError::Io(e)))?;
-    Ok(path)
+    })
 }
 
 /// Writes profile.json, profile.pb.gz, flamegraph.svg and report.txt into `dir` (created if
 /// needed). With symbols, the profile.json gets their modules and per-function totals (the
 /// profile is symbolized on a copy, unless it already was with these symbols).
+///
+/// The four files are replaced together (see [`atomic`]): all are written and fsynced beside
+/// their final names before any is renamed into place, so a failure while writing any of
+/// them (a full file system) leaves every previous file as it was.
 pub fn write_all(
     dir: &Path,
     profile: &Profile,
@@ -137,19 +147,25 @@ pub fn write_all(
         symbolized = p;
         &symbolized
     };
-    Ok(WrittenFiles {
-        json: write_file(dir.join("profile.json"), |w| json::write(profile, w))?,
-        pprof: write_file(dir.join("profile.pb.gz"), |w| {
-            pprof::write(profile, symbols, w)
-        })?,
-        flamegraph: write_file(dir.join("flamegraph.svg"), |w| {
+    let files = WrittenFiles {
+        json: dir.join("profile.json"),
+        pprof: dir.join("profile.pb.gz"),
+        flamegraph: dir.join("flamegraph.svg"),
+        text: dir.join("report.txt"),
+    };
+    let staged = vec![
+        stage_file(files.json.clone(), |w| json::write(profile, w))?,
+        stage_file(files.pprof.clone(), |w| pprof::write(profile, symbols, w))?,
+        stage_file(files.flamegraph.clone(), |w| {
             flame::write(profile, symbols, w)
         })?,
-        text: write_file(dir.join("report.txt"), |w| {
+        stage_file(files.text.clone(), |w| {
             w.write_all(text::render(profile, symbols, REPORT_TOP).as_bytes())
                 .map_err(ReportError::Io)
         })?,
-    })
+    ];
+    atomic::commit_all(staged)?;
+    Ok(files)
 }
 
 /// Reads a profile.json file.

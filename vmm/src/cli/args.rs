@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use profile_core::source::ProfileSource;
 use vmm::boot::KernelSpec;
 use vmm::config::{BootSource, DiskConfig, SerialOutput, VmConfig};
 use vmm::firmware::FirmwareSpec;
@@ -205,9 +206,10 @@ pub struct ProfileArgs {
     /// Profile until the guest ends the run (the default when --duration is absent).
     #[arg(long)]
     pub until_exit: bool,
-    /// The sampling interval: ProfileTime's in 100 ns units (clamped to [1000, 10000000];
-    /// default 39063), or with --event of a PMU source, events per sample (clamped to
-    /// [10000, 2147483647]; default 1000000).
+    /// The sampling interval: ProfileTime's in 100 ns units (1000 to 10000000; default
+    /// 39063), or with --event of a PMU source, events per sample (10000 to 2147483647;
+    /// default 1000000). The built-in reference guest's scenarios that set ProfileTime's
+    /// interval themselves are told the same (SCENARIO.interval=N on their command line).
     #[arg(long, value_name = "N")]
     pub interval: Option<u32>,
     /// What takes the host-side profile's samples: a perf event `hvprof events` lists as
@@ -227,7 +229,7 @@ pub struct ProfileArgs {
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=3))]
     pub cpl: Option<u8>,
     /// No host-side profile: collect only the guest agent's objects.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["range", "bucket", "cr3", "cpl", "stack_depth"])]
     pub no_host_profile: bool,
     #[command(flatten)]
     pub symbol_path: SymbolArgs,
@@ -328,11 +330,11 @@ pub struct BenchArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Kicks of each kind per round.
-    #[arg(long, default_value_t = 500)]
+    /// Kicks of each kind per round (at least 1).
+    #[arg(long, default_value_t = 500, value_parser = at_least_one())]
     pub kicks: usize,
-    /// Rounds.
-    #[arg(long, default_value_t = 6)]
+    /// Rounds (at least 1).
+    #[arg(long, default_value_t = 6, value_parser = at_least_one())]
     pub rounds: usize,
     /// Measure only the disk path: sequential and random 4 KiB reads from a qcow2 image
     /// against the same data in raw (no VM).
@@ -373,6 +375,11 @@ impl VmArgs {
     }
 }
 
+/// A count of 1 or more.
+fn at_least_one() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(1..)
+}
+
 /// A positive, finite number of seconds that fits a `Duration`.
 pub fn seconds(flag: &str, s: f64) -> Result<Duration, String> {
     match Duration::try_from_secs_f64(s) {
@@ -394,6 +401,35 @@ pub fn parse_u64(s: &str) -> Result<u64, String> {
 }
 
 impl ProfileArgs {
+    /// `--interval` with its source (ProfileTime, or the PMU source `--event` names),
+    /// checked against that source's range: a value the profiler would clamp is refused
+    /// rather than changed without a word.
+    pub fn checked_interval(&self) -> Result<Option<(ProfileSource, u32)>, String> {
+        let Some(interval) = self.interval else {
+            return Ok(None);
+        };
+        let source = vmm::sampler::events::interval_source(self.event.as_deref());
+        let (info, unit) = if source == ProfileSource::TIME {
+            (
+                profile_core::source::SourceInfo::profile_time(),
+                "ProfileTime's interval in 100 ns units",
+            )
+        } else {
+            (
+                vmm::sampler::pmu_source_info(source),
+                "events per sample of --event's source",
+            )
+        };
+        if (info.min_interval..=info.max_interval).contains(&interval) {
+            Ok(Some((source, interval)))
+        } else {
+            Err(format!(
+                "--interval {interval}: {unit} must be from {} to {}",
+                info.min_interval, info.max_interval
+            ))
+        }
+    }
+
     /// The host-side profile the options describe.
     pub fn host_profile(&self) -> Result<Option<HostProfileSpec>, String> {
         if self.no_host_profile {

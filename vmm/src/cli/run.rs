@@ -6,6 +6,7 @@ use std::time::SystemTime;
 
 use analysis::symbols::Finder;
 use analysis::Symbols;
+use profile_core::source::ProfileSource;
 use vmm::config::VmConfig;
 use vmm::export::RunMetadata;
 use vmm::outcome::{Blame, STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
@@ -46,6 +47,15 @@ fn config(
             .push(Box::new(move |control| socket.serve(control)));
     }
     Ok((config, hooks, guard))
+}
+
+/// Proves `--out` writable (created if missing) before the VM is built: a bad `--out` is the
+/// user's mistake (status 2) and must not cost the run.
+fn check_out(out: Option<&Path>) -> Result<(), ExitCode> {
+    match out.map(|dir| analysis::atomic::check_dir(dir, true)) {
+        Some(Err(e)) => Err(fail(e, STATUS_CONFIG_ERROR)),
+        _ => Ok(()),
+    }
 }
 
 /// Prints the end-of-run summary (and the error, if the outcome is one).
@@ -127,6 +137,9 @@ pub fn run(a: RunArgs) -> ExitCode {
 
 /// `hvprof demo`.
 pub fn demo(a: DemoArgs) -> ExitCode {
+    if let Err(code) = check_out(a.out.as_deref()) {
+        return code;
+    }
     let (config, hooks, _api) = match config(
         a.vm,
         BootArgs::none(),
@@ -148,25 +161,45 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         Ok(h) => h,
         Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
     };
+    let interval = match a.checked_interval() {
+        Ok(i) => i,
+        Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
+    };
     let span = match a.duration.map(|s| seconds("--duration", s)).transpose() {
         Ok(Some(d)) => Span::For(d),
         Ok(None) => Span::UntilExit,
         Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
     };
+    if let Err(code) = check_out(Some(&a.out)) {
+        return code;
+    }
     // A bad symbol path fails before the run, not after it.
     let mut finder = match super::symbols::finder(&a.symbol_path, a.quiet) {
         Ok(f) => f,
         Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
     };
     let embedded = a.boot.is_empty();
+    let mut boot = a.boot;
+    // The built-in guest's scenario sets ProfileTime's interval itself once it starts, after
+    // the host did: it is told the same, or the run is refused.
+    if let Some((ProfileSource::TIME, i)) = interval.filter(|_| embedded) {
+        let cmdline = boot
+            .cmdline
+            .as_deref()
+            .unwrap_or(vmm::demo::DEFAULT_CMDLINE);
+        match vmm::demo::keep_interval(cmdline, i) {
+            Ok(c) => boot.cmdline = Some(c),
+            Err(e) => return fail(e, STATUS_CONFIG_ERROR),
+        }
+    }
     let default = vmm::demo::kernel_spec(vmm::demo::DEFAULT_CMDLINE);
-    let (config, hooks, _api) = match config(a.vm, a.boot, Some(default)) {
+    let (config, hooks, _api) = match config(a.vm, boot, Some(default)) {
         Ok(c) => c,
         Err(code) => return code,
     };
     let opts = SessionOptions {
         span,
-        interval: a.interval,
+        interval: interval.map(|(_, i)| i),
         host_profiles: host.into_iter().collect(),
     };
     let progress: Option<Box<dyn Progress>> = if a.quiet {

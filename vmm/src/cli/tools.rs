@@ -1,6 +1,9 @@
 //! The subcommands that work on saved profiles, and the benchmark.
 
+use std::io::Write;
 use std::process::ExitCode;
+
+use analysis::{atomic, ReportError};
 
 use analysis::compare::{compare_profiles, junit, markdown, merge_profiles, Scope, TestOptions};
 use vmm::outcome::{STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
@@ -11,37 +14,62 @@ use super::{fail, symbols};
 /// `hvprof report`. With `--annotate` the symbol path is searched for the images of the
 /// modules found in guest memory too: their code is what the listing disassembles.
 pub fn report(a: &ReportArgs) -> ExitCode {
+    // A bad --out fails before anything is read or symbolized.
+    if let Some(dir) = &a.out {
+        if let Err(e) = atomic::check_dir(dir, true) {
+            return fail(e, STATUS_CONFIG_ERROR);
+        }
+    }
     let mut finder = match symbols::finder(&a.symbol_path, false) {
         Ok(f) => f.map(|f| f.with_images(a.annotate)),
         Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
     };
-    let mut run = || -> Result<String, analysis::ReportError> {
+    let mut read = || -> Result<_, analysis::ReportError> {
         let profile = analysis::read_profile(&a.profile)?;
         let symbols = vmm::export::saved_profile_symbols(&profile, &a.symbols, finder.as_mut())?;
-        symbols::report_missing(&symbols);
-        if let Some(dir) = &a.out {
-            let files = analysis::write_all(dir, &profile, &symbols)?;
-            for path in files.all() {
-                eprintln!("hvprof: wrote {}", path.display());
-            }
-        }
-        let mut out = analysis::text::render(&profile, &symbols, a.top);
-        if a.annotate {
-            out.push_str(&analysis::annotate::render(&profile, &symbols, a.top));
-        }
-        Ok(out)
+        Ok((profile, symbols))
     };
-    match run() {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
+    let (profile, symbols) = match read() {
+        Ok(r) => r,
+        Err(e) => return fail(e, STATUS_CONFIG_ERROR),
+    };
+    symbols::report_missing(&symbols);
+    if let Some(dir) = &a.out {
+        // --out was writable a moment ago: a failure now is the host's (a full file system).
+        match analysis::write_all(dir, &profile, &symbols) {
+            Ok(files) => {
+                for path in files.all() {
+                    eprintln!("hvprof: wrote {}", path.display());
+                }
+            }
+            Err(e) => return fail(e, STATUS_HOST_ERROR),
         }
-        Err(e) => fail(e, STATUS_CONFIG_ERROR),
     }
+    let mut out = analysis::text::render(&profile, &symbols, a.top);
+    if a.annotate {
+        out.push_str(&analysis::annotate::render(&profile, &symbols, a.top));
+    }
+    print!("{out}");
+    ExitCode::SUCCESS
+}
+
+/// Proves every output of `compare` writable before any work: `--markdown` and `--junit`
+/// files, the `--out` directory (created).
+fn check_compare_outputs(a: &CompareArgs) -> Result<(), atomic::WriteError> {
+    for file in [&a.markdown, &a.junit].into_iter().flatten() {
+        atomic::check_file(file)?;
+    }
+    if let Some(dir) = &a.out {
+        atomic::check_dir(dir, true)?;
+    }
+    Ok(())
 }
 
 /// `hvprof compare`: exit status 1 on a significant regression.
 pub fn compare(a: &CompareArgs) -> ExitCode {
+    if let Err(e) = check_compare_outputs(a) {
+        return fail(e, STATUS_CONFIG_ERROR);
+    }
     let (mut base, mut new) = match (
         analysis::read_profile(&a.base),
         analysis::read_profile(&a.new),
@@ -143,30 +171,46 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
         md.push_str(&format!("_{u} is only in the base profile._\n"));
     }
     print!("{md}");
-    let write = |path: &Option<std::path::PathBuf>, text: &str| -> Result<(), std::io::Error> {
-        match path {
-            Some(p) => std::fs::write(p, text),
-            None => Ok(()),
+    // Every file is written beside its final name before any is put in place: a failure
+    // (a full file system) leaves all of them as they were.
+    let staged = || -> Result<Vec<atomic::Staged>, analysis::ReportError> {
+        let text = |path: &std::path::Path, text: &str| {
+            atomic::stage(path, |w| {
+                w.write_all(text.as_bytes()).map_err(ReportError::Io)
+            })
+            .map_err(|e| ReportError::File {
+                path: path.to_path_buf(),
+                source: Box::new(e),
+            })
+        };
+        let mut staged = Vec::new();
+        if let Some(p) = &a.markdown {
+            staged.push(text(p, &md)?);
         }
-    };
-    if let Err(e) =
-        write(&a.markdown, &md).and_then(|()| write(&a.junit, &junit("hvprof compare", &xml_rows)))
-    {
-        return fail(e, STATUS_HOST_ERROR);
-    }
-    if let Some(dir) = &a.out {
-        let written = std::fs::create_dir_all(dir)
-            .map_err(anyhow::Error::from)
-            .and_then(|()| {
-                let path = dir.join("diff-flamegraph.svg");
-                let file = std::io::BufWriter::new(std::fs::File::create(&path)?);
-                analysis::flame::write_diff((&base, &symbols[0]), (&new, &symbols[1]), file)?;
-                Ok(path)
+        if let Some(p) = &a.junit {
+            staged.push(text(p, &junit("hvprof compare", &xml_rows))?);
+        }
+        if let Some(dir) = &a.out {
+            let path = dir.join("diff-flamegraph.svg");
+            let svg = atomic::stage(&path, |w| {
+                analysis::flame::write_diff((&base, &symbols[0]), (&new, &symbols[1]), w)
             });
-        match written {
-            Ok(path) => eprintln!("hvprof: wrote {}", path.display()),
-            Err(e) => return fail(e, STATUS_HOST_ERROR),
+            staged.push(svg.map_err(|e| ReportError::File {
+                path,
+                source: Box::new(e),
+            })?);
         }
+        Ok(staged)
+    };
+    let written = staged().and_then(|s| Ok(atomic::commit_all(s)?));
+    match written {
+        Ok(paths) => {
+            for p in paths.iter().filter(|p| p.ends_with("diff-flamegraph.svg")) {
+                eprintln!("hvprof: wrote {}", p.display());
+            }
+        }
+        // The outputs were checked before: a failure now is the host's.
+        Err(e) => return fail(e, STATUS_HOST_ERROR),
     }
     let regressions: usize = objects.iter().map(|o| o.regressions()).sum();
     if regressions > 0 {
@@ -178,6 +222,9 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
 
 /// `hvprof merge`.
 pub fn merge(a: &MergeArgs) -> ExitCode {
+    if let Err(e) = atomic::check_file(&a.out) {
+        return fail(e, STATUS_CONFIG_ERROR);
+    }
     let mut profiles = Vec::new();
     for p in &a.profiles {
         match analysis::read_profile(p) {
@@ -189,17 +236,14 @@ pub fn merge(a: &MergeArgs) -> ExitCode {
         Ok(m) => m,
         Err(e) => return fail(e, STATUS_CONFIG_ERROR),
     };
-    let file = match std::fs::File::create(&a.out) {
-        Ok(f) => f,
-        Err(e) => {
-            return fail(
-                anyhow::Error::new(e).context(format!("cannot create {}", a.out.display())),
-                STATUS_HOST_ERROR,
-            )
-        }
-    };
-    match analysis::json::write(&merged, std::io::BufWriter::new(file)) {
-        Ok(()) => {
+    let written = atomic::stage(&a.out, |w| analysis::json::write(&merged, w))
+        .map_err(|e| ReportError::File {
+            path: a.out.clone(),
+            source: Box::new(e),
+        })
+        .and_then(|s| Ok(s.commit()?));
+    match written {
+        Ok(_) => {
             eprintln!(
                 "hvprof: merged {} profiles into {}",
                 a.profiles.len(),
@@ -207,6 +251,7 @@ pub fn merge(a: &MergeArgs) -> ExitCode {
             );
             ExitCode::SUCCESS
         }
+        // --out was checked before: a failure now is the host's.
         Err(e) => fail(e, STATUS_HOST_ERROR),
     }
 }

@@ -11,7 +11,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::store::{self, CheckError, Wanted};
+use super::store::{CheckError, Wanted};
 
 /// Timeouts, retries and limits of downloads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -204,19 +204,21 @@ impl Client {
             return too_large();
         }
         let target = wanted.in_store(store);
-        let (file, tmp) = match store::temp_beside(&target) {
-            Ok(t) => t,
-            Err(e) => return Try::Failed(ServerError::Write(target, e)),
-        };
+        if let Some(Err(e)) = target.parent().map(std::fs::create_dir_all) {
+            return Try::Failed(ServerError::Write(target, e));
+        }
         let body = response.into_body().into_reader();
-        let saved = save(body, file, &tmp, limit, |done| {
-            progress.progress(url, done, total)
+        let saved = crate::atomic::stage(&target, |w| {
+            save(body, w, &target, limit, |done| {
+                progress.progress(url, done, total)
+            })
         });
-        let outcome = match saved {
-            Ok(()) => match wanted.check(&tmp) {
-                Ok(()) => match std::fs::rename(&tmp, &target) {
-                    Ok(()) => return Try::Saved(target),
-                    Err(e) => Try::Failed(ServerError::Write(target, e)),
+        // An uncommitted temporary is removed when dropped.
+        match saved {
+            Ok(staged) => match wanted.check(staged.temp_path()) {
+                Ok(()) => match staged.commit() {
+                    Ok(path) => Try::Saved(path),
+                    Err(e) => Try::Failed(ServerError::Write(target, e.into_io())),
                 },
                 Err(source) => Try::Failed(ServerError::Rejected {
                     url: url.to_string(),
@@ -225,10 +227,8 @@ impl Client {
             },
             Err(Saving::TooLarge) => too_large(),
             Err(Saving::Read(e)) => Try::Again(transport(ureq::Error::Io(e))),
-            Err(Saving::Write(e)) => Try::Failed(ServerError::Write(tmp.clone(), e)),
-        };
-        let _ = std::fs::remove_file(&tmp);
-        outcome
+            Err(Saving::Write(e)) => Try::Failed(ServerError::Write(target, e)),
+        }
     }
 }
 
@@ -238,10 +238,16 @@ enum Saving {
     Write(std::io::Error),
 }
 
-/// Copies `body` into `file` (at `path`), at most `limit` bytes, telling `progress`.
+impl From<std::io::Error> for Saving {
+    fn from(e: std::io::Error) -> Self {
+        Saving::Write(e)
+    }
+}
+
+/// Copies `body` into `file` (for `path`), at most `limit` bytes, telling `progress`.
 fn save(
     mut body: impl Read,
-    mut file: std::fs::File,
+    file: &mut impl Write,
     path: &Path,
     limit: u64,
     mut progress: impl FnMut(u64),
@@ -262,7 +268,6 @@ fn save(
         file.write_all(&buf[..n]).map_err(Saving::Write)?;
         progress(done);
     }
-    file.sync_all().map_err(Saving::Write)?;
     log::debug!("{}: {done} bytes", path.display());
     Ok(())
 }

@@ -9,7 +9,6 @@
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::pdb::{self, PdbId};
 
@@ -207,40 +206,17 @@ pub(crate) fn pe_identity(head: &[u8]) -> Option<Identity> {
     })
 }
 
-/// A new, empty temporary file beside `target`, in the same directory (so a rename puts it
-/// in place atomically). The directory is created if needed.
-pub(crate) fn temp_beside(target: &Path) -> std::io::Result<(File, PathBuf)> {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let dir = target.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let name = target.file_name().unwrap_or_default().to_string_lossy();
-    loop {
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let tmp = dir.join(format!(".{name}.{}.{n}.part", std::process::id()));
-        match File::options().write(true).create_new(true).open(&tmp) {
-            Ok(f) => return Ok((f, tmp)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Copies `from` into `store` in symbol-server layout, atomically (a temporary file renamed
-/// into place): a reader never sees half a file. Returns the copy's path.
+/// Copies `from` into `store` in symbol-server layout, atomically (through
+/// [`crate::atomic`]): a reader never sees half a file. Returns the copy's path.
 pub fn install(from: &Path, wanted: &Wanted, store: &Path) -> std::io::Result<PathBuf> {
     let target = wanted.in_store(store);
-    let (mut tmp, tmp_path) = temp_beside(&target)?;
-    let copied = File::open(from)
-        .and_then(|mut f| std::io::copy(&mut f, &mut tmp))
-        .and_then(|_| tmp.sync_all())
-        .and_then(|()| std::fs::rename(&tmp_path, &target));
-    match copied {
-        Ok(()) => Ok(target),
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp_path);
-            Err(e)
-        }
+    if let Some(dir) = target.parent() {
+        std::fs::create_dir_all(dir)?;
     }
+    let staged = crate::atomic::stage(&target, |w| {
+        File::open(from).and_then(|mut f| std::io::copy(&mut f, w).map(drop))
+    })?;
+    staged.commit().map_err(crate::atomic::WriteError::into_io)
 }
 
 #[cfg(test)]
