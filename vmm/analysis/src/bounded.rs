@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 /// The most bytes hvprof reads from one kind of input, and what to call that input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limit {
-    /// What the input is, for messages ("kernel image").
+    /// What the input is, for messages ("a kernel image").
     pub what: &'static str,
     /// Its largest accepted size in bytes.
     pub max: u64,
@@ -36,45 +36,44 @@ const GIB: u64 = 1 << 30;
 
 /// A kernel image (`--kernel`).
 pub const KERNEL: Limit = Limit {
-    what: "kernel image",
+    what: "a kernel image",
     max: GIB,
 };
 /// An initial RAM disk (`--initrd`).
 pub const INITRD: Limit = Limit {
-    what: "initrd",
+    what: "an initrd",
     max: GIB,
 };
 /// A firmware ROM, a pflash CODE or VARS image (`--firmware`, `--vars`): the flash area below
 /// 4 GiB holds 16 MiB.
 pub const FIRMWARE: Limit = Limit {
-    what: "firmware image",
+    what: "a firmware image",
     max: 16 * MIB,
 };
 /// An image or PDB to symbolize with (`--symbols`, and the files a symbol path finds).
 pub const SYMBOLS: Limit = Limit {
-    what: "symbol file",
+    what: "a symbol file",
     max: 4 * GIB,
 };
 /// A saved profile.json (`hvprof report`, `compare`, `merge`).
 pub const PROFILE: Limit = Limit {
-    what: "profile",
+    what: "a saved profile",
     max: GIB,
 };
 
 impl std::fmt::Display for Limit {
     /// "the 1 GiB limit for a kernel image"
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "the {} limit for a {}", human(self.max), self.what)
+        write!(f, "the {} limit for {}", human(self.max), self.what)
     }
 }
 
-/// `n` bytes in the largest binary unit that divides it (1 GiB, 16 MiB, 4097 bytes).
+/// `n` bytes in the largest binary unit that divides it (1 GiB, 16 MiB, 4097-byte).
 fn human(n: u64) -> String {
     match n {
-        0 => "0 bytes".to_string(),
         n if n.is_multiple_of(GIB) => format!("{} GiB", n / GIB),
         n if n.is_multiple_of(MIB) => format!("{} MiB", n / MIB),
-        n => format!("{n} bytes"),
+        n => format!("{n}-byte"),
     }
 }
 
@@ -210,7 +209,7 @@ mod tests {
     }
 
     const SMALL: Limit = Limit {
-        what: "test input",
+        what: "a test input",
         max: 8,
     };
 
@@ -230,7 +229,7 @@ mod tests {
         let e = read(&p, SMALL).unwrap_err();
         assert!(matches!(e, InputError::TooLarge { size: 9, .. }), "{e:?}");
         let text = e.to_string();
-        assert!(text.contains("big is 9 bytes, above the 8 bytes limit for a test input"));
+        assert!(text.contains("big is 9 bytes, above the 8-byte limit for a test input"));
         std::fs::remove_file(&p).unwrap();
     }
 
@@ -298,8 +297,8 @@ mod tests {
 
     #[test]
     fn limits_read_as_words() {
-        assert_eq!(PROFILE.to_string(), "the 1 GiB limit for a profile");
+        assert_eq!(PROFILE.to_string(), "the 1 GiB limit for a saved profile");
         assert_eq!(human(16 * MIB), "16 MiB");
-        assert_eq!(human(4097), "4097 bytes");
+        assert_eq!(human(4097), "4097-byte");
     }
 }
