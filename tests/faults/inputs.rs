@@ -88,8 +88,16 @@ fn a_fifo_as_kernel_initrd_or_symbols_is_refused_at_once() {
     out.assert_status(status::USAGE);
     out.assert_error_line(&[arg(&pipe), kind]);
 
-    // A saved profile that is a FIFO, for each command that reads one.
+    // A saved profile that is a FIFO, for each command that reads one, and compare's own
+    // --symbols.
     for args in [
+        vec![
+            "compare",
+            arg(&profile),
+            arg(&profile),
+            "--symbols",
+            arg(&pipe),
+        ],
         vec!["report", arg(&pipe)],
         vec!["compare", arg(&profile), arg(&pipe)],
         vec!["merge", "--out", arg(&dir.join("all.json")), arg(&pipe)],
