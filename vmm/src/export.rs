@@ -302,6 +302,21 @@ mod tests {
         assert!(s.modules().is_empty());
     }
 
+    #[test]
+    fn a_saved_profile_never_has_the_kernel_file_it_names_opened() {
+        // The test binary is a readable ELF with symbols: named by a (possibly crafted)
+        // profile it is still not read; named by the user it is.
+        let exe = std::env::current_exe().unwrap();
+        let p = saved(exe.to_str().unwrap());
+        assert!(saved_profile_symbols(&p, &[], None)
+            .unwrap()
+            .modules()
+            .is_empty());
+        let spec: SymbolSpec = exe.to_str().unwrap().parse().unwrap();
+        let s = saved_profile_symbols(&p, &[spec], None).unwrap();
+        assert_eq!(s.modules().len(), 1);
+    }
+
     fn meta() -> RunMetadata {
         RunMetadata {
             kernel: "vmlinux".into(),

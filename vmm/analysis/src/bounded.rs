@@ -183,16 +183,6 @@ pub fn read(path: &Path, limit: Limit) -> Result<Vec<u8>, InputError> {
     read_from(&file, path, size, limit)
 }
 
-/// As [`read`], as UTF-8 text.
-pub fn read_to_string(path: &Path, limit: Limit) -> Result<String, InputError> {
-    String::from_utf8(read(path, limit)?).map_err(|e| {
-        InputError::Read(
-            path.to_owned(),
-            std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()),
-        )
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use std::io::Write;
@@ -218,7 +208,6 @@ mod tests {
         let p = temp("ok");
         std::fs::write(&p, b"12345678").unwrap();
         assert_eq!(read(&p, SMALL).unwrap(), b"12345678");
-        assert_eq!(read_to_string(&p, SMALL).unwrap(), "12345678");
         std::fs::remove_file(&p).unwrap();
     }
 
