@@ -1,10 +1,11 @@
 //! The one way hvprof opens a file a user names (a kernel, an initrd, firmware, a symbol
 //! file, a saved profile): it never blocks and never reads without bound.
 //!
-//! A file is opened with `O_NONBLOCK | O_CLOEXEC`, so opening a FIFO nobody writes to returns
-//! at once; `fstat` on the descriptor then refuses anything but a regular file by name (a
-//! FIFO, a character device such as /dev/zero, a directory...), and a size above the
-//! input's [`Limit`] is refused before a byte is read. At most limit + 1 bytes are read, so a
+//! Anything but a regular file (a FIFO, a character device such as /dev/zero, a
+//! directory...) is refused by kind, and a size above the input's [`Limit`] is refused before
+//! a byte is read: checked on the path before it is opened, and with `fstat` on the open file.
+//! It is opened with `O_NONBLOCK | O_CLOEXEC | O_NOCTTY`, so even a FIFO put in its place
+//! between the two checks cannot block the open. At most limit + 1 bytes are read, so a
 //! file that grows while it is read is refused too, never read to the end of memory.
 //!
 //! The limits (docs/profiling.md, "Inputs"):
@@ -133,18 +134,8 @@ fn kind_of(t: std::fs::FileType) -> Option<&'static str> {
     }
 }
 
-/// Opens `path` without blocking (read-only, or read-write with `writable`) and checks that
-/// it is a regular file of at most `limit` bytes. Returns the file and its size.
-pub fn open(path: &Path, limit: Limit, writable: bool) -> Result<(File, u64), InputError> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(writable)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| InputError::Open(path.to_owned(), e))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| InputError::Open(path.to_owned(), e))?;
+/// Refuses `meta` unless it is a regular file of at most `limit` bytes.
+fn check(path: &Path, meta: &std::fs::Metadata, limit: Limit) -> Result<(), InputError> {
     if let Some(kind) = kind_of(meta.file_type()) {
         return Err(InputError::NotRegular {
             path: path.to_owned(),
@@ -158,6 +149,27 @@ pub fn open(path: &Path, limit: Limit, writable: bool) -> Result<(File, u64), In
             limit,
         });
     }
+    Ok(())
+}
+
+/// Opens `path` without blocking (read-only, or read-write with `writable`) and checks that
+/// it is a regular file of at most `limit` bytes. Returns the file and its size.
+///
+/// The path is checked before it is opened, so that a device is never opened at all (opening
+/// one can have effects: a serial line raises its modem lines, a tape rewinds), and the open
+/// file again, for a path replaced in between. `O_NOCTTY`: a terminal never becomes
+/// hvprof's controlling terminal.
+pub fn open(path: &Path, limit: Limit, writable: bool) -> Result<(File, u64), InputError> {
+    let open_error = |e| InputError::Open(path.to_owned(), e);
+    check(path, &std::fs::metadata(path).map_err(open_error)?, limit)?;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(writable)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)
+        .map_err(open_error)?;
+    let meta = file.metadata().map_err(open_error)?;
+    check(path, &meta, limit)?;
     Ok((file, meta.len()))
 }
 
