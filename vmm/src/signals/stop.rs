@@ -2,7 +2,8 @@
 //! VMM's threads and read through a signalfd by the event loop, so a signal stops the vCPUs
 //! cleanly and the profile is written instead of the process dying mid-run or mid-write.
 //! SIGHUP (the terminal or the session went away) and SIGQUIT (Ctrl-\\) end a run exactly as
-//! SIGTERM does.
+//! SIGTERM does, except that a SIGHUP ignored when hvprof started (`nohup hvprof ...`) stays
+//! ignored.
 //!
 //! The binary blocks them before it opens any input ([`StopSignals::block_and_open`] at the
 //! start of `run`, `demo` and `profile`): a signal that arrives while a kernel is read stays
@@ -29,11 +30,14 @@ impl StopSignals {
         // SAFETY: as above; zeroed is a valid starting value for the out-parameter.
         let mut old_mask: libc::sigset_t = unsafe { std::mem::zeroed() };
         // SAFETY: `mask` is a valid, exclusively borrowed sigset_t.
-        unsafe {
-            libc::sigemptyset(&mut mask);
-            for sig in STOP_SIGNALS {
-                libc::sigaddset(&mut mask, sig);
+        unsafe { libc::sigemptyset(&mut mask) };
+        for sig in STOP_SIGNALS {
+            if sig == libc::SIGHUP && ignored(sig) {
+                // `nohup hvprof ...`: the user asked for the run to outlive the terminal.
+                continue;
             }
+            // SAFETY: as above.
+            unsafe { libc::sigaddset(&mut mask, sig) };
         }
         // SAFETY: both pointers are valid sigset_t values owned by this frame.
         let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &mask, &mut old_mask) };
@@ -68,6 +72,17 @@ impl StopSignals {
         };
         (usize::try_from(n).ok() == Some(size)).then(|| i32::try_from(info.ssi_signo).unwrap_or(0))
     }
+}
+
+/// True when `sig`'s disposition is SIG_IGN (inherited from whoever started hvprof). A blocked
+/// signal is queued even then, so an ignored signal must be left out of the mask to stay
+/// ignored.
+fn ignored(sig: i32) -> bool {
+    // SAFETY: sigaction is plain data; zeroed is a valid value for the out-parameter.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a null new action only reads the current one into `old`.
+    let rc = unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) };
+    rc == 0 && old.sa_sigaction == libc::SIG_IGN
 }
 
 impl AsRawFd for StopSignals {
@@ -117,6 +132,17 @@ mod tests {
             assert_eq!(signals.read(), None);
             drop(signals);
             assert!(!blocked(libc::SIGHUP) && !blocked(libc::SIGQUIT));
+
+            // Under nohup SIGHUP stays ignored (dispositions are per process: no other test
+            // here sends SIGHUP).
+            // SAFETY: SIG_IGN is a valid disposition; the previous one is restored below.
+            let before = unsafe { libc::signal(libc::SIGHUP, libc::SIG_IGN) };
+            let signals = StopSignals::block_and_open().unwrap();
+            let hup_blocked = blocked(libc::SIGHUP);
+            drop(signals);
+            // SAFETY: restores the disposition read above.
+            unsafe { libc::signal(libc::SIGHUP, before) };
+            assert!(!hup_blocked, "SIGHUP stays ignored under nohup");
         })
         .join()
         .unwrap();
