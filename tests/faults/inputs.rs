@@ -270,3 +270,61 @@ fn sighup_ends_a_profile_run_with_a_complete_profile() {
 fn sigquit_ends_a_profile_run_with_a_complete_profile() {
     signal_ends_a_profile_run(libc::SIGQUIT, "SIGQUIT");
 }
+
+/// True when the `field` line of /proc/PID/status ("SigBlk", "SigIgn") has `sig`'s bit.
+fn sig_bit(pid: u32, field: &str, sig: i32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(":"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(0);
+    mask & (1 << (sig - 1)) != 0
+}
+
+#[test]
+fn under_nohup_a_sighup_does_not_end_the_run() {
+    let dir = TempDir::new("inputs-nohup");
+    let out_dir = dir.join("out");
+    let mut child = std::process::Command::new("nohup")
+        .arg(harness::hvprof_bin())
+        .args(["profile", "--duration", "2", "--quiet", "--serial", "null"])
+        .args(["--cmdline", "scenario=shares shares.ms=60000", "--out"])
+        .arg(&out_dir)
+        .env_remove("_NT_SYMBOL_PATH")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("nohup (coreutils)");
+    let pid = child.id();
+    // Once nohup has become hvprof and hvprof has blocked its stop signals, send SIGHUP.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !(sig_bit(pid, "SigIgn", libc::SIGHUP) && sig_bit(pid, "SigBlk", libc::SIGTERM)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "hvprof never blocked SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: kill takes no pointers; `pid` is our unreaped child.
+    assert_eq!(
+        unsafe { libc::kill(i32::try_from(pid).unwrap(), libc::SIGHUP) },
+        0
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("hvprof still running 60 s into a 2 s profile");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    let text = std::fs::read_to_string(out_dir.join("profile.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["run"]["outcome"], "stopped by --duration", "{v}");
+}
