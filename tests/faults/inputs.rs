@@ -307,11 +307,10 @@ fn under_nohup_a_sighup_does_not_end_the_run() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+    let pid = i32::try_from(pid).unwrap();
     // SAFETY: kill takes no pointers; `pid` is our unreaped child.
-    assert_eq!(
-        unsafe { libc::kill(i32::try_from(pid).unwrap(), libc::SIGHUP) },
-        0
-    );
+    let rc = unsafe { libc::kill(pid, libc::SIGHUP) };
+    assert_eq!(rc, 0);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let status = loop {
         if let Some(st) = child.try_wait().unwrap() {
