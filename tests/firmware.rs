@@ -112,7 +112,7 @@ fn missing_firmware_file_is_a_usage_error_naming_the_path() {
     let out = firmware_run(&["--firmware".as_ref(), missing.as_os_str()]);
     out.assert_status(status::USAGE);
     out.assert_error_line(&[
-        "cannot read firmware",
+        "--firmware",
         missing.to_str().expect("utf-8 temp path"),
         "No such file",
     ]);
@@ -144,7 +144,7 @@ fn a_directory_is_not_firmware() {
     let dir = TempDir::new("firmware");
     let out = firmware_run(&["--firmware".as_ref(), dir.path().as_os_str()]);
     out.assert_status(status::USAGE);
-    out.assert_error_line(&["cannot read firmware"]);
+    out.assert_error_line(&["--firmware", "is a directory, not a regular file"]);
 }
 
 #[test]
@@ -171,7 +171,7 @@ fn bad_pflash_images_are_usage_errors() {
         missing.as_os_str(),
     ]);
     out.assert_status(status::USAGE);
-    out.assert_error_line(&["cannot read firmware", "missing-VARS.fd"]);
+    out.assert_error_line(&["--vars", "missing-VARS.fd"]);
     let odd_code = dir.write("ODD.fd", &vec![0u8; (256 << 10) + 1]);
     let vars = dir.write("VARS2.fd", &vec![0xffu8; 64 << 10]);
     let out = firmware_run(&[

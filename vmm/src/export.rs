@@ -185,7 +185,7 @@ pub fn kernel_symbols(spec: &KernelSpec) -> Symbols {
     let name = module_name(spec);
     let module = match spec.embedded {
         Some(b) => elf::read(&name, b),
-        None => match std::fs::read(&spec.kernel) {
+        None => match analysis::bounded::read(&spec.kernel, analysis::bounded::KERNEL) {
             Ok(b) => elf::read(&name, &b).map(|m| Module {
                 path: Some(spec.kernel.clone()),
                 ..m
@@ -212,9 +212,11 @@ pub fn run_symbols(config: &VmConfig, profile: &Profile, finder: Option<&mut Fin
     symbols
 }
 
-/// The symbols for a saved profile: its kernel's (the built-in reference guest's bytes when
-/// the profile ran it, else the kernel file if it is still there), then every `specs` image,
-/// then with a finder the modules found in guest memory.
+/// The symbols for a saved profile: its kernel's when the profile ran the built-in reference
+/// guest (from this binary's bytes), then every `specs` image, then with a finder the modules
+/// found in guest memory. The kernel path a profile records is never opened: the profile may
+/// be crafted, and the path may name anything (a FIFO, a device, a secret); the user names a
+/// kernel file's symbols with `specs` (`--symbols`).
 pub fn saved_profile_symbols(
     profile: &Profile,
     specs: &[SymbolSpec],
@@ -228,7 +230,7 @@ pub fn saved_profile_symbols(
         Some(bytes) if profile.run.kernel == builtin.kernel.display().to_string() => {
             KernelImage::Bytes { name: &name, bytes }
         }
-        _ => KernelImage::File,
+        _ => KernelImage::None,
     };
     analysis::load::for_profile(profile, kernel, specs, finder)
 }
@@ -298,6 +300,21 @@ mod tests {
         assert!(s.len() > 10);
         let s = saved_profile_symbols(&saved("/nonexistent/vmlinux"), &[], None).unwrap();
         assert!(s.modules().is_empty());
+    }
+
+    #[test]
+    fn a_saved_profile_never_has_the_kernel_file_it_names_opened() {
+        // The test binary is a readable ELF with symbols: named by a (possibly crafted)
+        // profile it is still not read; named by the user it is.
+        let exe = std::env::current_exe().unwrap();
+        let p = saved(exe.to_str().unwrap());
+        assert!(saved_profile_symbols(&p, &[], None)
+            .unwrap()
+            .modules()
+            .is_empty());
+        let spec: SymbolSpec = exe.to_str().unwrap().parse().unwrap();
+        let s = saved_profile_symbols(&p, &[spec], None).unwrap();
+        assert_eq!(s.modules().len(), 1);
     }
 
     fn meta() -> RunMetadata {

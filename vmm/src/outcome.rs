@@ -15,7 +15,7 @@ pub const STATUS_GUEST_CRASHED: i32 = 4;
 pub const STATUS_GUEST_HUNG: i32 = 6;
 /// Exit status: `--timeout` reached.
 pub const STATUS_TIMEOUT: i32 = 8;
-/// Exit status: SIGINT or SIGTERM.
+/// Exit status: SIGINT, SIGTERM, SIGHUP or SIGQUIT.
 pub const STATUS_SIGNALLED: i32 = 10;
 /// Exit status: KVM or the host failed.
 pub const STATUS_HOST_ERROR: i32 = 12;
@@ -76,7 +76,7 @@ pub enum RunOutcome {
     Hung,
     /// `--timeout` elapsed.
     TimedOut(Duration),
-    /// SIGINT or SIGTERM.
+    /// SIGINT, SIGTERM, SIGHUP or SIGQUIT.
     Signalled(i32),
     /// The host side ended the run on purpose (a benchmark that is done, an API shutdown).
     Stopped(String),
@@ -145,10 +145,24 @@ impl std::fmt::Display for RunOutcome {
                 f.write_str("guest hung: every vCPU is halted with interrupts disabled")
             }
             RunOutcome::TimedOut(d) => write!(f, "guest timed out after {} s", d.as_secs_f64()),
-            RunOutcome::Signalled(sig) => write!(f, "stopped by signal {sig}"),
+            RunOutcome::Signalled(sig) => match stop_signal_name(*sig) {
+                Some(name) => write!(f, "stopped by {name}"),
+                None => write!(f, "stopped by signal {sig}"),
+            },
             RunOutcome::Stopped(by) => write!(f, "stopped by {by}"),
             RunOutcome::HostError(e) => write!(f, "host error: {e}"),
         }
+    }
+}
+
+/// The name of a signal that stops a run.
+fn stop_signal_name(sig: i32) -> Option<&'static str> {
+    match sig {
+        libc::SIGINT => Some("SIGINT"),
+        libc::SIGTERM => Some("SIGTERM"),
+        libc::SIGHUP => Some("SIGHUP"),
+        libc::SIGQUIT => Some("SIGQUIT"),
+        _ => None,
     }
 }
 
@@ -226,6 +240,21 @@ mod tests {
             assert_eq!(s % 2, 0);
             assert!(!all[i + 1..].contains(s));
         }
+    }
+
+    #[test]
+    fn a_stop_signal_is_named_in_the_outcome() {
+        let hup = RunOutcome::Signalled(libc::SIGHUP);
+        assert_eq!(hup.to_string(), "stopped by SIGHUP");
+        assert_eq!(hup.exit_status(), STATUS_SIGNALLED);
+        assert_eq!(
+            RunOutcome::Signalled(libc::SIGQUIT).to_string(),
+            "stopped by SIGQUIT"
+        );
+        assert_eq!(
+            RunOutcome::Signalled(64).to_string(),
+            "stopped by signal 64"
+        );
     }
 
     #[test]

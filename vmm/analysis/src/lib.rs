@@ -20,6 +20,7 @@
 
 pub mod annotate;
 pub mod atomic;
+pub mod bounded;
 pub mod callers;
 pub mod compare;
 pub mod flame;
@@ -86,6 +87,9 @@ pub enum ReportError {
     /// A `--symbols` argument that is neither `FILE` nor `FILE@0xBASE`.
     #[error("bad symbols argument {0:?}: expected FILE or FILE@0xBASE")]
     SymbolSpec(String),
+    /// An input file was refused or could not be read.
+    #[error(transparent)]
+    Input(#[from] bounded::InputError),
 }
 
 impl From<std::io::Error> for ReportError {
@@ -174,8 +178,8 @@ pub fn read_profile(path: &Path) -> Result<Profile, ReportError> {
         path: path.to_path_buf(),
         source: Box::new(e),
     };
-    let file = File::open(path).map_err(|e| wrap(ReportError::Io(e)))?;
-    json::read(std::io::BufReader::new(file)).map_err(wrap)
+    let text = bounded::read(path, bounded::PROFILE)?;
+    json::read(text.as_slice()).map_err(wrap)
 }
 
 #[cfg(test)]
@@ -205,7 +209,12 @@ mod tests {
     #[test]
     fn errors_name_the_file() {
         let e = read_profile(Path::new("/nonexistent/profile.json")).unwrap_err();
-        assert_eq!(e.to_string(), "/nonexistent/profile.json");
-        assert!(matches!(e, ReportError::File { .. }));
+        assert_eq!(e.to_string(), "cannot open /nonexistent/profile.json");
+        assert!(matches!(e, ReportError::Input(_)));
+        let e = read_profile(Path::new("/dev/zero")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/dev/zero is a character device, not a regular file"
+        );
     }
 }

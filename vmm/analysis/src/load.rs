@@ -1,6 +1,6 @@
-//! Loading symbols for a profile: the kernel it ran (an image the caller holds, such as a
-//! kernel built into hvprof, or the kernel file when it is still there), plus
-//! `--symbols FILE[@BASE]` images.
+//! Loading symbols for a profile: the kernel it ran when the caller holds its image (a
+//! kernel built into hvprof), plus `--symbols FILE[@BASE]` images. The kernel path a saved
+//! profile records is never opened: a kernel file's symbols come from `--symbols`.
 //!
 //! An image is recognised by its first bytes: ELF, PE (`MZ`), or PDB (the MSF 7.00 magic).
 //! Without `@BASE` an ELF stays where it was linked; a PE is placed at the base of the first
@@ -13,6 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::bounded;
 use super::profile::{GuestModule, Profile};
 use super::symbols::{elf, pdb, pe, Finder, Module, SymbolError, Symbols};
 use super::ReportError;
@@ -69,8 +70,7 @@ pub fn module(
     profile: Option<&Profile>,
 ) -> Result<Module, ReportError> {
     let err = |e: SymbolError| ReportError::Symbols(spec.path.clone(), e);
-    let bytes =
-        std::fs::read(&spec.path).map_err(|e| err(SymbolError::Read(spec.path.clone(), e)))?;
+    let bytes = bounded::read(&spec.path, bounded::SYMBOLS)?;
     let name = file_name(&spec.path);
     let m = if bytes.starts_with(PDB_MAGIC) {
         pdb::read(&name, &bytes).map_err(err)?
@@ -97,12 +97,13 @@ pub fn module(
 }
 
 /// Where the symbols of a profile's kernel come from. Only the caller knows which kernels
-/// it carries inside itself: a profile names its kernel by a path or a built-in name, and
-/// this crate does not guess which is which.
+/// it carries inside itself. A saved profile's `run.kernel` is a name, never a file to open:
+/// the file a saved (and possibly crafted) profile names may be anything on this host, so a
+/// kernel file's symbols come only from what the user names (`--symbols`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KernelImage<'a> {
-    /// The file the profile names (`run.kernel`), when it is still there.
-    File,
+    /// No kernel image beyond the `--symbols` the user gives.
+    None,
     /// An ELF image the caller holds, read under the module name `name`.
     Bytes {
         /// The module's name in reports.
@@ -129,17 +130,7 @@ pub fn for_profile(
                 symbols.push(m);
             }
         }
-        KernelImage::File => {
-            if let Ok(bytes) = std::fs::read(&profile.run.kernel) {
-                let path = PathBuf::from(&profile.run.kernel);
-                if let Ok(m) = elf::read(&file_name(&path), &bytes) {
-                    symbols.push(Module {
-                        path: Some(path),
-                        ..m
-                    });
-                }
-            }
-        }
+        KernelImage::None => {}
     }
     for spec in specs {
         symbols.push(module(spec, finder.as_deref_mut(), Some(profile))?);
@@ -199,8 +190,8 @@ fn read_found(
     path: PathBuf,
     read: impl FnOnce(&[u8]) -> Result<Module, SymbolError>,
 ) -> Option<Module> {
-    let module = std::fs::read(&path)
-        .map_err(|e| SymbolError::Read(path.clone(), e))
+    let module = bounded::read(&path, bounded::SYMBOLS)
+        .map_err(SymbolError::from)
         .and_then(|b| read(&b));
     match module {
         Ok(m) => Some(Module {
@@ -244,13 +235,12 @@ mod tests {
 
     #[test]
     fn an_unreadable_kernel_is_left_out() {
-        let mut p = sample_profile(0x1000);
-        p.run.kernel = "/nonexistent/vmlinux".into();
+        let p = sample_profile(0x1000);
         let garbage = KernelImage::Bytes {
             name: "k",
             bytes: b"not an ELF",
         };
-        for kernel in [KernelImage::File, garbage] {
+        for kernel in [KernelImage::None, garbage] {
             let s = for_profile(&p, kernel, &[], None).unwrap();
             assert!(s.modules().is_empty(), "{kernel:?}");
         }
@@ -298,7 +288,7 @@ mod tests {
             },
         ];
         let mut finder = Finder::new(SymbolPath::from_dir(&dir));
-        let s = for_profile(&p, KernelImage::File, &[], Some(&mut finder)).unwrap();
+        let s = for_profile(&p, KernelImage::None, &[], Some(&mut finder)).unwrap();
         let [m] = s.missing() else {
             panic!("{:?}", s.missing())
         };
@@ -314,7 +304,7 @@ mod tests {
     fn a_missing_image_is_an_error_naming_it() {
         let p = sample_profile(0x1000);
         let spec: SymbolSpec = "/nonexistent/x.dll".parse().unwrap();
-        let e = for_profile(&p, KernelImage::File, &[spec], None).unwrap_err();
+        let e = for_profile(&p, KernelImage::None, &[spec], None).unwrap_err();
         assert!(e.to_string().contains("/nonexistent/x.dll"), "{e}");
     }
 }

@@ -88,9 +88,16 @@ pub struct KernelSpec {
 /// Errors while loading a kernel.
 #[derive(Debug, thiserror::Error)]
 pub enum BootError {
-    /// A file could not be read.
-    #[error("cannot read {}", .0.display())]
-    Read(PathBuf, #[source] std::io::Error),
+    /// The kernel or initrd file was refused (not a regular file, above its size limit) or
+    /// could not be read.
+    #[error("{what}")]
+    Input {
+        /// The option that named the file (`--kernel`, `--initrd`).
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: analysis::bounded::InputError,
+    },
     /// The kernel is not in any format we boot.
     #[error(
         "{}: not a bootable kernel (no ELF, multiboot or bzImage header)",
@@ -130,7 +137,7 @@ impl Blame for BootError {
     /// Every kernel problem is the kernel file's or the command line's: the user's.
     fn fault(&self) -> Fault {
         match self {
-            BootError::Read(..)
+            BootError::Input { .. }
             | BootError::NotBootable(_)
             | BootError::NoEntryPoint(_)
             | BootError::Elf(..)
@@ -156,8 +163,14 @@ impl KernelSpec {
     }
 }
 
-fn read_file(path: &Path) -> Result<Vec<u8>, BootError> {
-    std::fs::read(path).map_err(|e| BootError::Read(path.to_owned(), e))
+/// Reads the file an option names, refusing it unread when it is not a regular file or is
+/// above `limit` (analysis::bounded).
+fn read_file(
+    what: &'static str,
+    path: &Path,
+    limit: analysis::bounded::Limit,
+) -> Result<Vec<u8>, BootError> {
+    analysis::bounded::read(path, limit).map_err(|source| BootError::Input { what, source })
 }
 
 /// Loads `spec` into `mem` and returns how to enter it. `rsdp` is the ACPI RSDP address.
@@ -169,10 +182,13 @@ pub fn load_kernel(
 ) -> Result<BootSetup, BootError> {
     let kernel = match spec.embedded {
         Some(bytes) => bytes.to_vec(),
-        None => read_file(&spec.kernel)?,
+        None => read_file("--kernel", &spec.kernel, analysis::bounded::KERNEL)?,
     };
     let initrd = match &spec.initrd {
-        Some(p) => Some((p.as_path(), read_file(p)?)),
+        Some(p) => Some((
+            p.as_path(),
+            read_file("--initrd", p, analysis::bounded::INITRD)?,
+        )),
         None => None,
     };
     let initrd = initrd.as_ref().map(|(p, b)| (*p, b.as_slice()));

@@ -303,6 +303,11 @@ pub struct CompareArgs {
     /// Both profiles' guest modules are symbolized through it.
     #[command(flatten)]
     pub symbol_path: SymbolArgs,
+    /// An image (ELF, PE) or PDB to name both profiles' stack frames with, placed at BASE
+    /// when given as FILE@0xBASE: the kernel file of a `--kernel` run (the kernel path a
+    /// saved profile records is never opened).
+    #[arg(long = "symbols", value_name = "FILE[@0xBASE]")]
+    pub symbols: Vec<analysis::SymbolSpec>,
 }
 
 /// `hvprof merge`.

@@ -74,6 +74,23 @@ pub fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
         .format_timestamp(None)
         .init();
+    // A run's stop signals are blocked before any input is opened and stay blocked to the
+    // end: one that arrives while a kernel is read, or after the run while the profile is
+    // written, never kills hvprof; during the run it ends it (status 10, profile written).
+    let _stop = match cli.command {
+        Command::Run(_) | Command::Demo(_) | Command::Profile(_) => {
+            match vmm::signals::StopSignals::block_and_open() {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    return fail(
+                        anyhow::Error::new(e).context("cannot block the stop signals"),
+                        vmm::outcome::STATUS_HOST_ERROR,
+                    )
+                }
+            }
+        }
+        _ => None,
+    };
     match cli.command {
         Command::Run(a) => run::run(a),
         Command::Demo(a) => run::demo(a),

@@ -92,19 +92,15 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
         Ok(f) => f,
         Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
     };
-    // Stack frames are named with each profile's own kernel (and with a symbol path, its
-    // guest modules' PDBs); where the kernel cannot be read (a profile from another host),
-    // by address.
-    let mut symbols_of = |p: &analysis::Profile, path: &std::path::Path| {
-        vmm::export::saved_profile_symbols(p, &[], finder.as_mut()).unwrap_or_else(|e| {
-            eprintln!(
-                "hvprof: warning: {}: stack frames named by address: {e}",
-                path.display()
-            );
-            analysis::Symbols::default()
-        })
+    // Stack frames are named with the built-in guest's kernel when a profile ran it, with
+    // the --symbols images (a kernel file: the path a profile records is never opened) and
+    // with a symbol path, the guest modules' PDBs; anything else by address.
+    let mut symbols_of =
+        |p: &analysis::Profile| vmm::export::saved_profile_symbols(p, &a.symbols, finder.as_mut());
+    let symbols = match (symbols_of(&base), symbols_of(&new)) {
+        (Ok(b), Ok(n)) => [b, n],
+        (Err(e), _) | (_, Err(e)) => return fail(e, STATUS_CONFIG_ERROR),
     };
-    let symbols = [symbols_of(&base, &a.base), symbols_of(&new, &a.new)];
     // The finder records each PDB once: the new profile's symbols list all of them.
     symbols::report_missing(&symbols[1]);
     // With a symbol path, both profiles' functions are counted afresh with what it found

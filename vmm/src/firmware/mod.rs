@@ -32,9 +32,16 @@ pub const FLASH_SECTOR: u64 = 4 << 10;
 /// A firmware file hvprof cannot use.
 #[derive(Debug, thiserror::Error)]
 pub enum FirmwareError {
-    /// The file cannot be read (or, for VARS, opened for writing).
-    #[error("cannot read firmware {}", .0.display())]
-    Read(PathBuf, #[source] std::io::Error),
+    /// The file was refused (not a regular file, above the size limit) or cannot be read
+    /// (or, for VARS, opened for writing).
+    #[error("{what}")]
+    Input {
+        /// The option that named the file (`--firmware`, `--vars`).
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: analysis::bounded::InputError,
+    },
     /// The size is not one hvprof can map.
     #[error("firmware {}: {size} bytes; {expected}", .path.display())]
     Size {
@@ -70,7 +77,7 @@ pub enum FirmwareError {
 impl Blame for FirmwareError {
     fn fault(&self) -> Fault {
         match self {
-            FirmwareError::Read(..)
+            FirmwareError::Input { .. }
             | FirmwareError::Size { .. }
             | FirmwareError::TooLarge { .. } => Fault::User,
             FirmwareError::Map(_)
@@ -132,14 +139,15 @@ fn len64(b: &[u8]) -> u64 {
     u64::try_from(b.len()).unwrap_or(u64::MAX)
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, FirmwareError> {
-    let err = |e| FirmwareError::Read(path.to_owned(), e);
-    // A FIFO or device would block or never end: only regular files are images.
-    let meta = std::fs::metadata(path).map_err(err)?;
-    if !meta.is_file() {
-        return Err(err(std::io::Error::other("not a regular file")));
-    }
-    std::fs::read(path).map_err(err)
+/// Opens (read-write with `writable`) and reads the file the option `what` names: a FIFO or
+/// device would block or never end, so only a regular file within the flash area's size is
+/// read (analysis::bounded).
+fn read(what: &'static str, path: &Path, writable: bool) -> Result<(Vec<u8>, File), FirmwareError> {
+    let limit = analysis::bounded::FIRMWARE;
+    let err = |source| FirmwareError::Input { what, source };
+    let (file, size) = analysis::bounded::open(path, limit, writable).map_err(err)?;
+    let bytes = analysis::bounded::read_from(&file, path, size, limit).map_err(err)?;
+    Ok((bytes, file))
 }
 
 fn size_error(path: &Path, size: u64, expected: String) -> FirmwareError {
@@ -196,19 +204,14 @@ pub fn check_pflash_sizes(
 
 /// Reads and checks the firmware `spec` names.
 pub fn load(spec: &FirmwareSpec) -> Result<FirmwareImage, FirmwareError> {
-    let top = read(&spec.path)?;
+    let (top, _) = read("--firmware", &spec.path, false)?;
     match &spec.vars {
         None => {
             check_rom_size(&spec.path, len64(&top))?;
             Ok(FirmwareImage::Rom { bytes: top })
         }
         Some(vars_path) => {
-            let vars_file = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(vars_path)
-                .map_err(|e| FirmwareError::Read(vars_path.clone(), e))?;
-            let vars = read(vars_path)?;
+            let (vars, vars_file) = read("--vars", vars_path, true)?;
             check_pflash_sizes(&spec.path, len64(&top), vars_path, len64(&vars))?;
             Ok(FirmwareImage::Pflash {
                 code: top,
@@ -261,7 +264,26 @@ mod tests {
             path: "/nonexistent/bios.bin".into(),
             vars: None,
         };
-        let e = load(&spec).unwrap_err().to_string();
-        assert!(e.contains("/nonexistent/bios.bin"), "{e}");
+        let e = load(&spec).unwrap_err();
+        assert_eq!(e.to_string(), "--firmware");
+        let why = std::error::Error::source(&e).unwrap().to_string();
+        assert_eq!(why, "cannot open /nonexistent/bios.bin");
+        assert_eq!(e.fault(), Fault::User);
+    }
+
+    #[test]
+    fn a_device_is_refused_unread_as_firmware_and_as_vars() {
+        let code = std::env::temp_dir().join(format!("hvprof-fw-code-{}", std::process::id()));
+        std::fs::write(&code, vec![0u8; 128 << 10]).unwrap();
+        for (path, vars, what) in [
+            (PathBuf::from("/dev/zero"), None, "--firmware"),
+            (code.clone(), Some("/dev/zero".into()), "--vars"),
+        ] {
+            let e = load(&FirmwareSpec { path, vars }).unwrap_err();
+            assert_eq!(e.to_string(), what);
+            let why = std::error::Error::source(&e).unwrap().to_string();
+            assert_eq!(why, "/dev/zero is a character device, not a regular file");
+        }
+        std::fs::remove_file(&code).unwrap();
     }
 }

@@ -8,8 +8,9 @@
 //! - **Overflows** (`SIGRTMIN + 2`, and SIGIO when the kernel's signal queue is full): one of
 //!   a vCPU's perf events overflowed ([`overflow`]); the handler counts it for that event and
 //!   kicks the thread it runs on.
-//! - **Stop signals** (SIGINT, SIGTERM): blocked in every thread and read from a signalfd by
-//!   the event loop ([`stop`]), so they end the run cleanly.
+//! - **Stop signals** (SIGINT, SIGTERM, SIGHUP, SIGQUIT): blocked in every thread from the
+//!   start of a run's subcommand, before any input is opened, and read from a signalfd by the
+//!   event loop ([`stop`]), so they end the run cleanly.
 //!
 //! This module sits below everything that sends or receives these signals (the sampler, the
 //! profiler, the vCPUs, the VM): it knows nothing about any of them.

@@ -140,6 +140,9 @@ pub enum SymbolError {
     /// A file could not be read.
     #[error("cannot read {}", .0.display())]
     Read(PathBuf, #[source] std::io::Error),
+    /// A file was refused (not a regular file, above its limit) or could not be read.
+    #[error(transparent)]
+    Input(#[from] crate::bounded::InputError),
 }
 
 /// Sorts symbols by RVA and keeps one per RVA: the one with a size over one without, then the

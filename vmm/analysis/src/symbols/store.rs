@@ -52,6 +52,9 @@ pub enum CheckError {
     /// It could not be opened or read.
     #[error("cannot read it")]
     Read(#[source] std::io::Error),
+    /// It is not a regular file, or is above the size limit of a symbol file.
+    #[error("refused")]
+    Refused(#[source] crate::bounded::InputError),
     /// It is not a PDB (or PE image) at all.
     #[error("not a readable {0}")]
     Format(&'static str),
@@ -133,7 +136,9 @@ impl Wanted {
 
     /// Checks that the file at `path` is the one wanted.
     pub fn check(&self, path: &Path) -> Result<(), CheckError> {
-        let mut file = File::open(path).map_err(CheckError::Read)?;
+        // A FIFO or device planted in a store would block or never end: refused unread.
+        let (mut file, _) = crate::bounded::open(path, crate::bounded::SYMBOLS, false)
+            .map_err(CheckError::Refused)?;
         let found = match &self.identity {
             Identity::Pdb(_) => Identity::Pdb(pdb_id(&mut file)?),
             Identity::Image { .. } => image_id(&mut file)?,
