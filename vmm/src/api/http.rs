@@ -118,10 +118,14 @@ impl Response {
             201 => "Created",
             204 => "No Content",
             400 => "Bad Request",
+            403 => "Forbidden",
             404 => "Not Found",
             405 => "Method Not Allowed",
+            408 => "Request Timeout",
             409 => "Conflict",
             413 => "Payload Too Large",
+            500 => "Internal Server Error",
+            503 => "Service Unavailable",
             _ => "Error",
         };
         format!(

@@ -8,7 +8,7 @@ use analysis::symbols::Finder;
 use analysis::Symbols;
 use vmm::config::VmConfig;
 use vmm::export::RunMetadata;
-use vmm::outcome::{STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
+use vmm::outcome::{Blame, STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
 use vmm::session::{Progress, SessionOptions, Span};
 use vmm::vm::{RunHooks, RunReport};
 
@@ -37,7 +37,10 @@ fn config(
     let mut hooks = RunHooks::default();
     let mut guard = None;
     if let Some(path) = socket {
-        let socket = vmm::api::ApiSocket::bind(&path).map_err(|e| fail(e, STATUS_CONFIG_ERROR))?;
+        let socket = vmm::api::ApiSocket::bind(&path).map_err(|e| {
+            let status = e.fault().exit_status();
+            fail(e, status)
+        })?;
         let socket = std::sync::Arc::new(socket);
         guard = Some(socket.clone());
         hooks
