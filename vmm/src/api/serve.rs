@@ -148,12 +148,17 @@ impl Drop for Conn {
     /// Takes what the client sent past its request (a little, without waiting) so closing
     /// does not reset the connection before the client has read its answer.
     fn drop(&mut self) {
-        let mut sink = [0u8; 4096];
-        for _ in 0..MAX_REQUEST / sink.len() {
-            match self.stream.read(&mut sink) {
-                Ok(n) if n > 0 => {}
-                _ => break,
-            }
+        drain(&mut self.stream);
+    }
+}
+
+/// Reads (without waiting) up to a request's worth of what the peer sent.
+fn drain(stream: &mut UnixStream) {
+    let mut sink = [0u8; 4096];
+    for _ in 0..MAX_REQUEST / sink.len() {
+        match stream.read(&mut sink) {
+            Ok(n) if n > 0 => {}
+            _ => break,
         }
     }
 }
@@ -190,6 +195,8 @@ pub fn serve(listener: &UnixListener, owner: u32, handler: &mut dyn Handler, lim
     let mut fds: Vec<libc::pollfd> = Vec::new();
     // Set when accept ran out of file descriptors: the listener sits out one tick.
     let mut accept_paused = false;
+    // Whether the last accept failed, so a lasting failure is logged once.
+    let mut accept_failing = false;
     while !handler.stopped() {
         fds.clear();
         fds.push(pollfd(
@@ -226,11 +233,9 @@ pub fn serve(listener: &UnixListener, owner: u32, handler: &mut dyn Handler, lim
         }
 
         // Progress on ready connections, then deadlines, oldest first.
-        let mut i = 0;
         let mut kept = Vec::with_capacity(conns.len());
-        for mut c in conns.drain(..) {
-            i += 1;
-            let step = if fds[i].revents != 0 {
+        for (mut c, fd) in conns.drain(..).zip(&fds[1..]) {
+            let step = if fd.revents != 0 {
                 c.progress(handler, limits)
             } else {
                 Step::Open
@@ -248,7 +253,14 @@ pub fn serve(listener: &UnixListener, owner: u32, handler: &mut dyn Handler, lim
         conns = kept;
 
         if fds[0].revents != 0 {
-            accept_paused = accept_all(listener, owner, &mut conns, handler, limits);
+            let failed = accept_all(listener, owner, &mut conns, handler, limits);
+            if let Err(e) = &failed {
+                if !accept_failing {
+                    log::warn!("api: accept failed: {e}");
+                }
+            }
+            accept_failing = failed.is_err();
+            accept_paused = matches!(failed, Err(AcceptError::Paused(_)));
         }
     }
 }
@@ -259,24 +271,33 @@ fn finish(handler: &mut dyn Handler, then: bool) {
     }
 }
 
-/// Accepts every pending connection; true if accepting must pause (out of descriptors).
+/// Why accepting stopped early.
+#[derive(Debug, thiserror::Error)]
+enum AcceptError {
+    /// A connection was closed to free a descriptor: accept again at the next wake-up.
+    #[error("{0} (closed the oldest idle connection)")]
+    Evicted(#[source] std::io::Error),
+    /// Nothing to close: the listener sits out one tick.
+    #[error("{0} (waiting)")]
+    Paused(#[source] std::io::Error),
+}
+
+/// Accepts every pending connection.
 fn accept_all(
     listener: &UnixListener,
     owner: u32,
     conns: &mut Vec<Conn>,
     handler: &mut dyn Handler,
     limits: &Limits,
-) -> bool {
+) -> Result<(), AcceptError> {
     loop {
         let stream = match listener.accept() {
             Ok((s, _)) => s,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) => {
-                // EMFILE, ENFILE, ENOBUFS: free a slot if there is one, else wait a tick.
-                log::warn!("api: accept failed: {e}");
-                return !evict_oldest(conns, handler);
-            }
+            // EMFILE, ENFILE, ENOBUFS: free a descriptor if there is one, else wait a tick.
+            Err(e) if evict_oldest(conns, handler) => return Err(AcceptError::Evicted(e)),
+            Err(e) => return Err(AcceptError::Paused(e)),
         };
         if stream.set_nonblocking(true).is_err() {
             continue;
@@ -285,6 +306,7 @@ fn accept_all(
             // Every open connection is being answered: this one waits for none of them.
             let mut stream = stream;
             let _ = stream.write(&Response::error(503, "too many connections").to_bytes());
+            drain(&mut stream);
             continue;
         }
         let mut conn = Conn {

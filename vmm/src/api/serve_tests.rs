@@ -176,6 +176,28 @@ fn past_the_cap_the_oldest_idle_connection_makes_room() {
 }
 
 #[test]
+fn past_the_cap_with_every_connection_being_answered_the_new_one_gets_503() {
+    let server = Server::owned(Limits {
+        connections: 1,
+        ..limits(HANG * 3)
+    });
+    let mut greedy = server.connect();
+    greedy.write_all(b"GET /big HTTP/1.1\r\n\r\n").unwrap();
+    // The one slot is taken by an answer far larger than the socket's buffers, unread.
+    let mut head = [0u8; 12];
+    greedy.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    // (It sends nothing: what it sent could arrive after the server closed it, a reset.)
+    let got = answer(&mut server.connect());
+    assert!(got.starts_with("HTTP/1.1 503 "), "{got}");
+    // The answer under way is not cut short.
+    let mut rest = Vec::new();
+    greedy.read_to_end(&mut rest).unwrap();
+    assert!(rest.ends_with(&b"x".repeat(1000)));
+    assert!(server.get("/after").ends_with("\"/after\""));
+}
+
+#[test]
 fn an_answer_nobody_reads_is_abandoned_at_its_deadline() {
     let server = Server::owned(limits(Duration::from_millis(300)));
     let mut greedy = server.connect();
