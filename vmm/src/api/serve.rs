@@ -20,6 +20,10 @@ pub struct Limits {
     /// Connections open at once; accepting one more closes the oldest still sending its
     /// request (answered 503), or the new one when every open one is being answered.
     pub connections: usize,
+    /// Bytes of answers waiting for their clients to read them past which requests are
+    /// answered 503 instead of routed (so clients that ask and never read cannot fill the
+    /// host's memory); the bound is this plus one answer.
+    pub backlog: usize,
     /// The longest the loop sleeps before looking at the stop condition again.
     pub tick: Duration,
 }
@@ -30,6 +34,7 @@ impl Limits {
         request: Duration::from_secs(2),
         answer: Duration::from_secs(2),
         connections: 256,
+        backlog: 64 << 20,
         tick: Duration::from_millis(100),
     };
 }
@@ -80,12 +85,32 @@ impl Conn {
         matches!(self.phase, Phase::Reading(_))
     }
 
+    /// Bytes of its answer not yet sent.
+    fn unsent(&self) -> usize {
+        match &self.phase {
+            Phase::Reading(_) => 0,
+            Phase::Writing { bytes, sent, .. } => bytes.len() - sent,
+        }
+    }
+
     /// Reads what is there, answers a complete request, writes what the socket takes.
-    fn progress(&mut self, handler: &mut dyn Handler, limits: &Limits) -> Step {
+    /// `backlog` is the bytes of answers waiting for their clients, this one's added if it
+    /// must wait too.
+    fn progress(
+        &mut self,
+        handler: &mut dyn Handler,
+        limits: &Limits,
+        backlog: &mut usize,
+    ) -> Step {
+        let fresh = self.is_reading();
         if let Phase::Reading(buf) = &mut self.phase {
             let answer = match read_available(&mut self.stream, buf) {
                 Err(_) => return Step::Done { then: false },
                 Ok(eof) => match parse(buf) {
+                    Ok(_) if self.owner && *backlog > limits.backlog => Some((
+                        Response::error(503, "too many answers waiting to be read"),
+                        false,
+                    )),
                     Ok((req, _)) if self.owner => Some(handler.handle(&req)),
                     Ok(_) => Some((
                         Response::error(403, "only the owner of the socket may use this API"),
@@ -123,7 +148,12 @@ impl Conn {
             match self.stream.write(&bytes[*sent..]) {
                 Ok(0) => return Step::Done { then: *then },
                 Ok(n) => *sent += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Step::Open,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if fresh {
+                        *backlog += bytes.len() - *sent;
+                    }
+                    return Step::Open;
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(_) => return Step::Done { then: *then },
             }
@@ -233,10 +263,11 @@ pub fn serve(listener: &UnixListener, owner: u32, handler: &mut dyn Handler, lim
         }
 
         // Progress on ready connections, then deadlines, oldest first.
+        let mut backlog = conns.iter().map(Conn::unsent).sum();
         let mut kept = Vec::with_capacity(conns.len());
         for (mut c, fd) in conns.drain(..).zip(&fds[1..]) {
             let step = if fd.revents != 0 {
-                c.progress(handler, limits)
+                c.progress(handler, limits, &mut backlog)
             } else {
                 Step::Open
             };
@@ -253,7 +284,7 @@ pub fn serve(listener: &UnixListener, owner: u32, handler: &mut dyn Handler, lim
         conns = kept;
 
         if fds[0].revents != 0 {
-            let failed = accept_all(listener, owner, &mut conns, handler, limits);
+            let failed = accept_all(listener, owner, &mut conns, handler, limits, backlog);
             if let Err(e) = &failed {
                 if !accept_failing {
                     log::warn!("api: accept failed: {e}");
@@ -289,6 +320,7 @@ fn accept_all(
     conns: &mut Vec<Conn>,
     handler: &mut dyn Handler,
     limits: &Limits,
+    mut backlog: usize,
 ) -> Result<(), AcceptError> {
     loop {
         let stream = match listener.accept() {
@@ -316,7 +348,7 @@ fn accept_all(
             phase: Phase::Reading(Vec::new()),
         };
         // The request is usually there already: answer it now rather than a poll later.
-        match conn.progress(handler, limits) {
+        match conn.progress(handler, limits, &mut backlog) {
             Step::Done { then } => finish(handler, then),
             Step::Open => conns.push(conn),
         }

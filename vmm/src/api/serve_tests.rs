@@ -198,6 +198,26 @@ fn past_the_cap_with_every_connection_being_answered_the_new_one_gets_503() {
 }
 
 #[test]
+fn while_answers_wait_past_the_backlog_requests_get_503() {
+    let server = Server::owned(Limits {
+        backlog: 1 << 20,
+        ..limits(HANG * 3)
+    });
+    let mut greedy = server.connect();
+    greedy.write_all(b"GET /big HTTP/1.1\r\n\r\n").unwrap();
+    let mut head = [0u8; 12];
+    greedy.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    // Most of 16 MiB waits for the greedy client: more than the 1 MiB backlog.
+    let got = server.get("/refused");
+    assert!(got.starts_with("HTTP/1.1 503 "), "{got}");
+    assert!(got.contains("too many answers waiting"), "{got}");
+    let mut rest = Vec::new();
+    greedy.read_to_end(&mut rest).unwrap();
+    assert!(server.get("/after").ends_with("\"/after\""));
+}
+
+#[test]
 fn an_answer_nobody_reads_is_abandoned_at_its_deadline() {
     let server = Server::owned(limits(Duration::from_millis(300)));
     let mut greedy = server.connect();
