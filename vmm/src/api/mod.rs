@@ -37,8 +37,9 @@ pub enum ApiError {
     /// Another process listens on the socket.
     #[error("{}: another process is listening on this socket (another hvprof?); stop it or choose another --api-socket", .0.display())]
     Live(PathBuf),
-    /// A socket nobody listens on could not be checked or removed.
-    #[error("{}: cannot replace the stale socket", .0.display())]
+    /// An existing socket could not be checked (connecting failed other than by refusal) or,
+    /// nobody listening on it, removed.
+    #[error("{}: an existing socket that cannot be checked or replaced; remove it or choose another --api-socket", .0.display())]
     Stale(PathBuf, #[source] std::io::Error),
     /// Binding or configuring the socket failed.
     #[error("cannot listen on {}", .0.display())]
