@@ -32,10 +32,15 @@ pub enum ParseError {
 }
 
 /// Parses one request from the start of `buf`. Returns the request and the bytes it used.
+///
+/// Every prefix of a request it accepts is [`ParseError::Incomplete`], so the server can parse
+/// what it has read so far whatever the pieces it arrives in.
 pub fn parse(buf: &[u8]) -> Result<(Request, usize), ParseError> {
     let head_end = match buf.windows(4).position(|w| w == b"\r\n\r\n") {
         Some(p) => p,
-        None if buf.len() > MAX_HEAD => return Err(ParseError::TooLarge),
+        // Too large only once no terminator can start within MAX_HEAD: a head of exactly
+        // MAX_HEAD bytes is accepted, so its terminator's first three bytes are not too many.
+        None if buf.len() >= MAX_HEAD + 4 => return Err(ParseError::TooLarge),
         None => return Err(ParseError::Incomplete),
     };
     if head_end > MAX_HEAD {
@@ -118,10 +123,14 @@ impl Response {
             201 => "Created",
             204 => "No Content",
             400 => "Bad Request",
+            403 => "Forbidden",
             404 => "Not Found",
             405 => "Method Not Allowed",
+            408 => "Request Timeout",
             409 => "Conflict",
             413 => "Payload Too Large",
+            500 => "Internal Server Error",
+            503 => "Service Unavailable",
             _ => "Error",
         };
         format!(
@@ -172,7 +181,21 @@ mod tests {
             parse(b"GET / HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n"),
             Err(ParseError::TooLarge)
         );
-        assert_eq!(parse(&vec![b'a'; MAX_HEAD + 1]), Err(ParseError::TooLarge));
+        assert_eq!(parse(&vec![b'a'; MAX_HEAD + 4]), Err(ParseError::TooLarge));
+    }
+
+    #[test]
+    fn every_prefix_of_a_largest_head_is_incomplete() {
+        let mut raw = b"GET / HTTP/1.1\r\nX: ".to_vec();
+        raw.resize(MAX_HEAD, b'a');
+        raw.extend_from_slice(b"\r\n\r\n");
+        let (_, used) = parse(&raw).expect("a head of MAX_HEAD bytes is accepted");
+        assert_eq!(used, raw.len());
+        for k in 0..raw.len() {
+            assert_eq!(parse(&raw[..k]), Err(ParseError::Incomplete), "prefix {k}");
+        }
+        raw.insert(20, b'a');
+        assert_eq!(parse(&raw), Err(ParseError::TooLarge));
     }
 
     #[test]

@@ -3,29 +3,77 @@
 //!
 //! Only the socket's owner can use it: the socket file is created mode 0600, and every
 //! connection's peer credentials (SO_PEERCRED) must carry hvprof's own user id.
+//!
+//! One thread serves every connection, driven by `poll(2)` ([`serve`]): all sockets are
+//! non-blocking, so a client that sends its request a byte at a time, or never, delays no other
+//! client, and the thread wakes at least every 100 ms to see whether the run is over, so the
+//! main thread's join of it (after `--duration`, `--timeout`, a signal, the guest's exit) waits
+//! at most that long. Each connection has a deadline for its whole request and one for its
+//! whole answer, and at most 256 are open at once (the oldest still sending its request is
+//! closed, with 503, to make room). One thread rather than a pool: the controller thread
+//! already exists under its seccomp filter, `poll` is on its allow list, the routes share the
+//! VM's state without locks, and no client needs more than microseconds of the thread's time;
+//! a pool would cost a stack per thread and still need the deadlines.
 
 mod addr;
 pub mod http;
 mod routes;
+mod serve;
 
-use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
+use crate::outcome::{Blame, Fault};
 use crate::vm::VmControl;
-use http::{parse, ParseError, Response};
 
 /// Errors setting up the API.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    /// The socket path is taken.
-    #[error("{}: already exists; remove it or choose another --api-socket", .0.display())]
+    /// The socket path is taken by something that is not a socket.
+    #[error("{}: already exists and is not a socket; remove it or choose another --api-socket", .0.display())]
     Exists(PathBuf),
+    /// Another process listens on the socket.
+    #[error("{}: another process is listening on this socket (another hvprof?); stop it or choose another --api-socket", .0.display())]
+    Live(PathBuf),
+    /// An existing socket could not be checked (connecting failed other than by refusal) or,
+    /// nobody listening on it, removed.
+    #[error("{}: an existing socket that cannot be checked or replaced; remove it or choose another --api-socket", .0.display())]
+    Stale(PathBuf, #[source] std::io::Error),
     /// Binding or configuring the socket failed.
     #[error("cannot listen on {}", .0.display())]
     Listen(PathBuf, #[source] std::io::Error),
+}
+
+impl Blame for ApiError {
+    fn fault(&self) -> Fault {
+        match self {
+            ApiError::Exists(_) | ApiError::Live(_) => Fault::User,
+            ApiError::Stale(_, e) | ApiError::Listen(_, e) => io_fault(e),
+        }
+    }
+}
+
+/// A path the user can mend (no such directory, no permission, a name too long, a read-only
+/// file system) or a host failure (out of memory or descriptors).
+fn io_fault(e: &std::io::Error) -> Fault {
+    match e.raw_os_error() {
+        Some(
+            libc::ENOENT
+            | libc::EACCES
+            | libc::EPERM
+            | libc::ENOTDIR
+            | libc::ENAMETOOLONG
+            | libc::ELOOP
+            | libc::EROFS
+            | libc::EINVAL
+            | libc::EADDRINUSE
+            | libc::EEXIST
+            | libc::EISDIR,
+        ) => Fault::User,
+        _ => Fault::Host,
+    }
 }
 
 /// A bound, owner-only API socket; the file is removed on drop. Whoever serves it borrows it,
@@ -39,11 +87,11 @@ pub struct ApiSocket {
 }
 
 impl ApiSocket {
-    /// Creates the socket at `path` (which must not exist).
+    /// Creates the socket at `path`, which must not exist or be a stale socket: a socket
+    /// nobody listens on (connecting is refused), as a killed hvprof leaves behind, is
+    /// removed and replaced.
     pub fn bind(path: &Path) -> Result<Self, ApiError> {
-        if path.exists() {
-            return Err(ApiError::Exists(path.to_owned()));
-        }
+        remove_stale(path)?;
         let err = |e| ApiError::Listen(path.to_owned(), e);
         let listener = UnixListener::bind(path).map_err(err)?;
         let socket = ApiSocket {
@@ -58,22 +106,42 @@ impl ApiSocket {
         Ok(socket)
     }
 
-    /// Serves requests until the VM's stop signal is requested.
+    /// Serves requests until the VM's stop signal is requested; returns within 100 ms of it,
+    /// whatever the clients do.
     pub fn serve(&self, control: VmControl) {
         let mut state = routes::ApiState::new(control);
-        while !state.control.stop.is_requested() {
-            match self.listener.accept() {
-                Ok((stream, _)) => handle(stream, self.owner, &mut state),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err(e) => {
-                    log::warn!("api: accept failed: {e}");
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            }
-        }
+        serve::serve(&self.listener, self.owner, &mut state, &serve::Limits::API);
     }
+}
+
+/// Makes way for a new socket at `path`: nothing there is fine; a socket whose connect is
+/// refused (nobody listening) is removed, with a warning; anything else is refused: a live
+/// socket, or any other kind of file (never removed).
+fn remove_stale(path: &Path) -> Result<(), ApiError> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(ApiError::Listen(path.to_owned(), e)),
+    };
+    if !meta.file_type().is_socket() {
+        return Err(ApiError::Exists(path.to_owned()));
+    }
+    match UnixStream::connect(path) {
+        Ok(_) => return Err(ApiError::Live(path.to_owned())),
+        Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {}
+        Err(e) => return Err(ApiError::Stale(path.to_owned(), e)),
+    }
+    // Still the socket that refused the connection (not one another process bound since).
+    let again = std::fs::symlink_metadata(path).map_err(|e| ApiError::Stale(path.to_owned(), e))?;
+    if (again.dev(), again.ino()) != (meta.dev(), meta.ino()) {
+        return Err(ApiError::Live(path.to_owned()));
+    }
+    std::fs::remove_file(path).map_err(|e| ApiError::Stale(path.to_owned(), e))?;
+    log::warn!(
+        "{}: removed a stale API socket (nobody was listening on it)",
+        path.display()
+    );
+    Ok(())
 }
 
 impl Drop for ApiSocket {
@@ -83,7 +151,7 @@ impl Drop for ApiSocket {
 }
 
 /// The peer's user id.
-fn peer_uid(stream: &UnixStream) -> Option<u32> {
+pub(crate) fn peer_uid(stream: &UnixStream) -> Option<u32> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,
@@ -103,37 +171,55 @@ fn peer_uid(stream: &UnixStream) -> Option<u32> {
     (rc == 0).then_some(cred.uid)
 }
 
-fn handle(mut stream: UnixStream, owner: u32, state: &mut routes::ApiState) {
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let response = if peer_uid(&stream) != Some(owner) {
-        Response::error(403, "only the owner of the socket may use this API")
-    } else {
-        match read_request(&mut stream) {
-            Ok(req) => state.route(&req),
-            Err(ParseError::TooLarge) => Response::error(413, "request too large"),
-            Err(e) => Response::error(400, &e.to_string()),
-        }
-    };
-    let _ = stream.write_all(&response.to_bytes());
-    state.after_response();
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-fn read_request(stream: &mut UnixStream) -> Result<http::Request, ParseError> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        match parse(&buf) {
-            Ok((req, _)) => return Ok(req),
-            Err(ParseError::Incomplete) => {}
-            Err(e) => return Err(e),
-        }
-        match stream.read(&mut chunk) {
-            Ok(0) | Err(_) => return Err(ParseError::Incomplete),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-        if buf.len() > http::MAX_HEAD + http::MAX_BODY {
-            return Err(ParseError::TooLarge);
-        }
+    fn dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("hvprof-api-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_stale_socket_is_replaced_and_a_live_one_refused() {
+        let d = dir("stale");
+        let path = d.join("api.sock");
+        // A listener dropped without removing its file: what a killed hvprof leaves.
+        drop(UnixListener::bind(&path).unwrap());
+        assert!(path.exists());
+        let socket = ApiSocket::bind(&path).expect("the stale socket is replaced");
+        assert!(UnixStream::connect(&path).is_ok(), "the new socket listens");
+        let e = ApiSocket::bind(&path)
+            .err()
+            .expect("a live socket is refused");
+        assert!(matches!(e, ApiError::Live(_)), "{e}");
+        assert_eq!(e.fault(), Fault::User);
+        assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+        drop(socket);
+        assert!(!path.exists(), "the file goes with its socket");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn what_is_not_a_socket_is_never_removed() {
+        let d = dir("not-socket");
+        let file = d.join("file");
+        std::fs::write(&file, b"keep").unwrap();
+        let e = ApiSocket::bind(&file).err().expect("a file is refused");
+        assert!(matches!(e, ApiError::Exists(_)), "{e}");
+        assert_eq!(std::fs::read(&file).unwrap(), b"keep");
+        // A symbolic link to a stale socket is not a socket either.
+        let stale = d.join("stale.sock");
+        drop(UnixListener::bind(&stale).unwrap());
+        let link = d.join("link");
+        std::os::unix::fs::symlink(&stale, &link).unwrap();
+        let e = ApiSocket::bind(&link).err().expect("a symlink is refused");
+        assert!(matches!(e, ApiError::Exists(_)), "{e}");
+        assert!(std::fs::symlink_metadata(&link).is_ok() && stale.exists());
+        let e = ApiSocket::bind(&d.join("no/such/dir.sock")).err().unwrap();
+        assert_eq!(e.fault(), Fault::User, "{e}");
+        let _ = std::fs::remove_dir_all(&d);
     }
 }

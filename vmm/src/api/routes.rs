@@ -1,6 +1,6 @@
 //! The API's routes.
 
-use std::sync::mpsc::channel;
+use std::sync::mpsc::{channel, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use analysis::hex::{Hex, OptHex};
@@ -9,6 +9,7 @@ use serde_json::json;
 
 use super::addr;
 use super::http::{Request, Response};
+use super::serve::Handler;
 use crate::outcome::RunOutcome;
 use crate::profiler::host::{HostProfileError, HostProfileSpec};
 use crate::profiler::stats::{total, StatsSnapshot};
@@ -79,15 +80,6 @@ impl ApiState {
         }
     }
 
-    /// Runs what must happen after the response went out (shutdown).
-    pub fn after_response(&mut self) {
-        if self.shutdown_requested {
-            self.control
-                .stop
-                .request(RunOutcome::Stopped("the control API".into()));
-        }
-    }
-
     pub fn route(&mut self, req: &Request) -> Response {
         let segments: Vec<&str> = req.path.trim_matches('/').split('/').collect();
         match (req.method.as_str(), segments.as_slice()) {
@@ -132,14 +124,20 @@ impl ApiState {
             .iter()
             .filter(|v| v.request(VcpuRequest::Pause(tx.clone())))
             .count();
+        // Waited for in slices, so the end of the run is noticed here too: the API thread must
+        // not hold up the main thread's join of it.
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut acked = 0;
-        while acked < asked {
+        while acked < asked && !self.control.stop.is_requested() {
             let left = deadline.saturating_duration_since(Instant::now());
-            if rx.recv_timeout(left).is_err() {
+            if left.is_zero() {
                 break;
             }
-            acked += 1;
+            match rx.recv_timeout(left.min(Duration::from_millis(100))) {
+                Ok(_) => acked += 1,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
         }
         self.paused = true;
         self.control.uptime.pause();
@@ -245,6 +243,24 @@ impl ApiState {
             Err(HostProfileError::Unknown(_)) => Response::error(404, "no such profile"),
             Err(e) => Response::error(409, &e.to_string()),
         }
+    }
+}
+
+impl Handler for ApiState {
+    fn stopped(&self) -> bool {
+        self.control.stop.is_requested()
+    }
+
+    fn handle(&mut self, request: &Request) -> (Response, bool) {
+        let response = self.route(request);
+        (response, std::mem::take(&mut self.shutdown_requested))
+    }
+
+    /// The shutdown's answer went out: end the run.
+    fn after(&mut self) {
+        self.control
+            .stop
+            .request(RunOutcome::Stopped("the control API".into()));
     }
 }
 

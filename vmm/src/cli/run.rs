@@ -39,7 +39,10 @@ fn config(
     let mut hooks = RunHooks::default();
     let mut guard = None;
     if let Some(path) = socket {
-        let socket = vmm::api::ApiSocket::bind(&path).map_err(|e| fail(e, STATUS_CONFIG_ERROR))?;
+        let socket = vmm::api::ApiSocket::bind(&path).map_err(|e| {
+            let status = e.fault().exit_status();
+            fail(e, status)
+        })?;
         let socket = std::sync::Arc::new(socket);
         guard = Some(socket.clone());
         hooks
