@@ -93,7 +93,15 @@ impl ApiSocket {
     pub fn bind(path: &Path) -> Result<Self, ApiError> {
         remove_stale(path)?;
         let err = |e| ApiError::Listen(path.to_owned(), e);
-        let listener = UnixListener::bind(path).map_err(err)?;
+        // Created owner-only: bind applies the umask, and a chmod afterwards would leave a
+        // moment in which the socket had the default mode. The VM is not built yet, so no
+        // other thread creates files meanwhile.
+        // SAFETY: umask has no preconditions; the old mask is restored below.
+        let old_mask = unsafe { libc::umask(0o177) };
+        let bound = UnixListener::bind(path);
+        // SAFETY: as above.
+        unsafe { libc::umask(old_mask) };
+        let listener = bound.map_err(err)?;
         let socket = ApiSocket {
             listener,
             path: path.to_owned(),
