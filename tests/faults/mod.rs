@@ -3,14 +3,14 @@
 //! nothing hangs past its bound, and that the exit status is the documented one
 //! (docs/architecture.md, "Guarantees").
 
-/// Outputs: full file systems, kills during the write, symlinks, unwritable `--out`.
-mod outputs;
 /// The control API: slow and idle clients, stale socket files.
 mod api;
-/// Inputs: FIFOs, devices, directories, oversized files; signals before any input is opened.
-mod inputs;
 /// Disk and kernel images: corrupt qcow2 headers, truncated bzImages.
 mod images;
+/// Inputs: FIFOs, devices, directories, oversized files; signals before any input is opened.
+mod inputs;
+/// Outputs: full file systems, kills during the write, symlinks, unwritable `--out`.
+mod outputs;
 /// Saved profiles and compare/merge arguments: inconsistent counts, non-finite thresholds,
 /// control characters in text that reaches XML, JSON, Markdown and the terminal.
 mod profiles;
