@@ -28,6 +28,7 @@ pub mod json;
 pub mod load;
 pub mod pprof;
 pub mod profile;
+pub mod sanitize;
 pub mod symbols;
 pub mod text;
 pub mod validate;
