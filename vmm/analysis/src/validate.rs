@@ -12,7 +12,10 @@
 //! - `total` is the sum of the counts, and that sum fits 64 bits;
 //! - `functions`, when present, add up to `total`; `stacks` plus `stacks_dropped` add up to at
 //!   most `total` (a sample whose stack could not be walked has none);
-//! - every module's and guest module's `base + size` is at most 2^64.
+//! - every module's and guest module's `base + size` is at most 2^64;
+//! - all objects' totals together are at most 2^63-1, so that any output may add them up
+//!   (a flame graph stacks every object; inferno's differential graph subtracts counts as
+//!   signed 64-bit numbers), and so may a comparison of two profiles.
 //!
 //! Counts are any 64-bit value: a real run's counts are far smaller (a guest object's counters
 //! are 32-bit, a host profile's one per sample), but merged profiles add up, and every sum here
@@ -155,7 +158,10 @@ pub fn check(p: &Profile) -> Result<(), Inconsistent> {
     for (i, o) in p.objects.iter().enumerate() {
         check_object(&format!("objects[{i}]"), o)?;
     }
-    Ok(())
+    match checked_sum(p.objects.iter().map(|o| o.total)) {
+        Some(t) if t <= i64::MAX.unsigned_abs() => Ok(()),
+        _ => Err(bad("objects", "their totals add up past 2^63-1")),
+    }
 }
 
 #[cfg(test)]
@@ -187,7 +193,8 @@ mod tests {
         (o.size, o.buckets) = (Hex(u64::MAX), 1 << 60);
         o.counts = vec![(0, 1), (u64::MAX >> 4, u64::MAX - 1)];
         o.total = u64::MAX;
-        check(&p).unwrap();
+        // One object may count up to 2^64-1 (all of a profile's objects together, 2^63-1).
+        check_object("objects[0]", &p.objects[0]).unwrap();
         // Starting higher, its range ends exactly at 2^64.
         let o = &mut p.objects[0];
         (o.base, o.size) = (Hex(0x1000), Hex(0u64.wrapping_sub(0x1000)));
@@ -267,6 +274,22 @@ mod tests {
                 "{e:?} does not start with {expected:?}"
             );
         }
+    }
+
+    #[test]
+    fn all_totals_together_fit_63_bits() {
+        let mut p = sample_profile(0x1000);
+        let o = &mut p.objects[0];
+        o.counts = vec![(0, 1 << 62)];
+        o.total = 1 << 62;
+        p.objects.push(p.objects[0].clone());
+        assert_eq!(
+            check(&p).unwrap_err().to_string(),
+            "objects: their totals add up past 2^63-1"
+        );
+        p.objects[1].counts[0].1 -= 1;
+        p.objects[1].total -= 1;
+        check(&p).unwrap();
     }
 
     #[test]

@@ -245,6 +245,10 @@ pub enum MergeError {
         /// The other's.
         theirs: String,
     },
+    /// The merged profile would not pass [`crate::validate`] (its objects' totals together
+    /// pass 2^63-1).
+    #[error("the merged profile is not consistent")]
+    Inconsistent(#[source] crate::validate::Inconsistent),
     /// A sum passed 2^64-1.
     #[error("adding profile {other}: {what} passes 2^64-1")]
     Overflow {
@@ -259,7 +263,7 @@ impl MergeError {
     /// The profile (numbered from 1) the error is about, if one.
     pub fn profile(&self) -> Option<usize> {
         match self {
-            MergeError::Empty => None,
+            MergeError::Empty | MergeError::Inconsistent(_) => None,
             MergeError::SameRun { again: p, .. }
             | MergeError::Different { other: p, .. }
             | MergeError::Overflow { other: p, .. } => Some(*p),
@@ -370,6 +374,8 @@ pub fn merge_profiles(profiles: Vec<Profile>) -> Result<Profile, MergeError> {
         }
     }
     merged.run.outcome = format!("merged from {runs} runs");
+    // What merge writes, report and compare must read.
+    crate::validate::check(&merged).map_err(MergeError::Inconsistent)?;
     Ok(merged)
 }
 
@@ -591,5 +597,15 @@ mod tests {
         let m = merge_profiles(vec![a, rerun(sample_profile(0x1000))]).unwrap();
         assert!(m.objects[0].functions.is_empty());
         crate::validate::check(&m).unwrap();
+        // Each object's sum fits, all of them together do not: refused.
+        let mut a = sample_profile(0x1000);
+        a.objects[0].counts = vec![(0, 1 << 62)];
+        a.objects[0].total = 1 << 62;
+        let mut b = rerun(a.clone());
+        b.objects[0].id = 2;
+        assert!(matches!(
+            merge_profiles(vec![a, b]),
+            Err(MergeError::Inconsistent(_))
+        ));
     }
 }
