@@ -12,6 +12,7 @@
 //! - `total` is the sum of the counts, and that sum fits 64 bits;
 //! - `functions`, when present, add up to `total`; `stacks` plus `stacks_dropped` add up to at
 //!   most `total` (a sample whose stack could not be walked has none);
+//! - `run.wall_time_s` is finite and not negative (a merge adds them up);
 //! - every module's and guest module's `base + size` is at most 2^64;
 //! - all objects' totals together are at most 2^63-1, so that any output may add them up
 //!   (a flame graph stacks every object; inferno's differential graph subtracts counts as
@@ -149,6 +150,14 @@ pub fn check_object(at: &str, o: &ProfileObject) -> Result<(), Inconsistent> {
 
 /// Checks a whole profile (its format name and version are [`crate::json::read`]'s).
 pub fn check(p: &Profile) -> Result<(), Inconsistent> {
+    let wall = p.run.wall_time_s;
+    // JSON has no infinity: one written would read back as null.
+    if !(wall.is_finite() && wall >= 0.0) {
+        return Err(bad(
+            "run.wall_time_s",
+            format!("{wall} is not a finite number of seconds"),
+        ));
+    }
     for (i, m) in p.modules.iter().enumerate() {
         range_fits(&format!("modules[{i}].size"), m.base.0, m.size.0)?;
     }
@@ -290,6 +299,15 @@ mod tests {
         p.objects[1].counts[0].1 -= 1;
         p.objects[1].total -= 1;
         check(&p).unwrap();
+    }
+
+    #[test]
+    fn the_wall_time_is_finite_and_not_negative() {
+        let mut p = sample_profile(0x1000);
+        for bad in [f64::INFINITY, f64::NAN, -1.0] {
+            p.run.wall_time_s = bad;
+            assert_eq!(check(&p).unwrap_err().at, "run.wall_time_s");
+        }
     }
 
     #[test]
