@@ -18,12 +18,25 @@ pub fn report(a: &ReportArgs) -> ExitCode {
         Ok(f) => f.map(|f| f.with_images(a.annotate)),
         Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
     };
-    let mut run = || -> Result<String, analysis::ReportError> {
-        let profile = analysis::read_profile(&a.profile)?;
-        let symbols = vmm::export::saved_profile_symbols(&profile, &a.symbols, finder.as_mut())?;
+    // Reading the profile and its symbols is the user's input (status 2); writing `--out`
+    // is the host's (status 12, as for compare's and merge's outputs) once the directory is
+    // there.
+    let mut run = || -> Result<String, (analysis::ReportError, i32)> {
+        let user = |e| (e, STATUS_CONFIG_ERROR);
+        let profile = analysis::read_profile(&a.profile).map_err(user)?;
+        let symbols = vmm::export::saved_profile_symbols(&profile, &a.symbols, finder.as_mut())
+            .map_err(user)?;
         symbols::report_missing(&symbols);
         if let Some(dir) = &a.out {
-            let files = analysis::write_all(dir, &profile, &symbols)?;
+            let files = analysis::write_all(dir, &profile, &symbols).map_err(|e| {
+                // A directory that cannot be made is the path the user gave; a write that
+                // fails once the files are being made is the host's.
+                let status = match e {
+                    analysis::ReportError::CreateDir(..) => STATUS_CONFIG_ERROR,
+                    _ => STATUS_HOST_ERROR,
+                };
+                (e, status)
+            })?;
             for path in files.all() {
                 eprintln!("hvprof: wrote {}", path.display());
             }
@@ -39,7 +52,7 @@ pub fn report(a: &ReportArgs) -> ExitCode {
             print!("{text}");
             ExitCode::SUCCESS
         }
-        Err(e) => fail(e, STATUS_CONFIG_ERROR),
+        Err((e, status)) => fail(e, status),
     }
 }
 
