@@ -357,9 +357,13 @@ fn nt_modules() -> Vec<u8> {
     v
 }
 
+/// A consistent profile.json for `profile_json`: a guest object with per-function totals and
+/// a whole-space host profile (`buckets` past 2^53, as a string) with call stacks.
+const PROFILE_JSON: &str = r#"{"format":"hvprof-profile","format_version":3,"hvprof_version":"0.1.0","run":{"kernel":"refguest (built in)","cmdline":"scenario=shares","protocol":"PVH","vcpus":1,"memory_mib":256,"start_time":"2026-11-26T09:00:00.000Z","wall_time_s":0.5,"outcome":"guest wrote 0x10 to isa-debug-exit (status 33)","exit_status":0,"interval_100ns":10000},"vcpus":[{"vcpu":0,"samples":40,"attributed":40,"outside":0,"lost":1,"counts":70,"injected":0,"hypercalls":7}],"modules":[{"name":"refguest","kind":"elf","path":null,"base":"0x100000","size":"0x3ff01000","debug_id":null}],"objects":[{"id":1,"owner":"guest","process":null,"base":"0x40000000","size":"0x1000","bucket_shift":4,"source":0,"source_name":"ProfileTime","affinity":[0],"buckets":256,"total":30,"counts":[["0x0",5],["0x4",10],["0x8",15]],"functions":[{"module":"refguest","name":"shares_f4","samples":15},{"module":"refguest","name":"shares_f2","samples":10},{"module":"refguest","name":"shares_f1","samples":5}]},{"id":1,"owner":"host","process":null,"base":"0x0","size":"0xffffffffffffffff","bucket_shift":4,"source":0,"source_name":"ProfileTime","affinity":[0],"buckets":"0x1000000000000000","total":40,"counts":[["0x10000",10],["0x4000000",30]],"functions":[],"stacks":[{"pcs":["0x40000080","0x100010"],"truncated":false,"count":30},{"pcs":["0x100000"],"truncated":true,"count":9}],"stacks_dropped":1}]}"#;
+
 fn main() -> std::io::Result<()> {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
-    let seeds: [(&str, &str, Vec<u8>); 11] = [
+    let seeds: [(&str, &str, Vec<u8>); 12] = [
         ("platform_io", "virtio-ioeventfd", virtio(true, false)),
         ("platform_io", "virtio-exits", virtio(false, false)),
         ("platform_io", "virtio-ring", virtio(true, true)),
@@ -371,6 +375,7 @@ fn main() -> std::io::Result<()> {
         ("stack_walk", "pe-frames", pe_frames()),
         ("pe_image", "named", pe_image()),
         ("nt_modules", "three", nt_modules()),
+        ("profile_json", "two-objects", PROFILE_JSON.as_bytes().to_vec()),
     ];
     for (target, name, bytes) in seeds {
         let at = Path::new(&dir).join(target);

@@ -36,7 +36,7 @@ pub fn render(p: &Profile, symbols: &Symbols, top: usize) -> String {
             bucket(&mut out, o, &counts, &b, symbols);
         }
     }
-    out
+    crate::sanitize::terminal(&out).into_owned()
 }
 
 /// One bucket's listing; `counts`: the object's counts by bucket index.

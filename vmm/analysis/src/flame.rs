@@ -46,7 +46,7 @@ pub fn frame_name(symbols: &Symbols, pc: u64, ret: bool) -> String {
 /// The folded stacks of `profile`: one line per stack of objects with stacks, one per
 /// nonzero bucket of the others.
 pub fn folded(profile: &Profile, symbols: &Symbols) -> Vec<String> {
-    let clean = |s: &str| s.replace(';', ":");
+    let clean = |s: &str| crate::sanitize::flame_frame(s);
     let mut lines = Vec::new();
     for o in &profile.objects {
         let root = format!("object {} ({})", o.id, o.scope());
@@ -107,7 +107,10 @@ pub fn folded(profile: &Profile, symbols: &Symbols) -> Vec<String> {
 pub fn write(profile: &Profile, symbols: &Symbols, w: impl Write) -> Result<(), ReportError> {
     let lines = folded(profile, symbols);
     let mut opts = inferno::flamegraph::Options::default();
-    opts.title = format!("hvprof: {} {}", profile.run.kernel, profile.run.cmdline);
+    opts.title = crate::sanitize::flame_frame(&format!(
+        "hvprof: {} {}",
+        profile.run.kernel, profile.run.cmdline
+    ));
     opts.count_name = "samples".to_string();
     opts.name_type = "Bucket:".to_string();
     match inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w) {
@@ -137,10 +140,10 @@ pub fn write_diff(
         .map_err(ReportError::Io)?;
     let diff = String::from_utf8_lossy(&diff);
     let mut opts = inferno::flamegraph::Options::default();
-    opts.title = format!(
+    opts.title = crate::sanitize::flame_frame(&format!(
         "hvprof compare: {} {} (red: more samples than the base run, blue: fewer)",
         new.0.run.kernel, new.0.run.cmdline
-    );
+    ));
     opts.count_name = "samples".to_string();
     let lines: Vec<&str> = diff.lines().collect();
     match inferno::flamegraph::from_lines(&mut opts, lines.iter().copied(), w) {
@@ -257,5 +260,36 @@ mod tests {
         let mut svg = Vec::new();
         write(&empty, &symbols, &mut svg).unwrap();
         assert!(String::from_utf8(svg).unwrap().contains("<svg"));
+    }
+
+    /// Regression: control characters in the command line and in symbol names reached
+    /// flamegraph.svg, which XML parsers then refused.
+    #[test]
+    fn guest_text_cannot_break_the_svg() {
+        let mut p = sample_profile(0x1000);
+        p.run.cmdline = "a\0\x1b[31m</text></g>&\u{fffe}".into();
+        let hostile = "hot\x01;</g>&\n\u{ffff}";
+        let symbols = Symbols::from_module(module("m", 0x1000, &[(0x70, 0x30, hostile)]));
+        for diff in [false, true] {
+            let mut svg = Vec::new();
+            if diff {
+                write_diff((&p, &symbols), (&p, &symbols), &mut svg).unwrap();
+            } else {
+                write(&p, &symbols, &mut svg).unwrap();
+            }
+            let svg = String::from_utf8(svg).unwrap();
+            assert!(
+                !svg.chars()
+                    .any(|c| (c.is_control() && !"\n\t\r".contains(c))
+                        || c == '\u{fffe}'
+                        || c == '\u{ffff}'),
+                "{svg}"
+            );
+            assert!(!svg.contains("</g>&"), "markup escaped");
+            assert!(
+                svg.contains("hot\u{fffd}:&lt;/g&gt;&amp; \u{fffd}"),
+                "{svg}"
+            );
+        }
     }
 }

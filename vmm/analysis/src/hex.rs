@@ -67,22 +67,82 @@ impl<'de> Deserialize<'de> for OptHex {
     }
 }
 
+/// The largest integer every JSON reader holds exactly (readers of doubles: jq, JavaScript).
+pub const MAX_EXACT: u64 = 1 << 53;
+
+/// A count or size: a JSON number up to [`MAX_EXACT`], a `"0x..."` string above it (the rule
+/// of docs/profile-json.md: no JSON number hvprof writes is one a reader of doubles rounds).
+/// Either form is read, at any value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Big(pub u64);
+
+impl Serialize for Big {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.0 <= MAX_EXACT {
+            s.serialize_u64(self.0)
+        } else {
+            Hex(self.0).serialize(s)
+        }
+    }
+}
+
+struct BigVisitor;
+
+impl Visitor<'_> for BigVisitor {
+    type Value = Big;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a non-negative integer, or a 0x-prefixed hex string of at most 64 bits")
+    }
+
+    fn visit_u64<E: Error>(self, v: u64) -> Result<Big, E> {
+        Ok(Big(v))
+    }
+
+    fn visit_str<E: Error>(self, s: &str) -> Result<Big, E> {
+        HexVisitor.visit_str(s).map(|h| Big(h.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Big {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(BigVisitor)
+    }
+}
+
+/// Serde for a `u64` field written as a [`Big`]: `#[serde(with = "hex::big")]`.
+pub mod big {
+    use super::Big;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    /// Writes a number up to 2^53, a hex string above.
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        Big(*v).serialize(s)
+    }
+
+    /// Reads either form.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        Big::deserialize(d).map(|b| b.0)
+    }
+}
+
 /// Serde for sparse counts (`Vec<(index, count)>`) written as `[["0x...", count], ...]`: the
 /// index as a [`Hex`] string (a whole-space host profile's bucket indices pass 2^53), the
-/// count a number. Use with `#[serde(with = "hex::indexed_counts")]`.
+/// count a [`Big`](super::Big) (a number up to 2^53). Use with
+/// `#[serde(with = "hex::indexed_counts")]`.
 pub mod indexed_counts {
-    use super::Hex;
+    use super::{Big, Hex};
     use serde::{Deserialize, Deserializer, Serializer};
 
     /// Writes each pair as `["0x...", count]`.
     pub fn serialize<S: Serializer>(counts: &[(u64, u64)], s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(counts.iter().map(|(i, c)| (Hex(*i), *c)))
+        s.collect_seq(counts.iter().map(|(i, c)| (Hex(*i), Big(*c))))
     }
 
     /// Reads `[["0x...", count], ...]` (numeric indices are refused).
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(u64, u64)>, D::Error> {
-        let pairs = Vec::<(Hex, u64)>::deserialize(d)?;
-        Ok(pairs.into_iter().map(|(i, c)| (i.0, c)).collect())
+        let pairs = Vec::<(Hex, Big)>::deserialize(d)?;
+        Ok(pairs.into_iter().map(|(i, c)| (i.0, c.0)).collect())
     }
 }
 
@@ -137,6 +197,29 @@ mod tests {
     }
 
     #[test]
+    fn big_values_are_numbers_up_to_2_53_and_hex_strings_above() {
+        let text = |v: u64| serde_json::to_string(&Big(v)).unwrap();
+        assert_eq!(text(0), "0");
+        assert_eq!(text(MAX_EXACT), "9007199254740992");
+        assert_eq!(text(MAX_EXACT + 1), r#""0x20000000000001""#);
+        assert_eq!(text(u64::MAX), r#""0xffffffffffffffff""#);
+        for v in [0, 5, MAX_EXACT, MAX_EXACT + 1, 1 << 60, u64::MAX] {
+            assert_eq!(serde_json::from_str::<Big>(&text(v)).unwrap(), Big(v));
+            let value = serde_json::to_value(Big(v)).unwrap();
+            assert_eq!(serde_json::from_value::<Big>(value).unwrap(), Big(v));
+        }
+        // Both forms are read at any value.
+        assert_eq!(serde_json::from_str::<Big>(r#""0x10""#).unwrap(), Big(16));
+        assert_eq!(
+            serde_json::from_str::<Big>("18446744073709551615").unwrap(),
+            Big(u64::MAX)
+        );
+        for bad in ["-1", "1.5", r#""16""#, "null", "1e3"] {
+            assert!(serde_json::from_str::<Big>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn indexed_counts_write_hex_indices_and_number_counts() {
         #[derive(Debug, PartialEq, Serialize, Deserialize)]
         struct O {
@@ -159,6 +242,7 @@ mod tests {
         assert!(serde_json::from_str::<O>(r#"{"counts":[[2,5]]}"#).is_err());
         assert!(serde_json::from_str::<O>(r#"{"counts":[["0x+2",5]]}"#).is_err());
         assert!(serde_json::from_str::<O>(r#"{"counts":[["0x2","5"]]}"#).is_err());
+        assert!(serde_json::from_str::<O>(r#"{"counts":[["0x2",-5]]}"#).is_err());
         assert!(serde_json::from_str::<O>(r#"{"counts":[["0x2"]]}"#).is_err());
     }
 }

@@ -68,9 +68,21 @@ pub struct HostObject<'a> {
 }
 
 impl ProfileObject {
-    /// A guest agent's object, not yet symbolized; only its nonzero buckets are kept.
+    /// A guest agent's object, not yet symbolized; only its nonzero buckets inside the
+    /// profiled range are kept. Counters past the range (the buffer may hold more than the
+    /// range needs) count no sample: only the guest itself can have written them, and a
+    /// saved profile lists no bucket outside its range ([`crate::validate`]).
     pub fn from_guest(o: &GuestObject) -> Self {
         let c = o.config;
+        let in_range =
+            |i: usize| (u128::from(i as u64) << c.bucket_size.min(63)) < u128::from(c.size);
+        let counts: Vec<(u64, u64)> = o
+            .counts
+            .iter()
+            .enumerate()
+            .filter(|(i, c)| **c > 0 && in_range(*i))
+            .map(|(i, c)| (i as u64, u64::from(*c)))
+            .collect();
         ProfileObject {
             id: o.id,
             owner: ObjectOwner::Guest,
@@ -82,14 +94,9 @@ impl ProfileObject {
             source_name: source_name(c.source.0).to_string(),
             affinity: c.affinity.iter().collect(),
             buckets: o.counts.len() as u64,
-            total: o.counts.iter().map(|c| u64::from(*c)).sum(),
-            counts: o
-                .counts
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| **c > 0)
-                .map(|(i, c)| (i as u64, u64::from(*c)))
-                .collect(),
+            // 32-bit counters, at most 2^30 of them (a u32 buffer size): no overflow.
+            total: counts.iter().map(|(_, c)| c).sum(),
+            counts,
             functions: Vec::new(),
             stacks: Vec::new(),
             stacks_dropped: 0,
@@ -192,6 +199,37 @@ mod tests {
         );
     }
 
+    /// Regression: a guest that wrote its buffer's counters past the profiled range got them
+    /// into profile.json, which then failed its own consistency check.
+    #[test]
+    fn guest_counters_past_the_range_are_not_exported() {
+        let config = ObjectConfig {
+            size: 0x21,
+            buffer_size: 32,
+            ..config()
+        };
+        let o = ProfileObject::from_guest(&GuestObject {
+            id: 1,
+            config: &config,
+            counts: &[1, 0, 2, u32::MAX, 5, 0, 0, u32::MAX],
+        });
+        assert_eq!(
+            o.counts,
+            vec![(0, 1), (2, 2)],
+            "buckets 0..=2 cover 0x21 bytes"
+        );
+        assert_eq!((o.buckets, o.total), (8, 3));
+        crate::validate::check_object("objects[0]", &o).unwrap();
+        let empty = ObjectConfig { size: 0, ..config };
+        let o = ProfileObject::from_guest(&GuestObject {
+            id: 2,
+            config: &empty,
+            counts: &[u32::MAX; 4],
+        });
+        assert!(o.counts.is_empty() && o.total == 0);
+        crate::validate::check_object("objects[0]", &o).unwrap();
+    }
+
     #[test]
     fn a_whole_space_host_profile_spans_every_bucket_on_every_vcpu() {
         let counts = BTreeMap::from([(0x100, 3), (u64::MAX >> 4, 1)]);
@@ -228,6 +266,18 @@ mod tests {
             (u64::MAX, 1 << 60),
             "2^64 bytes saturate; the last bucket is still counted"
         );
+        crate::validate::check_object("objects[0]", &o).unwrap();
+        let top_counts = BTreeMap::from([(0, 1), ((u64::MAX - 0x1000) >> 4, 1)]);
+        let to_the_top = ProfileObject::from_host(
+            &HostObject {
+                start: 0x1000,
+                counts: &top_counts,
+                stacks: &[],
+                ..h
+            },
+            2,
+        );
+        crate::validate::check_object("objects[0]", &to_the_top).unwrap();
         assert_eq!(
             o.process.0,
             Some(0x1234_5000),
@@ -275,8 +325,12 @@ mod tests {
         });
         let owners: Vec<ObjectOwner> = p.objects.iter().map(|o| o.owner).collect();
         assert_eq!(owners, [ObjectOwner::Guest, ObjectOwner::Host]);
-        assert_eq!((p.hvprof_version.as_str(), p.run), ("9.9.9", run));
+        assert_eq!((p.hvprof_version.as_str(), &p.run), ("9.9.9", &run));
         assert_eq!(p.objects[1].affinity, vec![0, 1], "the run's two vCPUs");
         assert_eq!((p.format_version, p.modules.len()), (FORMAT_VERSION, 0));
+        // What hvprof writes, it reads back: the consistency check passes.
+        let mut buf = Vec::new();
+        crate::json::write(&p, &mut buf).unwrap();
+        assert_eq!(crate::json::read(&buf[..]).unwrap(), p);
     }
 }

@@ -19,7 +19,8 @@ pub fn write(profile: &Profile, mut w: impl Write) -> Result<(), ReportError> {
 /// Reads a profile.json, checking its format name and version first so that a file of
 /// another version gets a clear error rather than a field-by-field complaint. A version-1 file
 /// (bucket indices as numbers) is upgraded as it is read: the profile returned is always of
-/// [`FORMAT_VERSION`], so writing it again writes the current version.
+/// [`FORMAT_VERSION`], so writing it again writes the current version. The profile is then
+/// checked for consistency ([`crate::validate`]): nothing reads a profile that fails.
 pub fn read(mut r: impl Read) -> Result<Profile, ReportError> {
     let mut text = String::new();
     r.read_to_string(&mut text).map_err(ReportError::Io)?;
@@ -28,24 +29,31 @@ pub fn read(mut r: impl Read) -> Result<Profile, ReportError> {
     if format != Some(FORMAT_NAME) {
         return Err(ReportError::NotAProfile);
     }
-    let version = value.get("format_version").and_then(|v| v.as_u64());
+    let version = match value.get("format_version") {
+        Some(v) => v
+            .as_u64()
+            .ok_or_else(|| ReportError::VersionNotANumber(format!("{v} is not an integer")))?,
+        None => return Err(ReportError::VersionNotANumber("missing".to_string())),
+    };
     match version {
-        Some(v) if v == u64::from(FORMAT_VERSION) => {}
+        v if v == u64::from(FORMAT_VERSION) => {}
         // Version 3 only added optional fields.
-        Some(2) => value["format_version"] = FORMAT_VERSION.into(),
-        Some(1) => {
+        2 => value["format_version"] = FORMAT_VERSION.into(),
+        1 => {
             upgrade_from_v1(&mut value)?;
             value["format_version"] = FORMAT_VERSION.into();
         }
         _ => {
             return Err(ReportError::Version {
-                found: version.unwrap_or(0),
+                found: version,
                 oldest: OLDEST_FORMAT_VERSION,
                 newest: FORMAT_VERSION,
             })
         }
     }
-    serde_json::from_value(value).map_err(ReportError::Json)
+    let profile: Profile = serde_json::from_value(value).map_err(ReportError::Json)?;
+    crate::validate::check(&profile)?;
+    Ok(profile)
 }
 
 /// Version 1 to 2: every object's `counts` index, a number in version 1, becomes a `"0x..."`
@@ -78,6 +86,7 @@ fn upgrade_from_v1(value: &mut Value) -> Result<(), ReportError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hex::Hex;
     use crate::profile::tests::sample_profile;
     use crate::symbols::tests::module;
     use crate::Symbols;
@@ -128,8 +137,6 @@ mod tests {
             (Value::from(99), 99),
             (Value::from(4), 4),
             (Value::from(0), 0),
-            (Value::from("2"), 0),
-            (Value::Null, 0),
         ] {
             let mut v = serde_json::to_value(&p).unwrap();
             v["format_version"] = bad.clone();
@@ -142,12 +149,27 @@ mod tests {
                 "{bad}: {e:?}"
             );
         }
+        // Regression: a string version read as "version 0".
+        for (bad, message) in [
+            (Value::from("2"), r#""2" is not an integer"#),
+            (Value::from(2.5), "2.5 is not an integer"),
+            (Value::from(-1), "-1 is not an integer"),
+            (Value::Null, "null is not an integer"),
+        ] {
+            let mut v = serde_json::to_value(&p).unwrap();
+            v["format_version"] = bad.clone();
+            let e = read(v.to_string().as_bytes()).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("format_version: {message}; this hvprof reads the integers 1 to 3")
+            );
+        }
         let mut v = serde_json::to_value(&p).unwrap();
         v.as_object_mut().unwrap().remove("format_version");
         let e = read(v.to_string().as_bytes()).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "profile format version 0; this hvprof reads versions 1 to 3"
+            "format_version: missing; this hvprof reads the integers 1 to 3"
         );
         v["format_version"] = 99.into();
         let e = read(v.to_string().as_bytes()).unwrap_err();
@@ -175,8 +197,10 @@ mod tests {
     fn version_1_files_are_read_and_upgraded() {
         let mut p = sample_profile(0);
         // A whole-space host profile's index of a kernel address, past 2^53.
-        p.objects[0].counts.push((0xffff_ffff_8100_0000 >> 4, 3));
-        p.objects[0].counts.push((u64::MAX >> 4, 1));
+        let o = &mut p.objects[0];
+        (o.size, o.buckets, o.total) = (Hex(u64::MAX), 1 << 60, o.total + 4);
+        o.counts.push((0xffff_ffff_8100_0000 >> 4, 3));
+        o.counts.push((u64::MAX >> 4, 1));
         let v1 = as_version_1(&p);
         assert!(v1.contains(r#""format_version":1"#), "{v1}");
         assert!(
@@ -198,6 +222,42 @@ mod tests {
             "{v2}"
         );
         assert_eq!(read(v2.as_bytes()).unwrap(), p);
+    }
+
+    /// Regression: `buckets` of a whole-space profile (2^60) was written as a JSON number,
+    /// which readers of doubles round; so was any count or total past 2^53.
+    #[test]
+    fn numbers_past_2_53_are_written_as_hex_strings_and_read_back() {
+        let mut p = sample_profile(0);
+        let o = &mut p.objects[0];
+        (o.size, o.buckets) = (Hex(u64::MAX), (1 << 60) + 1);
+        o.counts = vec![(0, (1 << 53) + 1), (1 << 59, 1 << 53)];
+        o.total = (1 << 54) + 1;
+        let mut buf = Vec::new();
+        write(&p, &mut buf).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        assert!(text.contains(r#""buckets":"0x1000000000000001""#), "{text}");
+        assert!(text.contains(r#""total":"0x40000000000001""#), "{text}");
+        assert!(
+            text.contains(
+                r#""counts":[["0x0","0x20000000000001"],["0x800000000000000",9007199254740992]]"#
+            ),
+            "{text}"
+        );
+        assert_eq!(read(text.as_bytes()).unwrap(), p);
+        // Every JSON number written is exact as a double.
+        let v: Value = serde_json::from_str(&text).unwrap();
+        fn numbers(v: &Value, out: &mut Vec<u64>) {
+            match v {
+                Value::Number(n) => out.extend(n.as_u64()),
+                Value::Array(a) => a.iter().for_each(|x| numbers(x, out)),
+                Value::Object(o) => o.values().for_each(|x| numbers(x, out)),
+                _ => {}
+            }
+        }
+        let mut all = Vec::new();
+        numbers(&v, &mut all);
+        assert!(all.iter().all(|n| *n <= crate::hex::MAX_EXACT), "{all:?}");
     }
 
     #[test]

@@ -30,8 +30,10 @@ pub mod json;
 pub mod load;
 pub mod pprof;
 pub mod profile;
+pub mod sanitize;
 pub mod symbols;
 pub mod text;
+pub mod validate;
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -53,13 +55,24 @@ pub enum ReportError {
     /// Malformed JSON, or JSON that does not fit the schema.
     #[error("invalid profile JSON")]
     Json(#[source] serde_json::Error),
+    /// Well-formed JSON whose fields disagree (an index past `buckets`, a total that is not
+    /// the sum of the counts...): see [`validate`].
+    #[error(transparent)]
+    Inconsistent(#[from] validate::Inconsistent),
     /// The JSON is not an hvprof profile.
     #[error("not an hvprof profile (its \"format\" is not \"hvprof-profile\")")]
     NotAProfile,
+    /// `format_version` missing, or not a non-negative integer (`"2"`, `2.5`, `-1`).
+    #[error(
+        "format_version: {0}; this hvprof reads the integers {OLDEST} to {NEWEST}",
+        OLDEST = profile::OLDEST_FORMAT_VERSION,
+        NEWEST = profile::FORMAT_VERSION
+    )]
+    VersionNotANumber(String),
     /// A profile of a format version this build does not read.
     #[error("profile format version {found}; this hvprof reads versions {oldest} to {newest}")]
     Version {
-        /// The file's version (0 when it has none).
+        /// The file's version.
         found: u64,
         /// The oldest version this build reads.
         oldest: u32,

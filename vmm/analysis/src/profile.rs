@@ -56,6 +56,7 @@ pub struct RunInfo {
     /// Number of vCPUs.
     pub vcpus: u32,
     /// Guest memory in MiB.
+    #[serde(with = "super::hex::big")]
     pub memory_mib: u64,
     /// When the run started, RFC 3339 in UTC with milliseconds.
     pub start_time: String,
@@ -87,18 +88,25 @@ pub struct VcpuStats {
     /// vCPU index.
     pub vcpu: u32,
     /// Samples taken.
+    #[serde(with = "super::hex::big")]
     pub samples: u64,
     /// Samples that counted into at least one object.
+    #[serde(with = "super::hex::big")]
     pub attributed: u64,
     /// Samples outside every started object.
+    #[serde(with = "super::hex::big")]
     pub outside: u64,
     /// Timer ticks lost to coalescing.
+    #[serde(with = "super::hex::big")]
     pub lost: u64,
     /// Counter increments (one per matching object).
+    #[serde(with = "super::hex::big")]
     pub counts: u64,
     /// Profile interrupts injected.
+    #[serde(with = "super::hex::big")]
     pub injected: u64,
     /// Hypercalls served.
+    #[serde(with = "super::hex::big")]
     pub hypercalls: u64,
 }
 
@@ -167,6 +175,7 @@ pub struct FunctionCount {
     /// The function (or `module+0xrva`, or the bare address, where no symbol covers it).
     pub name: String,
     /// Samples counted in buckets that start inside it.
+    #[serde(with = "super::hex::big")]
     pub samples: u64,
 }
 
@@ -207,6 +216,7 @@ impl FunctionCount {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProfileObject {
     /// The object's id (unique for the run).
+    #[serde(with = "super::hex::big")]
     pub id: u64,
     /// Who created it.
     pub owner: ObjectOwner,
@@ -225,8 +235,10 @@ pub struct ProfileObject {
     /// The vCPUs it sampled.
     pub affinity: Vec<u32>,
     /// Number of buckets.
+    #[serde(with = "super::hex::big")]
     pub buckets: u64,
     /// Sum of all counts.
+    #[serde(with = "super::hex::big")]
     pub total: u64,
     /// The nonzero buckets, as `(index, count)` in index order; in profile.json each is
     /// `["0x...", count]` (the index as a hex string).
@@ -239,7 +251,7 @@ pub struct ProfileObject {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stacks: Vec<StackCount>,
     /// Samples whose stack did not fit hvprof's table: in `counts`, not in `stacks`.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_zero", with = "super::hex::big")]
     pub stacks_dropped: u64,
 }
 
@@ -257,6 +269,7 @@ pub struct StackCount {
     #[serde(default)]
     pub truncated: bool,
     /// Samples.
+    #[serde(with = "super::hex::big")]
     pub count: u64,
 }
 
@@ -371,7 +384,7 @@ impl Profile {
         }
     }
 
-    /// Samples over all vCPUs.
+    /// Samples over all vCPUs (saturating: a file's counters are not trusted to add up).
     pub fn total_stats(&self) -> VcpuStats {
         self.vcpus.iter().fold(
             VcpuStats {
@@ -386,13 +399,13 @@ impl Profile {
             },
             |a, s| VcpuStats {
                 vcpu: 0,
-                samples: a.samples + s.samples,
-                attributed: a.attributed + s.attributed,
-                outside: a.outside + s.outside,
-                lost: a.lost + s.lost,
-                counts: a.counts + s.counts,
-                injected: a.injected + s.injected,
-                hypercalls: a.hypercalls + s.hypercalls,
+                samples: a.samples.saturating_add(s.samples),
+                attributed: a.attributed.saturating_add(s.attributed),
+                outside: a.outside.saturating_add(s.outside),
+                lost: a.lost.saturating_add(s.lost),
+                counts: a.counts.saturating_add(s.counts),
+                injected: a.injected.saturating_add(s.injected),
+                hypercalls: a.hypercalls.saturating_add(s.hypercalls),
             },
         )
     }

@@ -227,7 +227,9 @@ pub fn render(p: &Profile, symbols: &Symbols, top: usize) -> String {
     for o in &p.objects {
         object(&mut out, o, symbols, stored, top);
     }
-    out
+    // Names and the command line come from the guest and from files: no escape sequence
+    // reaches a terminal that prints report.txt.
+    crate::sanitize::terminal(&out).into_owned()
 }
 
 /// The PE images found in guest memory, with the PDB each names (what a symbol path needs).

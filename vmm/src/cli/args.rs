@@ -275,17 +275,19 @@ pub struct CompareArgs {
     pub base: PathBuf,
     /// The new profile.json.
     pub new: PathBuf,
-    /// Smallest relative increase of a function's share that counts as a regression (%).
-    #[arg(long, default_value_t = 10.0)]
+    /// Smallest relative increase of a function's share that counts as a regression (%,
+    /// 0 to 10000).
+    #[arg(long, default_value_t = 10.0, value_parser = analysis::compare::stats::parse_threshold)]
     pub threshold: f64,
-    /// Family-wise significance level of the test.
-    #[arg(long, default_value_t = 0.01)]
+    /// Family-wise significance level of the test (strictly between 0 and 1).
+    #[arg(long, default_value_t = 0.01, value_parser = analysis::compare::stats::parse_alpha)]
     pub alpha: f64,
     /// Samples (base + new) a function needs to be tested.
     #[arg(long, default_value_t = 20)]
     pub min_samples: u64,
-    /// Smallest absolute increase of a function's share that counts (percentage points).
-    #[arg(long, default_value_t = 1.0)]
+    /// Smallest absolute increase of a function's share that counts (percentage points, 0 to
+    /// 100).
+    #[arg(long, default_value_t = 1.0, value_parser = analysis::compare::stats::parse_min_points)]
     pub min_points: f64,
     /// Which objects to compare: the guest agent's, hvprof's host-side profiles, or both.
     #[arg(long, value_enum, default_value = "all")]

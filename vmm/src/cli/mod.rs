@@ -58,7 +58,9 @@ pub fn exit_code(status: i32) -> ExitCode {
 
 /// Prints an error with its causes and returns `status`.
 pub fn fail(e: impl Into<anyhow::Error>, status: i32) -> ExitCode {
-    eprintln!("hvprof: error: {:#}", e.into());
+    // Messages quote file contents and guest text: no escape sequence reaches the terminal.
+    let message = format!("{:#}", e.into());
+    eprintln!("hvprof: error: {}", analysis::sanitize::terminal(&message));
     exit_code(status)
 }
 

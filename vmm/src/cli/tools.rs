@@ -5,7 +5,10 @@ use std::process::ExitCode;
 
 use analysis::{atomic, ReportError};
 
-use analysis::compare::{compare_profiles, junit, markdown, merge_profiles, Scope, TestOptions};
+use analysis::compare::{
+    compare_profiles, junit, markdown, merge_profiles, run_differences, Scope, TestOptions,
+};
+use analysis::sanitize::{markdown_code, terminal};
 use vmm::outcome::{STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
 
 use super::args::{BenchArgs, CompareArgs, EventsArgs, MergeArgs, ReportArgs, ScopeArg};
@@ -122,7 +125,22 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
         );
     }
     let title = format!("{} vs {}", a.base.display(), a.new.display());
+    // Comparing other kernels or configurations is allowed (a new kernel build is the point
+    // of a regression run), but said on stderr, in the Markdown and in the JUnit file.
+    let warnings: Vec<String> = run_differences(&base.run, &new.run)
+        .into_iter()
+        .map(|(field, b, n)| {
+            format!("the profiles are of different runs: {field} is {n:?} in the new profile, {b:?} in the base")
+        })
+        .collect();
     let mut md = String::new();
+    for w in &warnings {
+        eprintln!("hvprof: warning: {}", terminal(w));
+        md.push_str(&format!(
+            "> **Warning:** {}\n\n",
+            terminal(w).replace('\n', " ")
+        ));
+    }
     let mut xml_rows = Vec::new();
     for o in &objects {
         md.push_str(&markdown(
@@ -142,8 +160,11 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
             ));
             for s in grown {
                 md.push_str(&format!(
-                    "- `{}`: {:.2}% -> {:.2}% of samples ({:+.1}%)\n",
-                    s.name, s.base_share, s.new_share, s.relative
+                    "- {}: {:.2}% -> {:.2}% of samples ({:+.1}%)\n",
+                    markdown_code(&s.name),
+                    s.base_share,
+                    s.new_share,
+                    s.relative
                 ));
             }
         }
@@ -152,8 +173,11 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
             md.push_str("\nBuckets whose share grew significantly:\n\n");
             for b in moved {
                 md.push_str(&format!(
-                    "- `{}`: {} -> {} samples ({:+.1}%)\n",
-                    b.name, b.base, b.new, b.relative
+                    "- {}: {} -> {} samples ({:+.1}%)\n",
+                    markdown_code(&b.name),
+                    b.base,
+                    b.new,
+                    b.relative
                 ));
             }
         }
@@ -166,7 +190,7 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
     for u in &unmatched {
         md.push_str(&format!("_{u} is only in the base profile._\n"));
     }
-    print!("{md}");
+    print!("{}", terminal(&md));
     // Every file is written beside its final name before any is put in place: a failure
     // (a full file system) leaves all of them as they were.
     let staged = || -> Result<Vec<atomic::Staged>, analysis::ReportError> {
@@ -184,7 +208,7 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
             staged.push(text(p, &md)?);
         }
         if let Some(p) = &a.junit {
-            staged.push(text(p, &junit("hvprof compare", &xml_rows))?);
+            staged.push(text(p, &junit("hvprof compare", &xml_rows, &warnings))?);
         }
         if let Some(dir) = &a.out {
             let path = dir.join("diff-flamegraph.svg");
@@ -221,6 +245,9 @@ pub fn merge(a: &MergeArgs) -> ExitCode {
     if let Err(e) = atomic::check_file(&a.out) {
         return fail(e, STATUS_CONFIG_ERROR);
     }
+    if let Err(e) = distinct_files(&a.profiles) {
+        return fail(e, STATUS_CONFIG_ERROR);
+    }
     let mut profiles = Vec::new();
     for p in &a.profiles {
         match analysis::read_profile(p) {
@@ -230,7 +257,14 @@ pub fn merge(a: &MergeArgs) -> ExitCode {
     }
     let merged = match merge_profiles(profiles) {
         Ok(m) => m,
-        Err(e) => return fail(e, STATUS_CONFIG_ERROR),
+        Err(e) => {
+            let path = e.profile().and_then(|n| a.profiles.get(n - 1));
+            let e = match path {
+                Some(p) => anyhow::Error::new(e).context(p.display().to_string()),
+                None => anyhow::Error::new(e),
+            };
+            return fail(e, STATUS_CONFIG_ERROR);
+        }
     };
     let written = atomic::stage(&a.out, |w| analysis::json::write(&merged, w))
         .map_err(|e| ReportError::File {
@@ -250,6 +284,29 @@ pub fn merge(a: &MergeArgs) -> ExitCode {
         // --out was checked before: a failure now is the host's.
         Err(e) => fail(e, STATUS_HOST_ERROR),
     }
+}
+
+/// Refuses a file given twice to `merge` (the same device and inode, whatever the path):
+/// it would count one run as two.
+fn distinct_files(paths: &[std::path::PathBuf]) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen: Vec<((u64, u64), &std::path::Path)> = Vec::new();
+    for p in paths {
+        // An unreadable file is reported by the read that follows.
+        let Ok(m) = std::fs::metadata(p) else {
+            continue;
+        };
+        let id = (m.dev(), m.ino());
+        if let Some((_, first)) = seen.iter().find(|(i, _)| *i == id) {
+            anyhow::bail!(
+                "{} is {} given again (the same file): each run may be merged once",
+                p.display(),
+                first.display()
+            );
+        }
+        seen.push((id, p));
+    }
+    Ok(())
 }
 
 /// `hvprof bench --disk`.

@@ -6,6 +6,8 @@ pub mod profiles;
 pub mod render;
 pub mod stats;
 
-pub use profiles::{compare_profiles, label, merge_profiles, MergeError, ObjectComparison, Scope};
+pub use profiles::{
+    compare_profiles, label, merge_profiles, run_differences, MergeError, ObjectComparison, Scope,
+};
 pub use render::{junit, markdown};
 pub use stats::{compare, Change, TestOptions};

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use super::stats::{compare, Change, TestOptions};
 use crate::callers::named;
-use crate::profile::{FunctionTotals, StackCount};
+use crate::profile::{FunctionTotals, RunInfo, StackCount};
 use crate::symbols::Symbols;
 use crate::{FunctionCount, ObjectOwner, Profile, ProfileObject};
 
@@ -161,38 +161,187 @@ pub fn compare_profiles(
     (out, unmatched)
 }
 
-/// Why profiles cannot be merged.
+/// The run settings two profiles must share to be merged, and that a comparison warns about
+/// when they differ: `(field, base value, other value)` for each that differs. The kernel is
+/// compared by file name, so the same kernel at different paths (two hosts, two checkouts)
+/// counts as the same.
+pub fn run_differences(a: &RunInfo, b: &RunInfo) -> Vec<(&'static str, String, String)> {
+    fn file_name(path: &str) -> &str {
+        path.rsplit('/').next().unwrap_or(path)
+    }
+    let mut out = Vec::new();
+    let mut differ = |field, x: String, y: String, same: bool| {
+        if !same {
+            out.push((field, x, y));
+        }
+    };
+    differ(
+        "run.kernel",
+        a.kernel.clone(),
+        b.kernel.clone(),
+        file_name(&a.kernel) == file_name(&b.kernel),
+    );
+    differ(
+        "run.cmdline",
+        a.cmdline.clone(),
+        b.cmdline.clone(),
+        a.cmdline == b.cmdline,
+    );
+    differ(
+        "run.protocol",
+        a.protocol.clone(),
+        b.protocol.clone(),
+        a.protocol == b.protocol,
+    );
+    differ(
+        "run.vcpus",
+        a.vcpus.to_string(),
+        b.vcpus.to_string(),
+        a.vcpus == b.vcpus,
+    );
+    differ(
+        "run.memory_mib",
+        a.memory_mib.to_string(),
+        b.memory_mib.to_string(),
+        a.memory_mib == b.memory_mib,
+    );
+    differ(
+        "run.clock",
+        a.clock.clone(),
+        b.clock.clone(),
+        a.clock == b.clock,
+    );
+    out
+}
+
+/// Why profiles cannot be merged. The profiles are numbered from 1 in the order given.
 #[derive(Debug, thiserror::Error)]
 pub enum MergeError {
     /// Nothing to merge.
     #[error("no profiles to merge")]
     Empty,
+    /// The same run given twice (its run metadata and per-vCPU counters are equal).
+    #[error(
+        "profile {again} is the same run as profile {first} (same start time, wall time and \
+         per-vCPU counters): each run may be merged once"
+    )]
+    SameRun {
+        /// The first time it was given.
+        first: usize,
+        /// The repeat.
+        again: usize,
+    },
+    /// Runs of different workloads or machines: their sum would describe no run.
+    #[error(
+        "profile {other} is not a run of the same configuration as profile 1: {field} is {theirs:?}, not {ours:?}"
+    )]
+    Different {
+        /// The profile that differs.
+        other: usize,
+        /// The first field that differs (`run.cmdline`).
+        field: &'static str,
+        /// Profile 1's value.
+        ours: String,
+        /// The other's.
+        theirs: String,
+    },
+    /// The merged profile would not pass [`crate::validate`] (its objects' totals together
+    /// pass 2^63-1).
+    #[error("the merged profile is not consistent")]
+    Inconsistent(#[source] crate::validate::Inconsistent),
+    /// A sum passed 2^64-1.
+    #[error("adding profile {other}: {what} passes 2^64-1")]
+    Overflow {
+        /// The profile being added.
+        other: usize,
+        /// Which sum (`objects[0].total`).
+        what: String,
+    },
+}
+
+impl MergeError {
+    /// The profile (numbered from 1) the error is about, if one.
+    pub fn profile(&self) -> Option<usize> {
+        match self {
+            MergeError::Empty | MergeError::Inconsistent(_) => None,
+            MergeError::SameRun { again: p, .. }
+            | MergeError::Different { other: p, .. }
+            | MergeError::Overflow { other: p, .. } => Some(*p),
+        }
+    }
+}
+
+fn is_same_run(a: &Profile, b: &Profile) -> bool {
+    a.run.start_time == b.run.start_time
+        && a.run.wall_time_s.to_bits() == b.run.wall_time_s.to_bits()
+        && a.run.kernel == b.run.kernel
+        && a.run.cmdline == b.run.cmdline
+        && a.vcpus == b.vcpus
+}
+
+/// `a + b`, or an overflow error naming the sum.
+fn add(other: usize, what: impl Fn() -> String, a: u64, b: u64) -> Result<u64, MergeError> {
+    a.checked_add(b).ok_or_else(|| MergeError::Overflow {
+        other,
+        what: what(),
+    })
 }
 
 /// Merges runs (repetitions, or the same workload on several hosts) into one profile: the
 /// counts of matching objects add up, per-vCPU counters add up, the run's wall time is the sum.
+///
+/// Refused: the same run twice (a repeated or copied file: [`MergeError::SameRun`]), runs of
+/// another configuration than the first ([`run_differences`]: kernel file name, command line,
+/// protocol, vCPUs, memory, clock), and sums past 2^64-1. Of the rest of the run metadata,
+/// the start time is the earliest, the exit status the worst, and `kernel` and
+/// `hvprof_version` list every distinct value (`a | b`) rather than keep the first run's.
 pub fn merge_profiles(profiles: Vec<Profile>) -> Result<Profile, MergeError> {
+    for (j, b) in profiles.iter().enumerate() {
+        if let Some(i) = profiles[..j].iter().position(|a| is_same_run(a, b)) {
+            return Err(MergeError::SameRun {
+                first: i + 1,
+                again: j + 1,
+            });
+        }
+        if let Some((field, ours, theirs)) =
+            run_differences(&profiles[0].run, &b.run).into_iter().next()
+        {
+            return Err(MergeError::Different {
+                other: j + 1,
+                field,
+                ours,
+                theirs,
+            });
+        }
+    }
     let mut iter = profiles.into_iter();
     let mut merged = iter.next().ok_or(MergeError::Empty)?;
     let mut runs = 1;
+    let list = |all: &str, one: &str| -> String {
+        if all.split(" | ").any(|x| x == one) {
+            all.to_string()
+        } else {
+            format!("{all} | {one}")
+        }
+    };
     for p in iter {
         runs += 1;
         merged.run.wall_time_s += p.run.wall_time_s;
         merged.run.start_time = merged.run.start_time.clone().min(p.run.start_time.clone());
         merged.run.exit_status = merged.run.exit_status.max(p.run.exit_status);
-        if merged.run.kernel != p.run.kernel {
-            merged.run.kernel = "(several kernels)".to_string();
-        }
+        merged.run.kernel = list(&merged.run.kernel, &p.run.kernel);
+        merged.hvprof_version = list(&merged.hvprof_version, &p.hvprof_version);
         for v in p.vcpus {
             match merged.vcpus.iter_mut().find(|m| m.vcpu == v.vcpu) {
                 Some(m) => {
-                    m.samples += v.samples;
-                    m.attributed += v.attributed;
-                    m.outside += v.outside;
-                    m.lost += v.lost;
-                    m.counts += v.counts;
-                    m.injected += v.injected;
-                    m.hypercalls += v.hypercalls;
+                    let at = |f: &str| format!("vcpus[{}].{f}", v.vcpu);
+                    m.samples = add(runs, || at("samples"), m.samples, v.samples)?;
+                    m.attributed = add(runs, || at("attributed"), m.attributed, v.attributed)?;
+                    m.outside = add(runs, || at("outside"), m.outside, v.outside)?;
+                    m.lost = add(runs, || at("lost"), m.lost, v.lost)?;
+                    m.counts = add(runs, || at("counts"), m.counts, v.counts)?;
+                    m.injected = add(runs, || at("injected"), m.injected, v.injected)?;
+                    m.hypercalls = add(runs, || at("hypercalls"), m.hypercalls, v.hypercalls)?;
                 }
                 None => merged.vcpus.push(v),
             }
@@ -206,47 +355,71 @@ pub fn merge_profiles(profiles: Vec<Profile>) -> Result<Profile, MergeError> {
                 merged.modules.push(m);
             }
         }
+        for m in p.guest_modules {
+            if !merged.guest_modules.contains(&m) {
+                merged.guest_modules.push(m);
+            }
+        }
         for o in p.objects {
-            match merged.objects.iter_mut().find(|x| key(x) == key(&o)) {
-                Some(x) => add_object(x, &o),
+            match merged.objects.iter().position(|x| key(x) == key(&o)) {
+                Some(i) => {
+                    let x = &mut merged.objects[i];
+                    *x = add_object(x, &o).map_err(|what| MergeError::Overflow {
+                        other: runs,
+                        what: format!("objects[{i}].{what}"),
+                    })?;
+                }
                 None => merged.objects.push(o),
             }
         }
     }
     merged.run.outcome = format!("merged from {runs} runs");
+    // What merge writes, report and compare must read.
+    crate::validate::check(&merged).map_err(MergeError::Inconsistent)?;
     Ok(merged)
 }
 
-fn add_object(into: &mut ProfileObject, from: &ProfileObject) {
+/// `into` plus `from`, or the name of the field whose sum overflowed.
+fn add_object(into: &ProfileObject, from: &ProfileObject) -> Result<ProfileObject, &'static str> {
+    let mut out = into.clone();
     let mut counts: BTreeMap<u64, u64> = into.counts.iter().copied().collect();
     for (i, c) in &from.counts {
-        *counts.entry(*i).or_default() += c;
+        let e = counts.entry(*i).or_default();
+        *e = e.checked_add(*c).ok_or("counts")?;
     }
-    into.counts = counts.into_iter().collect();
-    into.total += from.total;
-    let mut functions: FunctionTotals = into
-        .functions
-        .iter()
-        .map(|f| ((f.module.clone(), f.name.clone()), f.samples))
-        .collect();
-    for f in &from.functions {
-        *functions
-            .entry((f.module.clone(), f.name.clone()))
-            .or_default() += f.samples;
-    }
-    into.functions = FunctionCount::ranked(functions);
+    out.counts = counts.into_iter().collect();
+    out.total = into.total.checked_add(from.total).ok_or("total")?;
+    // Per-function totals add up only if both sides have them: otherwise they would not add
+    // up to the total, and the merged object is left unsymbolized (report symbolizes it).
+    out.functions = if into.functions.is_empty() || from.functions.is_empty() {
+        Vec::new()
+    } else {
+        let mut functions: FunctionTotals = FunctionTotals::new();
+        for f in into.functions.iter().chain(&from.functions) {
+            let e = functions
+                .entry((f.module.clone(), f.name.clone()))
+                .or_default();
+            *e = e.checked_add(f.samples).ok_or("functions")?;
+        }
+        FunctionCount::ranked(functions)
+    };
     let mut stacks: BTreeMap<(Vec<u64>, bool), u64> = BTreeMap::new();
     for s in into.stacks.iter().chain(&from.stacks) {
         let pcs = s.pcs.iter().map(|p| p.0).collect();
-        *stacks.entry((pcs, s.truncated)).or_default() += s.count;
+        let e = stacks.entry((pcs, s.truncated)).or_default();
+        *e = e.checked_add(s.count).ok_or("stacks")?;
     }
     let mut merged: Vec<StackCount> = stacks
         .into_iter()
         .map(|((pcs, truncated), count)| StackCount::new(pcs, truncated, count))
         .collect();
     merged.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.pcs.cmp(&b.pcs)));
-    into.stacks = merged;
-    into.stacks_dropped += from.stacks_dropped;
+    out.stacks = merged;
+    out.stacks_dropped = into
+        .stacks_dropped
+        .checked_add(from.stacks_dropped)
+        .ok_or("stacks_dropped")?;
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -342,12 +515,97 @@ mod tests {
         assert_eq!(o.regressions(), 1);
     }
 
+    /// A second run of `sample_profile`'s workload: another start time and counters.
+    fn rerun(mut p: Profile) -> Profile {
+        p.run.start_time = "2023-11-14T22:20:00.000Z".into();
+        p.vcpus[0].samples += 1;
+        p
+    }
+
     #[test]
     fn merging_adds_up_stacks() {
         let a = with_stacks(&[(&[1, 2], 3), (&[1, 3], 1)]);
-        let b = with_stacks(&[(&[1, 2], 4)]);
+        let b = rerun(with_stacks(&[(&[1, 2], 4)]));
         let m = merge_profiles(vec![a, b]).unwrap();
         let counts: Vec<u64> = m.objects[0].stacks.iter().map(|s| s.count).collect();
         assert_eq!(counts, [7, 1]);
+    }
+
+    /// Regression: one file given twice counted as two runs.
+    #[test]
+    fn the_same_run_twice_is_refused() {
+        let a = sample_profile(0x1000);
+        let mut copy = a.clone();
+        // `hvprof report --out` rewrote it with symbols: still the same run.
+        copy.symbolize(&crate::profile::tests::call_site_symbols());
+        let e = merge_profiles(vec![a.clone(), rerun(a.clone()), copy]).unwrap_err();
+        assert!(
+            matches!(e, MergeError::SameRun { first: 1, again: 3 }),
+            "{e}"
+        );
+        let m = merge_profiles(vec![a.clone(), rerun(a)]).unwrap();
+        assert_eq!(m.objects[0].total, 30);
+        assert_eq!(m.run.outcome, "merged from 2 runs");
+        crate::validate::check(&m).unwrap();
+    }
+
+    /// Regression: runs of other kernels and command lines were merged under the first
+    /// run's metadata.
+    #[test]
+    fn runs_of_another_configuration_are_refused() {
+        let a = sample_profile(0x1000);
+        let mut b = rerun(a.clone());
+        b.run.cmdline = "scenario=other".into();
+        let e = merge_profiles(vec![a.clone(), b]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "profile 2 is not a run of the same configuration as profile 1: run.cmdline is \
+             \"scenario=other\", not \"scenario=shares\""
+        );
+        let mut b = rerun(a.clone());
+        b.run.kernel = "/other/kernel.elf".into();
+        assert!(matches!(
+            merge_profiles(vec![a.clone(), b]),
+            Err(MergeError::Different {
+                field: "run.kernel",
+                ..
+            })
+        ));
+        // The same kernel file on another host: merged, both paths kept.
+        let (mut a, mut b) = (a.clone(), rerun(a));
+        a.run.kernel = "/host1/vmlinux".into();
+        b.run.kernel = "/host2/vmlinux".into();
+        b.hvprof_version = "0.2.0".into();
+        let m = merge_profiles(vec![a, b]).unwrap();
+        assert_eq!(m.run.kernel, "/host1/vmlinux | /host2/vmlinux");
+        assert_eq!(m.hvprof_version, "0.1.0 | 0.2.0");
+    }
+
+    #[test]
+    fn sums_past_2_64_are_refused_and_functions_kept_only_if_both_have_them() {
+        let mut a = sample_profile(0x1000);
+        a.objects[0].counts[0].1 = u64::MAX - 10;
+        a.objects[0].total = u64::MAX;
+        let e = merge_profiles(vec![a, rerun(sample_profile(0x1000))]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "adding profile 2: objects[0].total passes 2^64-1"
+        );
+        let mut a = sample_profile(0x1000);
+        a.symbolize(&crate::profile::tests::call_site_symbols());
+        assert!(!a.objects[0].functions.is_empty());
+        let m = merge_profiles(vec![a, rerun(sample_profile(0x1000))]).unwrap();
+        assert!(m.objects[0].functions.is_empty());
+        crate::validate::check(&m).unwrap();
+        // Each object's sum fits, all of them together do not: refused.
+        let mut a = sample_profile(0x1000);
+        a.objects[0].counts = vec![(0, 1 << 62)];
+        a.objects[0].total = 1 << 62;
+        let mut b = rerun(a.clone());
+        b.objects[0].id = 2;
+        assert!(matches!(
+            merge_profiles(vec![a, b]),
+            Err(MergeError::Inconsistent(_))
+        ));
     }
 }

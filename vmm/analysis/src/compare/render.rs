@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use super::stats::{Change, TestOptions};
+use crate::sanitize::{markdown_code, terminal, xml_escape};
 
 fn relative(r: &Change) -> String {
     if r.relative.is_infinite() {
@@ -16,6 +17,7 @@ fn relative(r: &Change) -> String {
 pub fn markdown(title: &str, rows: &[Change], opts: &TestOptions, top: usize) -> String {
     let regressions = rows.iter().filter(|r| r.regression).count();
     let mut s = String::new();
+    let title = terminal(title).replace('\n', " ");
     let _ = writeln!(s, "## hvprof compare: {title}\n");
     if regressions == 0 {
         let _ = writeln!(
@@ -52,8 +54,8 @@ pub fn markdown(title: &str, rows: &[Change], opts: &TestOptions, top: usize) ->
         let mark = if r.regression { "❌" } else { "" };
         let _ = writeln!(
             s,
-            "| {mark} | `{}` | {} | {} | {:.2}% | {:.2}% | {} | {:.2e} |",
-            r.name,
+            "| {mark} | {} | {} | {} | {:.2}% | {:.2}% | {} | {:.2e} |",
+            markdown_code(&r.name),
             r.base,
             r.new,
             r.base_share,
@@ -65,22 +67,10 @@ pub fn markdown(title: &str, rows: &[Change], opts: &TestOptions, top: usize) ->
     s
 }
 
-fn xml_escape(text: &str) -> String {
-    text.chars()
-        .map(|c| match c {
-            '<' => "&lt;".to_string(),
-            '>' => "&gt;".to_string(),
-            '&' => "&amp;".to_string(),
-            '"' => "&quot;".to_string(),
-            '\'' => "&apos;".to_string(),
-            c if c.is_control() && c != '\n' && c != '\t' => format!("&#{};", u32::from(c)),
-            c => c.to_string(),
-        })
-        .collect()
-}
-
-/// JUnit XML: one test case per tested symbol, failed when it regressed.
-pub fn junit(suite: &str, rows: &[Change]) -> String {
+/// JUnit XML: one test case per tested symbol, failed when it regressed; each of `warnings`
+/// (profiles of different kernels...) a `hvprof.warning` property of the suite and a line of
+/// its `system-err`, where CI systems show them.
+pub fn junit(suite: &str, rows: &[Change], warnings: &[String]) -> String {
     let tested: Vec<&Change> = rows.iter().filter(|r| r.tested).collect();
     let failures = tested.iter().filter(|r| r.regression).count();
     let mut s = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
@@ -90,6 +80,17 @@ pub fn junit(suite: &str, rows: &[Change]) -> String {
         xml_escape(suite),
         tested.len()
     );
+    if !warnings.is_empty() {
+        s.push_str("  <properties>\n");
+        for w in warnings {
+            let _ = writeln!(
+                s,
+                "    <property name=\"hvprof.warning\" value=\"{}\"/>",
+                xml_escape(w)
+            );
+        }
+        s.push_str("  </properties>\n");
+    }
     for r in tested {
         let _ = write!(
             s,
@@ -109,6 +110,10 @@ pub fn junit(suite: &str, rows: &[Change]) -> String {
             let _ = writeln!(s, "/>");
         }
     }
+    if !warnings.is_empty() {
+        let text: Vec<String> = warnings.iter().map(|w| xml_escape(w)).collect();
+        let _ = writeln!(s, "  <system-err>{}</system-err>", text.join("\n"));
+    }
     s.push_str("</testsuite>\n");
     s
 }
@@ -126,8 +131,9 @@ mod tests {
 
     #[test]
     fn junit_marks_regressions_and_escapes_names() {
-        let x = junit("refguest", &rows());
+        let x = junit("refguest", &rows(), &[]);
         assert!(x.contains("tests=\"2\" failures=\"1\""));
+        assert!(!x.contains("properties"));
         assert!(x.contains("name=\"a&lt;b&gt;\"><failure"));
         assert!(x.contains("name=\"c\"/>"));
     }
@@ -138,5 +144,29 @@ mod tests {
         assert!(m.contains("**1 significant regression**"));
         assert!(m.contains("two-proportion z-test"));
         assert!(m.contains("| ❌ | `a<b>` | 5000 | 6500 |"));
+    }
+
+    /// Regression: control characters in a guest's symbol names became `&#0;`, `&#27;`
+    /// character references, which XML 1.0 forbids as much as the raw bytes.
+    #[test]
+    fn hostile_names_give_well_formed_junit_and_one_markdown_cell() {
+        let name = "f\0\x1b[31m</testcase>&|`\u{fffe}\nx".to_string();
+        let base = vec![(name.clone(), 5000), ("c".to_string(), 5000)];
+        let new = vec![(name, 6500), ("c".to_string(), 3500)];
+        let rows = compare(&base, &new, &TestOptions::default());
+        let x = junit("s", &rows, &["kernels differ: a\x1b vs b".to_string()]);
+        assert!(!x.contains("&#"), "{x}");
+        assert!(!x.chars().any(|c| c.is_control() && c != '\n'), "{x}");
+        assert!(x.contains("name=\"f\u{fffd}\u{fffd}[31m&lt;/testcase&gt;&amp;|`\u{fffd}\nx\""));
+        assert!(x.contains(
+            "<property name=\"hvprof.warning\" value=\"kernels differ: a\u{fffd} vs b\"/>"
+        ));
+        let m = markdown("t\x1b", &rows, &TestOptions::default(), 10);
+        assert!(!m.contains('\x1b'), "{m}");
+        let row = m.lines().find(|l| l.contains("</testcase>")).unwrap();
+        assert!(
+            row.contains("| ``f\u{fffd}\u{fffd}[31m</testcase>&\\|`\u{fffe} x`` |"),
+            "{row}"
+        );
     }
 }

@@ -59,6 +59,58 @@ impl Default for TestOptions {
     }
 }
 
+/// The range of `--threshold` (percent): a share growing past 100 times is already "new".
+pub const THRESHOLD_RANGE: std::ops::RangeInclusive<f64> = 0.0..=10_000.0;
+/// The range of `--min-points` (percentage points of a share).
+pub const MIN_POINTS_RANGE: std::ops::RangeInclusive<f64> = 0.0..=100.0;
+
+fn parse_number(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number"))?;
+    if v.is_finite() {
+        Ok(v)
+    } else {
+        Err(format!("{s} is not a finite number"))
+    }
+}
+
+fn parse_in(s: &str, range: &std::ops::RangeInclusive<f64>) -> Result<f64, String> {
+    let v = parse_number(s)?;
+    if range.contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!(
+            "{s} is outside {} to {}",
+            range.start(),
+            range.end()
+        ))
+    }
+}
+
+/// Parses `--threshold`: a finite percentage in [`THRESHOLD_RANGE`]. NaN, which every
+/// comparison is false against, would switch the regression check off.
+pub fn parse_threshold(s: &str) -> Result<f64, String> {
+    parse_in(s, &THRESHOLD_RANGE)
+}
+
+/// Parses `--min-points`: finite, in [`MIN_POINTS_RANGE`].
+pub fn parse_min_points(s: &str) -> Result<f64, String> {
+    parse_in(s, &MIN_POINTS_RANGE)
+}
+
+/// Parses `--alpha`: a significance level strictly between 0 and 1 (at 0 nothing is ever
+/// significant, at 1 or NaN the test means nothing).
+pub fn parse_alpha(s: &str) -> Result<f64, String> {
+    let v = parse_number(s)?;
+    if v > 0.0 && v < 1.0 {
+        Ok(v)
+    } else {
+        Err(format!("{s} is not strictly between 0 and 1"))
+    }
+}
+
 /// Standard normal upper tail, P(Z > z), via the complementary error function.
 pub fn normal_upper_tail(z: f64) -> f64 {
     0.5 * erfc(z / std::f64::consts::SQRT_2)
@@ -161,6 +213,37 @@ mod tests {
 
     fn runs(v: &[(&str, u64)]) -> Vec<(String, u64)> {
         v.iter().map(|(n, c)| ((*n).to_string(), *c)).collect()
+    }
+
+    /// Regression: `--threshold nan`, `inf` and `--alpha 0`, `2`, `nan` were accepted and
+    /// switched the regression check off.
+    #[test]
+    fn options_out_of_range_are_refused() {
+        for bad in ["nan", "NaN", "inf", "-inf", "-1", "10001", "1e400", "x", ""] {
+            assert!(parse_threshold(bad).is_err(), "--threshold {bad}");
+        }
+        for bad in ["nan", "inf", "-0.5", "101"] {
+            assert!(parse_min_points(bad).is_err(), "--min-points {bad}");
+        }
+        for bad in ["nan", "inf", "0", "-0", "1", "2", "-0.01"] {
+            assert!(parse_alpha(bad).is_err(), "--alpha {bad}");
+        }
+        assert_eq!(parse_threshold("10"), Ok(10.0));
+        assert_eq!(parse_threshold("0"), Ok(0.0));
+        assert_eq!(parse_min_points("8"), Ok(8.0));
+        assert_eq!(parse_alpha("0.01"), Ok(0.01));
+        assert_eq!(
+            parse_alpha("2").unwrap_err(),
+            "2 is not strictly between 0 and 1"
+        );
+        assert_eq!(
+            parse_threshold("nan").unwrap_err(),
+            "nan is not a finite number"
+        );
+        assert_eq!(
+            parse_threshold("20000").unwrap_err(),
+            "20000 is outside 0 to 10000"
+        );
     }
 
     #[test]

@@ -1,0 +1,321 @@
+//! The consistency check every profile read from a file passes before anything uses it
+//! (`hvprof report`, `compare` and `merge` alike, through [`crate::json::read`]): JSON syntax
+//! and types are serde's job; this is the part a type cannot say. A file is hostile input: a
+//! count of 2^64-1, an index past `buckets` or a total that is not the sum of its counts would
+//! otherwise reach the reports as nonsense shares, or overflow a sum.
+//!
+//! The rules (docs/profile-json.md, "Consistency"), each checked on every object:
+//! - `size` is nonzero (hvprof exports no empty range with counts), `base + size` is at most
+//!   2^64, `bucket_shift` at most 63;
+//! - `counts` indices are strictly increasing (sorted, unique), below `buckets`, and each
+//!   bucket starts inside `base..base+size`; every count is at least 1;
+//! - `total` is the sum of the counts, and that sum fits 64 bits;
+//! - `functions`, when present, add up to `total`; `stacks` plus `stacks_dropped` add up to at
+//!   most `total` (a sample whose stack could not be walked has none);
+//! - `run.wall_time_s` is finite and not negative (a merge adds them up);
+//! - every module's and guest module's `base + size` is at most 2^64;
+//! - all objects' totals together are at most 2^63-1, so that any output may add them up
+//!   (a flame graph stacks every object; inferno's differential graph subtracts counts as
+//!   signed 64-bit numbers), and so may a comparison of two profiles.
+//!
+//! Counts are any 64-bit value: a real run's counts are far smaller (a guest object's counters
+//! are 32-bit, a host profile's one per sample), but merged profiles add up, and every sum here
+//! is checked rather than trusted.
+
+use crate::profile::{Profile, ProfileObject};
+
+/// A profile that is well-formed JSON but not self-consistent: where (`objects[2].counts`)
+/// and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{at}: {problem}")]
+pub struct Inconsistent {
+    /// The JSON path of the offending field.
+    pub at: String,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+fn bad(at: impl Into<String>, problem: impl Into<String>) -> Inconsistent {
+    Inconsistent {
+        at: at.into(),
+        problem: problem.into(),
+    }
+}
+
+/// Sum of `values`, or None past 2^64-1.
+fn checked_sum(values: impl IntoIterator<Item = u64>) -> Option<u64> {
+    values.into_iter().try_fold(0u64, u64::checked_add)
+}
+
+/// Checks `range` (`base`, `size`) ends at most at 2^64.
+fn range_fits(at: &str, base: u64, size: u64) -> Result<(), Inconsistent> {
+    if u128::from(base) + u128::from(size) > 1u128 << 64 {
+        return Err(bad(
+            at,
+            format!("base {base:#x} + size {size:#x} passes the end of the 64-bit address space"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks one object; `at` is its path (`objects[2]`).
+pub fn check_object(at: &str, o: &ProfileObject) -> Result<(), Inconsistent> {
+    if o.bucket_shift > 63 {
+        return Err(bad(
+            format!("{at}.bucket_shift"),
+            format!(
+                "{} is not a shift of a 64-bit address (0 to 63)",
+                o.bucket_shift
+            ),
+        ));
+    }
+    range_fits(&format!("{at}.size"), o.base.0, o.size.0)?;
+    if o.size.0 == 0 && !o.counts.is_empty() {
+        return Err(bad(format!("{at}.size"), "0, yet the object has counts"));
+    }
+    let at_counts = format!("{at}.counts");
+    let mut previous: Option<u64> = None;
+    for (n, &(index, count)) in o.counts.iter().enumerate() {
+        if index >= o.buckets {
+            return Err(bad(
+                &at_counts,
+                format!("bucket index {index:#x} past buckets {:#x}", o.buckets),
+            ));
+        }
+        // The bucket's offset in the range, exact in 128 bits.
+        if u128::from(index) << o.bucket_shift >= u128::from(o.size.0) {
+            return Err(bad(
+                &at_counts,
+                format!(
+                    "bucket index {index:#x} starts past the range's size {:#x}",
+                    o.size.0
+                ),
+            ));
+        }
+        if let Some(p) = previous.filter(|p| *p >= index) {
+            let what = if p == index { "repeats" } else { "comes after" };
+            return Err(bad(
+                &at_counts,
+                format!("bucket index {index:#x} (entry {n}) {what} {p:#x}: indices must increase"),
+            ));
+        }
+        if count == 0 {
+            return Err(bad(
+                &at_counts,
+                format!("bucket index {index:#x} has count 0: only nonzero buckets are listed"),
+            ));
+        }
+        previous = Some(index);
+    }
+    let Some(sum) = checked_sum(o.counts.iter().map(|(_, c)| *c)) else {
+        return Err(bad(at_counts, "the counts add up past 2^64-1"));
+    };
+    if sum != o.total {
+        return Err(bad(
+            format!("{at}.total"),
+            format!("{} is not the sum of the counts, {sum}", o.total),
+        ));
+    }
+    if !o.functions.is_empty() {
+        match checked_sum(o.functions.iter().map(|f| f.samples)) {
+            Some(f) if f == o.total => {}
+            Some(f) => {
+                return Err(bad(
+                    format!("{at}.functions"),
+                    format!("their samples add up to {f}, not the total {}", o.total),
+                ))
+            }
+            None => return Err(bad(format!("{at}.functions"), "samples add up past 2^64-1")),
+        }
+    }
+    let stacks =
+        checked_sum(o.stacks.iter().map(|s| s.count)).and_then(|s| s.checked_add(o.stacks_dropped));
+    match stacks {
+        Some(s) if s <= o.total => {}
+        _ => {
+            return Err(bad(
+                format!("{at}.stacks"),
+                format!(
+                    "their counts and stacks_dropped add up to more than the total {}",
+                    o.total
+                ),
+            ))
+        }
+    }
+    if let Some(n) = o.stacks.iter().position(|s| s.pcs.is_empty()) {
+        return Err(bad(format!("{at}.stacks[{n}].pcs"), "empty"));
+    }
+    Ok(())
+}
+
+/// Checks a whole profile (its format name and version are [`crate::json::read`]'s).
+pub fn check(p: &Profile) -> Result<(), Inconsistent> {
+    let wall = p.run.wall_time_s;
+    // JSON has no infinity: one written would read back as null.
+    if !(wall.is_finite() && wall >= 0.0) {
+        return Err(bad(
+            "run.wall_time_s",
+            format!("{wall} is not a finite number of seconds"),
+        ));
+    }
+    for (i, m) in p.modules.iter().enumerate() {
+        range_fits(&format!("modules[{i}].size"), m.base.0, m.size.0)?;
+    }
+    for (i, m) in p.guest_modules.iter().enumerate() {
+        range_fits(&format!("guest_modules[{i}].size"), m.base.0, m.size.0)?;
+    }
+    for (i, o) in p.objects.iter().enumerate() {
+        check_object(&format!("objects[{i}]"), o)?;
+    }
+    match checked_sum(p.objects.iter().map(|o| o.total)) {
+        Some(t) if t <= i64::MAX.unsigned_abs() => Ok(()),
+        _ => Err(bad("objects", "their totals add up past 2^63-1")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hex::Hex;
+    use crate::profile::tests::sample_profile;
+    use crate::profile::{FunctionCount, StackCount};
+
+    fn error(f: impl FnOnce(&mut ProfileObject)) -> String {
+        let mut p = sample_profile(0x1000);
+        f(&mut p.objects[0]);
+        check(&p).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_consistent_profile_passes() {
+        check(&sample_profile(0x1000)).unwrap();
+        let mut p = sample_profile(0x1000);
+        p.symbolize(&crate::profile::tests::call_site_symbols());
+        check(&p).unwrap();
+    }
+
+    #[test]
+    fn the_whole_address_space_passes() {
+        // A whole-space host profile: 2^64 bytes saturate to size 2^64-1, 2^60 buckets.
+        let mut p = sample_profile(0);
+        let o = &mut p.objects[0];
+        (o.size, o.buckets) = (Hex(u64::MAX), 1 << 60);
+        o.counts = vec![(0, 1), (u64::MAX >> 4, u64::MAX - 1)];
+        o.total = u64::MAX;
+        // One object may count up to 2^64-1 (all of a profile's objects together, 2^63-1).
+        check_object("objects[0]", &p.objects[0]).unwrap();
+        // Starting higher, its range ends exactly at 2^64.
+        let o = &mut p.objects[0];
+        (o.base, o.size) = (Hex(0x1000), Hex(0u64.wrapping_sub(0x1000)));
+        o.counts = vec![(0, 1)];
+        o.total = 1;
+        check(&p).unwrap();
+    }
+
+    #[test]
+    fn each_inconsistency_is_named() {
+        type Corruption = fn(&mut ProfileObject);
+        let cases: [(&str, Corruption); 14] = [
+            (
+                "objects[0].counts: bucket index 0x400 past buckets 0x10",
+                |o| o.counts[2].0 = 0x400,
+            ),
+            (
+                "objects[0].counts: bucket index 0x7 (entry 2) repeats 0x7",
+                |o| o.counts[2].0 = 7,
+            ),
+            (
+                "objects[0].counts: bucket index 0x1 (entry 1) comes after 0x2",
+                |o| o.counts[1].0 = 1,
+            ),
+            ("objects[0].counts: bucket index 0x2 has count 0", |o| {
+                o.counts[0].1 = 0
+            }),
+            ("objects[0].counts: the counts add up past 2^64-1", |o| {
+                o.counts[0].1 = u64::MAX
+            }),
+            (
+                "objects[0].total: 16 is not the sum of the counts, 15",
+                |o| o.total = 16,
+            ),
+            ("objects[0].bucket_shift: 64 is not a shift", |o| {
+                o.bucket_shift = 64
+            }),
+            ("objects[0].bucket_shift: 200 is not a shift", |o| {
+                o.bucket_shift = 200
+            }),
+            ("objects[0].size: 0, yet the object has counts", |o| {
+                o.size = Hex(0)
+            }),
+            (
+                "objects[0].size: base 0x1000 + size 0xffffffffffffffff passes the end",
+                |o| o.size = Hex(u64::MAX),
+            ),
+            (
+                "objects[0].counts: bucket index 0x9 starts past the range's size 0x90",
+                |o| o.size = Hex(0x90),
+            ),
+            (
+                "objects[0].functions: their samples add up to 14, not the total 15",
+                |o| {
+                    o.functions = vec![FunctionCount {
+                        module: None,
+                        name: "f".into(),
+                        samples: 14,
+                    }]
+                },
+            ),
+            (
+                "objects[0].stacks: their counts and stacks_dropped add up to more",
+                |o| {
+                    o.stacks = vec![StackCount::new([1], false, 10)];
+                    o.stacks_dropped = 6;
+                },
+            ),
+            ("objects[0].stacks[0].pcs: empty", |o| {
+                o.stacks = vec![StackCount::new([], false, 1)]
+            }),
+        ];
+        for (expected, corrupt) in cases {
+            let e = error(corrupt);
+            assert!(
+                e.starts_with(expected),
+                "{e:?} does not start with {expected:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn all_totals_together_fit_63_bits() {
+        let mut p = sample_profile(0x1000);
+        let o = &mut p.objects[0];
+        o.counts = vec![(0, 1 << 62)];
+        o.total = 1 << 62;
+        p.objects.push(p.objects[0].clone());
+        assert_eq!(
+            check(&p).unwrap_err().to_string(),
+            "objects: their totals add up past 2^63-1"
+        );
+        p.objects[1].counts[0].1 -= 1;
+        p.objects[1].total -= 1;
+        check(&p).unwrap();
+    }
+
+    #[test]
+    fn the_wall_time_is_finite_and_not_negative() {
+        let mut p = sample_profile(0x1000);
+        for bad in [f64::INFINITY, f64::NAN, -1.0] {
+            p.run.wall_time_s = bad;
+            assert_eq!(check(&p).unwrap_err().at, "run.wall_time_s");
+        }
+    }
+
+    #[test]
+    fn modules_must_fit_the_address_space() {
+        let mut p = sample_profile(0x1000);
+        p.symbolize(&crate::profile::tests::call_site_symbols());
+        p.modules[0].base = Hex(u64::MAX);
+        let e = check(&p).unwrap_err();
+        assert_eq!(e.at, "modules[0].size");
+    }
+}
