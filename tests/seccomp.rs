@@ -37,3 +37,35 @@ fn seccomp_off_installs_no_filter() {
     let dir = TempDir::new("seccomp-off");
     profile(&dir, "vcpu", &["--seccomp", "off"]).assert_status(0);
 }
+
+/// `report`, `compare` and `merge` read saved profiles (data a guest wrote) under the results'
+/// filter from their start: a refused call ends them with status 14, `--seccomp off` not.
+#[test]
+fn report_compare_and_merge_run_under_the_results_filter() {
+    let dir = TempDir::new("seccomp-tools");
+    profile(&dir, "none", &[]).assert_status(0);
+    let saved = dir.join("none").join("profile.json");
+    let saved = saved.to_str().unwrap();
+    let merged = dir.join("merged.json");
+    let merged = merged.to_str().unwrap();
+    let commands: [Vec<&str>; 3] = [
+        vec!["report", saved],
+        vec!["compare", saved, saved],
+        vec!["merge", "--out", merged, saved],
+    ];
+    for args in commands {
+        let out = hvprof(args.iter().copied())
+            .env("HVPROF_SECCOMP_TEST_TRIGGER", "results")
+            .run();
+        out.assert_status(STATUS_SECCOMP);
+        out.assert_stderr_contains(
+            "the results thread made a system call its filter does not allow",
+        );
+        let mut off = args.clone();
+        off.extend(["--seccomp", "off"]);
+        hvprof(off)
+            .env("HVPROF_SECCOMP_TEST_TRIGGER", "results")
+            .run()
+            .assert_status(0);
+    }
+}

@@ -23,6 +23,16 @@ pub struct SymbolArgs {
     pub symbol_dir: Option<PathBuf>,
 }
 
+/// The system-call filter of the subcommands that read saved profiles.
+#[derive(Args)]
+pub struct FilterArgs {
+    /// The results' system-call filter while the profiles (data a guest wrote) are read and
+    /// turned into outputs: files and symbol servers only (off: for debugging a refused call
+    /// only).
+    #[arg(long, value_enum, default_value = "on")]
+    pub seccomp: OnOff,
+}
+
 /// Options every VM-running subcommand shares.
 #[derive(Args)]
 pub struct VmArgs {
@@ -89,6 +99,15 @@ pub enum OnOff {
     On,
     /// Off.
     Off,
+}
+
+impl From<OnOff> for vmm::seccomp::Seccomp {
+    fn from(v: OnOff) -> Self {
+        match v {
+            OnOff::On => vmm::seccomp::Seccomp::On,
+            OnOff::Off => vmm::seccomp::Seccomp::Off,
+        }
+    }
 }
 
 /// What to boot: a kernel hvprof loads, or firmware started at the reset vector.
@@ -266,6 +285,8 @@ pub struct ReportArgs {
     /// these symbols (for symbols found after the run).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub filter: FilterArgs,
 }
 
 /// `hvprof compare`.
@@ -310,6 +331,8 @@ pub struct CompareArgs {
     /// saved profile records is never opened).
     #[arg(long = "symbols", value_name = "FILE[@0xBASE]")]
     pub symbols: Vec<analysis::SymbolSpec>,
+    #[command(flatten)]
+    pub filter: FilterArgs,
 }
 
 /// `hvprof merge`.
@@ -321,6 +344,8 @@ pub struct MergeArgs {
     /// The profiles to merge.
     #[arg(required = true)]
     pub profiles: Vec<PathBuf>,
+    #[command(flatten)]
+    pub filter: FilterArgs,
 }
 
 /// `hvprof events`.
@@ -361,10 +386,7 @@ impl VmArgs {
             path => SerialOutput::File(path.into()),
         };
         c.debugcon = self.debugcon;
-        c.seccomp = match self.seccomp {
-            OnOff::On => vmm::seccomp::Seccomp::On,
-            OnOff::Off => vmm::seccomp::Seccomp::Off,
-        };
+        c.seccomp = self.seccomp.into();
         c.clock = match self.clock {
             ClockArg::Wall => vmm::sampler::Clock::Wall,
             ClockArg::Cpu => vmm::sampler::Clock::Cpu,

@@ -10,6 +10,8 @@ mod tools;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use vmm::outcome::Blame;
+use vmm::seccomp::ThreadKind;
 
 use args::{
     BenchArgs, CompareArgs, DemoArgs, EventsArgs, MergeArgs, ProfileArgs, ReportArgs, RunArgs,
@@ -62,6 +64,15 @@ pub fn fail(e: impl Into<anyhow::Error>, status: i32) -> ExitCode {
     let message = format!("{:#}", e.into());
     eprintln!("hvprof: error: {}", analysis::sanitize::terminal(&message));
     exit_code(status)
+}
+
+/// Filters the calling thread's system calls for the results ([`ThreadKind::Results`]): from
+/// here on it handles data a guest wrote. The error is the exit code to return.
+pub fn results_filter(mode: vmm::seccomp::Seccomp) -> Result<(), ExitCode> {
+    vmm::seccomp::install(ThreadKind::Results, mode).map_err(|e| {
+        let status = e.fault().exit_status();
+        fail(e, status)
+    })
 }
 
 /// Parses the arguments and runs the subcommand.

@@ -10,13 +10,12 @@ use profile_core::source::ProfileSource;
 use vmm::config::VmConfig;
 use vmm::export::RunMetadata;
 use vmm::outcome::{Blame, STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
-use vmm::seccomp::ThreadKind;
 use vmm::session::{Progress, SessionOptions, Span};
 use vmm::vm::{RunHooks, RunReport};
 
 use super::args::{seconds, BootArgs, DemoArgs, ProfileArgs, RunArgs, VmArgs};
 use super::progress::Bar;
-use super::{exit_code, fail};
+use super::{exit_code, fail, results_filter};
 
 /// The API socket while its VM runs: the caller holds it until the run is over, so the socket
 /// file is removed here, not by the API's filtered thread.
@@ -89,9 +88,8 @@ fn finish(
     };
     // From here this thread turns what the guest left (module lists, PDB names, stacks) into
     // reports: it is filtered like every thread that ran beside the guest.
-    if let Err(e) = vmm::seccomp::install(ThreadKind::Results, config.seccomp) {
-        let status = e.fault().exit_status();
-        return fail(e, status);
+    if let Err(code) = results_filter(config.seccomp) {
+        return code;
     }
     let status = status_of(&report);
     let mut meta = RunMetadata::new(config, started);

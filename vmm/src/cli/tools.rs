@@ -12,11 +12,14 @@ use analysis::sanitize::{markdown_code, terminal};
 use vmm::outcome::{STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
 
 use super::args::{BenchArgs, CompareArgs, EventsArgs, MergeArgs, ReportArgs, ScopeArg};
-use super::{fail, symbols};
+use super::{fail, results_filter, symbols};
 
 /// `hvprof report`. With `--annotate` the symbol path is searched for the images of the
 /// modules found in guest memory too: their code is what the listing disassembles.
 pub fn report(a: &ReportArgs) -> ExitCode {
+    if let Err(code) = results_filter(a.filter.seccomp.into()) {
+        return code;
+    }
     // A bad --out fails before anything is read or symbolized.
     if let Some(dir) = &a.out {
         if let Err(e) = atomic::check_dir(dir, true) {
@@ -70,6 +73,9 @@ fn check_compare_outputs(a: &CompareArgs) -> Result<(), atomic::WriteError> {
 
 /// `hvprof compare`: exit status 1 on a significant regression.
 pub fn compare(a: &CompareArgs) -> ExitCode {
+    if let Err(code) = results_filter(a.filter.seccomp.into()) {
+        return code;
+    }
     if let Err(e) = check_compare_outputs(a) {
         return fail(e, STATUS_CONFIG_ERROR);
     }
@@ -242,6 +248,9 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
 
 /// `hvprof merge`.
 pub fn merge(a: &MergeArgs) -> ExitCode {
+    if let Err(code) = results_filter(a.filter.seccomp.into()) {
+        return code;
+    }
     if let Err(e) = atomic::check_file(&a.out) {
         return fail(e, STATUS_CONFIG_ERROR);
     }
