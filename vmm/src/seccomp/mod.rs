@@ -106,7 +106,7 @@ fn errno_filter(kind: ThreadKind) -> Result<BpfProgram, seccompiler::Error> {
     let filter = SeccompFilter::new(
         calls.iter().map(|nr| (*nr, vec![])).collect(),
         SeccompAction::Allow,
-        SeccompAction::Errno(errno as u32),
+        SeccompAction::Errno(errno.unsigned_abs()),
         TargetArch::x86_64,
     )?;
     Ok(filter.try_into()?)
