@@ -8,8 +8,11 @@
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
+
+use vmm_sys_util::errno::Error as Errno;
 
 use super::disk::{DiskBackend, DiskError, DiskImage, QCOW2_MAGIC, SECTOR_SIZE};
 use super::{qcow2, snapshot};
@@ -82,7 +85,8 @@ fn open_locked(
 }
 
 /// Opens `path` (for writing if `writable`) and checks that it is a regular file or block
-/// device.
+/// device. The open does not block: it is non-blocking until the check has passed, so a
+/// FIFO (whose open waits for a writer) or a device is refused at once.
 pub(super) fn open_file(
     path: &Path,
     writable: bool,
@@ -91,6 +95,7 @@ pub(super) fn open_file(
     let file = OpenOptions::new()
         .read(true)
         .write(writable)
+        .custom_flags(libc::O_NONBLOCK)
         .open(path)
         .map_err(open_err)?;
     let meta = file.metadata().map_err(open_err)?;
@@ -98,7 +103,23 @@ pub(super) fn open_file(
     if !(kind.is_file() || kind.is_block_device()) {
         return Err(DiskError::NotAFile(path.to_owned()));
     }
+    blocking(&file).map_err(open_err)?;
     Ok((file, meta))
+}
+
+/// Clears O_NONBLOCK on `file`.
+fn blocking(file: &File) -> std::io::Result<()> {
+    let fd = file.as_raw_fd();
+    // SAFETY: F_GETFL only reads the flags of a descriptor `file` owns.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(Errno::last().into());
+    }
+    // SAFETY: F_SETFL sets the flags of a descriptor `file` owns; only O_NONBLOCK changes.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(Errno::last().into());
+    }
+    Ok(())
 }
 
 /// The format the first bytes of `file` show: qcow2 if they are its magic, raw otherwise.
