@@ -15,7 +15,7 @@ use std::path::Path;
 use vmm_sys_util::errno::Error as Errno;
 
 use super::disk::{DiskBackend, DiskError, DiskImage, QCOW2_MAGIC, SECTOR_SIZE};
-use super::{qcow2, snapshot};
+use super::{qcow2, qcow2_header, snapshot};
 use crate::config::{DiskConfig, DiskFormat};
 
 impl DiskImage {
@@ -36,6 +36,9 @@ impl DiskImage {
             if given != found {
                 return Err(DiskError::Format(path.clone(), given, found));
             }
+        }
+        if found == DiskFormat::Qcow2 {
+            check_qcow2_header(&file, path, path)?;
         }
         let (backend, len): (Box<dyn DiskBackend>, u64) = match (found, config.snapshot) {
             (DiskFormat::Raw, false) => {
@@ -120,6 +123,26 @@ fn blocking(file: &File) -> std::io::Result<()> {
         return Err(Errno::last().into());
     }
     Ok(())
+}
+
+/// hvprof's own check of the qcow2 header of `file` ([`qcow2_header::check`]), the image
+/// `image` or, at `path`, a file of its backing chain; before imago reads anything else.
+pub(super) fn check_qcow2_header(file: &File, image: &Path, path: &Path) -> Result<(), DiskError> {
+    let io_err = |e| {
+        if image == path {
+            DiskError::Open(path.to_owned(), e)
+        } else {
+            DiskError::Backing(image.to_owned(), path.to_owned(), e)
+        }
+    };
+    let len = (&*file).seek(SeekFrom::End(0)).map_err(io_err)?;
+    let want = usize::try_from(len).map_or(qcow2_header::HEADER_BYTES, |l| {
+        l.min(qcow2_header::HEADER_BYTES)
+    });
+    let mut bytes = vec![0u8; want];
+    file.read_exact_at(&mut bytes, 0).map_err(io_err)?;
+    qcow2_header::check(&bytes, len)
+        .map_err(|e| DiskError::Header(image.to_owned(), path.to_owned(), e))
 }
 
 /// The format the first bytes of `file` show: qcow2 if they are its magic, raw otherwise.

@@ -12,7 +12,7 @@
 use std::cell::RefCell;
 use std::fs::{File, TryLockError};
 use std::io;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -25,8 +25,8 @@ use imago::{
     StorageOpenOptions,
 };
 
-use super::disk::{write_zero_bytes, DiskBackend, DiskError};
-use super::image::{encrypted, lock, open_file};
+use super::disk::{write_zero_bytes, DiskBackend, DiskError, QCOW2_MAGIC};
+use super::image::{check_qcow2_header, encrypted, lock, open_file};
 use crate::config::DiskFormat;
 
 /// Most files in a chain, the image included.
@@ -251,8 +251,22 @@ impl ChainGate {
             Ok(true) => return Err(DiskError::Encrypted(image.clone(), path.to_owned())),
             Err(e) => return Err(DiskError::Backing(image.clone(), path.to_owned(), e)),
         }
+        if is_qcow2(&file).map_err(|e| DiskError::Backing(image.clone(), path.to_owned(), e))? {
+            check_qcow2_header(&file, image, path)?;
+        }
         chain.files.push(id);
         Ok(file)
+    }
+}
+
+/// Whether `file` starts with the qcow2 magic. A backing file named as raw that does is
+/// checked as qcow2 too, and refused if its header is not one hvprof accepts.
+fn is_qcow2(file: &File) -> io::Result<bool> {
+    let mut magic = [0u8; 4];
+    match file.read_exact_at(&mut magic, 0) {
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(e),
+        Ok(()) => Ok(magic == QCOW2_MAGIC),
     }
 }
 
