@@ -195,6 +195,8 @@ fn pflash() -> Vec<u8> {
 fn bzimage() -> Vec<u8> {
     let mut f = vec![0u8; 0xc00];
     f[0x1f1] = 1; // setup_sects: the kernel starts at 2 x 512
+                  // syssize: the kernel's 0x7e0 bytes (in 16-byte units) before the initrd's 32.
+    f[0x1f4..0x1f8].copy_from_slice(&0x7eu32.to_le_bytes());
     f[0x1fe..0x200].copy_from_slice(&0xaa55u16.to_le_bytes());
     f[0x202..0x206].copy_from_slice(b"HdrS");
     f[0x206..0x208].copy_from_slice(&0x020fu16.to_le_bytes());
@@ -357,9 +359,29 @@ fn nt_modules() -> Vec<u8> {
     v
 }
 
+/// The header `qemu-img create -f qcow2 IMG 64M` writes (version 3, 64 KiB clusters, the
+/// refcount table at 0x10000, a one-entry L1 table at 0x30000), then the file's length
+/// (0x30008) as the qcow2_header target's last 8 bytes.
+fn qcow2_header() -> Vec<u8> {
+    let mut h = vec![0u8; 112];
+    let mut put = |at: usize, b: &[u8]| h[at..at + b.len()].copy_from_slice(b);
+    put(0, b"QFI\xfb");
+    put(4, &3u32.to_be_bytes());
+    put(20, &16u32.to_be_bytes()); // cluster_bits
+    put(24, &(64u64 << 20).to_be_bytes()); // size
+    put(36, &1u32.to_be_bytes()); // l1_size
+    put(40, &0x30000u64.to_be_bytes()); // l1_table_offset
+    put(48, &0x10000u64.to_be_bytes()); // refcount_table_offset
+    put(56, &1u32.to_be_bytes()); // refcount_table_clusters
+    put(96, &4u32.to_be_bytes()); // refcount_order
+    put(100, &112u32.to_be_bytes()); // header_length
+    h.extend(0x30008u64.to_be_bytes());
+    h
+}
+
 fn main() -> std::io::Result<()> {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
-    let seeds: [(&str, &str, Vec<u8>); 11] = [
+    let seeds: [(&str, &str, Vec<u8>); 12] = [
         ("platform_io", "virtio-ioeventfd", virtio(true, false)),
         ("platform_io", "virtio-exits", virtio(false, false)),
         ("platform_io", "virtio-ring", virtio(true, true)),
@@ -371,6 +393,7 @@ fn main() -> std::io::Result<()> {
         ("stack_walk", "pe-frames", pe_frames()),
         ("pe_image", "named", pe_image()),
         ("nt_modules", "three", nt_modules()),
+        ("qcow2_header", "qemu-img", qcow2_header()),
     ];
     for (target, name, bytes) in seeds {
         let at = Path::new(&dir).join(target);
