@@ -15,7 +15,7 @@ use std::path::Path;
 use vmm_sys_util::errno::Error as Errno;
 
 use super::disk::{DiskBackend, DiskError, DiskImage, QCOW2_MAGIC, SECTOR_SIZE};
-use super::{qcow2, qcow2_header, snapshot};
+use super::{qcow2, qcow2_header, qcow2_refcounts, snapshot};
 use crate::config::{DiskConfig, DiskFormat};
 
 impl DiskImage {
@@ -125,8 +125,9 @@ fn blocking(file: &File) -> std::io::Result<()> {
     Ok(())
 }
 
-/// hvprof's own check of the qcow2 header of `file` ([`qcow2_header::check`]), the image
-/// `image` or, at `path`, a file of its backing chain; before imago reads anything else.
+/// hvprof's own check of the qcow2 header of `file` ([`qcow2_header::check`]) and of the
+/// refcounts of the metadata it names ([`qcow2_refcounts::check`]), the image `image` or, at
+/// `path`, a file of its backing chain; before imago reads anything else.
 pub(super) fn check_qcow2_header(file: &File, image: &Path, path: &Path) -> Result<(), DiskError> {
     let io_err = |e| {
         if image == path {
@@ -141,8 +142,27 @@ pub(super) fn check_qcow2_header(file: &File, image: &Path, path: &Path) -> Resu
     });
     let mut bytes = vec![0u8; want];
     file.read_exact_at(&mut bytes, 0).map_err(io_err)?;
-    qcow2_header::check(&bytes, len)
+    let read = |offset: u64, buf: &mut [u8]| read_zero_filled(file, offset, buf);
+    qcow2_refcounts::check(&bytes, len, &read)
+        .map_err(io_err)?
         .map_err(|e| DiskError::Header(image.to_owned(), path.to_owned(), e))
+}
+
+/// Reads `buf` at `offset` of `file`, zeroes where the file ends (as QEMU reads a table
+/// that ends inside the file's last, partly written cluster).
+fn read_zero_filled(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        let at = offset.saturating_add(u64::try_from(got).unwrap_or(u64::MAX));
+        match file.read_at(&mut buf[got..], at) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf[got..].fill(0);
+    Ok(())
 }
 
 /// The format the first bytes of `file` show: qcow2 if they are its magic, raw otherwise.

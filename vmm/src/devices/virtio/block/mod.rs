@@ -7,6 +7,7 @@ pub mod disk;
 mod image;
 pub mod qcow2;
 pub mod qcow2_header;
+pub mod qcow2_refcounts;
 pub mod request;
 mod snapshot;
 

@@ -161,6 +161,44 @@ pub enum HeaderError {
         /// The file's length.
         len: u64,
     },
+    /// The refcount table has no entry for a metadata cluster ([`super::qcow2_refcounts`]).
+    #[error(
+        "qcow2 refcount table ({entries} entries) does not cover {what} (cluster {cluster:#x})"
+    )]
+    RefcountTableShort {
+        /// What the cluster holds.
+        what: &'static str,
+        /// The cluster.
+        cluster: u64,
+        /// The table's entries.
+        entries: u64,
+    },
+    /// A metadata cluster without a refcount block.
+    #[error("qcow2 refcount table entry {index} is 0: {what} (cluster {cluster:#x}) has no refcount block")]
+    NoRefcountBlock {
+        /// What the cluster holds.
+        what: &'static str,
+        /// The cluster.
+        cluster: u64,
+        /// The refcount table entry.
+        index: u64,
+    },
+    /// A refcount block that is not aligned or not in the file.
+    #[error("qcow2 refcount table entry {index}: refcount block {offset:#x} is unaligned or past the end of the file")]
+    RefcountBlockPlace {
+        /// The refcount table entry.
+        index: u64,
+        /// The block's offset.
+        offset: u64,
+    },
+    /// A metadata cluster whose refcount is 0: imago would allocate it for data.
+    #[error("qcow2 refcount of {what} (cluster {cluster:#x}) is 0")]
+    Unreferenced {
+        /// What the cluster holds.
+        what: &'static str,
+        /// The cluster.
+        cluster: u64,
+    },
     /// A backing file name longer than 1023 bytes.
     #[error("qcow2 backing_file_size {0} exceeds {MAX_BACKING_NAME}")]
     BackingNameLength(u32),
