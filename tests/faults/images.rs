@@ -3,6 +3,7 @@
 //! cluster layout, an image cut to 512 bytes, an L1 table past the end), each refused with
 //! status 2 and a message naming the image and the header field, before the guest starts.
 //! For each, `qemu-img check` refuses the image too, so hvprof is not stricter than QEMU.
+//! Metadata without refcounts (which made imago overwrite the header) is refused too.
 //! A FIFO as a backing file is refused without blocking in open(2); truncated bzImages
 //! (prefixes of Debian's kernel) are refused as malformed with one error line.
 
@@ -167,6 +168,38 @@ fn qcow2_backing_file_with_a_corrupt_header_is_refused() {
             "l1_table_offset 0x100000",
         ],
     );
+}
+
+/// With no refcount block for the header cluster (a zeroed refcount table entry), imago's
+/// first allocation wrote a refcount block over the header and then overflowed the
+/// event-loop thread's stack: hvprof aborted mid-run (status 134) and the image was no
+/// longer qcow2. With a refcount of 0 for the L1 table's cluster, imago would hand it out
+/// for data. Both are refused and the image is left as it was.
+#[test]
+fn qcow2_metadata_without_refcounts_is_refused_and_left_unchanged() {
+    let dir = TempDir::new("img-refcount");
+    let cases: [(&str, u64, &[u8], &str); 2] = [
+        (
+            "reftable0.qcow2",
+            0x10000,
+            &[0; 8],
+            "refcount table entry 0 is 0",
+        ),
+        (
+            "l1-refcount0.qcow2",
+            0x20006,
+            &[0; 2],
+            "refcount of the L1 table",
+        ),
+    ];
+    for (name, at, bytes, field) in cases {
+        let p = image(&dir, name);
+        patch(&p, at, bytes);
+        assert_qemu_refuses(&p);
+        let before = std::fs::read(&p).unwrap();
+        assert_refused(&run_disk(&p), &[arg(&p), field]);
+        assert_eq!(std::fs::read(&p).unwrap(), before, "{name} changed");
+    }
 }
 
 /// A FIFO as backing file blocked hvprof in open(2) until a writer came (the harness killed
