@@ -379,9 +379,33 @@ fn qcow2_header() -> Vec<u8> {
     h
 }
 
+/// A whole 4 KiB qcow2 image of 512-byte clusters, for the qcow2_refcounts target: the
+/// header (cluster 0), the refcount table (cluster 1: one entry, the block at cluster 2), the
+/// refcount block (16-bit counts of 1 for clusters 0-3) and a one-entry L1 table (cluster 3)
+/// for a 32 KiB disk.
+fn qcow2_small() -> Vec<u8> {
+    let mut f = vec![0u8; 4096];
+    let mut put = |at: usize, b: &[u8]| f[at..at + b.len()].copy_from_slice(b);
+    put(0, b"QFI\xfb");
+    put(4, &3u32.to_be_bytes());
+    put(20, &9u32.to_be_bytes()); // cluster_bits
+    put(24, &(32u64 << 10).to_be_bytes()); // size
+    put(36, &1u32.to_be_bytes()); // l1_size
+    put(40, &0x600u64.to_be_bytes()); // l1_table_offset
+    put(48, &0x200u64.to_be_bytes()); // refcount_table_offset
+    put(56, &1u32.to_be_bytes()); // refcount_table_clusters
+    put(96, &4u32.to_be_bytes()); // refcount_order
+    put(100, &112u32.to_be_bytes()); // header_length
+    put(0x200, &0x400u64.to_be_bytes());
+    for c in 0..4 {
+        put(0x400 + 2 * c, &1u16.to_be_bytes());
+    }
+    f
+}
+
 fn main() -> std::io::Result<()> {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
-    let seeds: [(&str, &str, Vec<u8>); 12] = [
+    let seeds: [(&str, &str, Vec<u8>); 13] = [
         ("platform_io", "virtio-ioeventfd", virtio(true, false)),
         ("platform_io", "virtio-exits", virtio(false, false)),
         ("platform_io", "virtio-ring", virtio(true, true)),
@@ -394,6 +418,7 @@ fn main() -> std::io::Result<()> {
         ("pe_image", "named", pe_image()),
         ("nt_modules", "three", nt_modules()),
         ("qcow2_header", "qemu-img", qcow2_header()),
+        ("qcow2_refcounts", "small", qcow2_small()),
     ];
     for (target, name, bytes) in seeds {
         let at = Path::new(&dir).join(target);
