@@ -16,6 +16,8 @@ use crate::memory::memory_map;
 const HDRS_MAGIC: &[u8; 4] = b"HdrS";
 /// The boot sector's signature at 0x1fe.
 const BOOT_FLAG: u16 = 0xaa55;
+/// Boot protocol 2.04: syssize is 32 bits wide.
+const VERSION_SYSSIZE_32: u16 = 0x0204;
 /// Boot protocol 2.08: payload_offset and payload_length.
 const VERSION_PAYLOAD: u16 = 0x0208;
 const XLF_KERNEL_64: u16 = 1;
@@ -104,7 +106,13 @@ pub(super) fn check_header(file: &[u8]) -> Result<(), BzImageError> {
     if setup > len {
         return Err(setup_err(sects, setup));
     }
-    let syssize = le32(file, 0x1f4);
+    let version = le16(file, 0x206);
+    // syssize is 16 bits wide before protocol 2.04.
+    let syssize = if version >= VERSION_SYSSIZE_32 {
+        le32(file, 0x1f4)
+    } else {
+        u32::from(le16(file, 0x1f4))
+    };
     if syssize == 0 {
         return Err(BzImageError::NoKernel);
     }
@@ -117,7 +125,7 @@ pub(super) fn check_header(file: &[u8]) -> Result<(), BzImageError> {
             have,
         });
     }
-    if le16(file, 0x206) >= VERSION_PAYLOAD {
+    if version >= VERSION_PAYLOAD {
         let (offset, length) = (le32(file, 0x248), le32(file, 0x24c));
         if u64::from(offset) + u64::from(length) > need {
             return Err(BzImageError::Payload {

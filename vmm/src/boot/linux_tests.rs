@@ -151,3 +151,17 @@ fn loader_errors_print_their_message_once() {
         std::error::Error::source(&BootError::Linux(Path::new("k").to_owned(), source)).is_none()
     );
 }
+
+#[test]
+fn syssize_is_16_bits_before_protocol_2_04() {
+    let mut f = bzimage();
+    f[0x206..0x208].copy_from_slice(&0x0203u16.to_le_bytes());
+    // The upper half is something else in these versions.
+    f[0x1f6..0x1f8].fill(0xff);
+    assert_eq!(check_header(&f), Ok(()));
+    f[0x206..0x208].copy_from_slice(&0x0204u16.to_le_bytes());
+    assert!(matches!(
+        check_header(&f),
+        Err(BzImageError::Truncated { .. })
+    ));
+}
