@@ -2,12 +2,14 @@
 //! (no async runtime: requests are served on the event-loop or vCPU thread that was notified,
 //! as for raw images).
 //!
-//! imago parses and checks the headers, tables and refcounts; hvprof decides which files may
-//! be opened. Every backing file goes through [`ChainGate`], which opens it read-only (so no
-//! write can reach it), takes a shared lock on it, resolves relative names against the
-//! directory of the image that names them (imago does that), refuses a file already in the
-//! chain (a loop), an encrypted image and a chain longer than [`MAX_CHAIN`], and remembers why
-//! it refused, so the error names the file. External data files are refused.
+//! imago parses the headers, tables and refcounts, after hvprof's own checks of each qcow2
+//! header of the chain and the refcounts of the metadata it names ([`super::qcow2_header`],
+//! [`super::qcow2_refcounts`]); hvprof decides which files may be opened. Every backing file
+//! goes through [`ChainGate`], which opens it read-only (so no write can reach it), takes a
+//! shared lock on it, resolves relative names against the directory of the image that names
+//! them (imago does that), refuses a file already in the chain (a loop), an encrypted image, a
+//! qcow2 header the checks refuse and a chain longer than [`MAX_CHAIN`], and remembers why it
+//! refused, so the error names the file. External data files are refused.
 
 use std::cell::RefCell;
 use std::fs::{File, TryLockError};
