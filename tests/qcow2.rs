@@ -204,15 +204,15 @@ fn bad_images_are_usage_errors_that_name_the_file() {
     let cases: [(String, &[&str]); 8] = [
         (
             arg(&truncated).into(),
-            &["truncated.qcow2", "cannot be used as qcow2"],
+            &["truncated.qcow2", "qcow2 header truncated"],
         ),
         (
             arg(&corrupt).into(),
-            &["corrupt.qcow2", "cannot be used as qcow2"],
+            &["corrupt.qcow2", "qcow2 cluster_bits 40 outside 9..=21"],
         ),
         (
             arg(&feature).into(),
-            &["feature.qcow2", "cannot be used as qcow2"],
+            &["feature.qcow2", "incompatible_features", "bit 63 (unknown)"],
         ),
         (
             arg(&encrypted).into(),

@@ -195,6 +195,8 @@ fn pflash() -> Vec<u8> {
 fn bzimage() -> Vec<u8> {
     let mut f = vec![0u8; 0xc00];
     f[0x1f1] = 1; // setup_sects: the kernel starts at 2 x 512
+                  // syssize: the kernel's 0x7e0 bytes (in 16-byte units) before the initrd's 32.
+    f[0x1f4..0x1f8].copy_from_slice(&0x7eu32.to_le_bytes());
     f[0x1fe..0x200].copy_from_slice(&0xaa55u16.to_le_bytes());
     f[0x202..0x206].copy_from_slice(b"HdrS");
     f[0x206..0x208].copy_from_slice(&0x020fu16.to_le_bytes());
@@ -361,9 +363,53 @@ fn nt_modules() -> Vec<u8> {
 /// a whole-space host profile (`buckets` past 2^53, as a string) with call stacks.
 const PROFILE_JSON: &str = r#"{"format":"hvprof-profile","format_version":3,"hvprof_version":"0.1.0","run":{"kernel":"refguest (built in)","cmdline":"scenario=shares","protocol":"PVH","vcpus":1,"memory_mib":256,"start_time":"2026-11-26T09:00:00.000Z","wall_time_s":0.5,"outcome":"guest wrote 0x10 to isa-debug-exit (status 33)","exit_status":0,"interval_100ns":10000},"vcpus":[{"vcpu":0,"samples":40,"attributed":40,"outside":0,"lost":1,"counts":70,"injected":0,"hypercalls":7}],"modules":[{"name":"refguest","kind":"elf","path":null,"base":"0x100000","size":"0x3ff01000","debug_id":null}],"objects":[{"id":1,"owner":"guest","process":null,"base":"0x40000000","size":"0x1000","bucket_shift":4,"source":0,"source_name":"ProfileTime","affinity":[0],"buckets":256,"total":30,"counts":[["0x0",5],["0x4",10],["0x8",15]],"functions":[{"module":"refguest","name":"shares_f4","samples":15},{"module":"refguest","name":"shares_f2","samples":10},{"module":"refguest","name":"shares_f1","samples":5}]},{"id":1,"owner":"host","process":null,"base":"0x0","size":"0xffffffffffffffff","bucket_shift":4,"source":0,"source_name":"ProfileTime","affinity":[0],"buckets":"0x1000000000000000","total":40,"counts":[["0x10000",10],["0x4000000",30]],"functions":[],"stacks":[{"pcs":["0x40000080","0x100010"],"truncated":false,"count":30},{"pcs":["0x100000"],"truncated":true,"count":9}],"stacks_dropped":1}]}"#;
 
+/// The header `qemu-img create -f qcow2 IMG 64M` writes (version 3, 64 KiB clusters, the
+/// refcount table at 0x10000, a one-entry L1 table at 0x30000), then the file's length
+/// (0x30008) as the qcow2_header target's last 8 bytes.
+fn qcow2_header() -> Vec<u8> {
+    let mut h = vec![0u8; 112];
+    let mut put = |at: usize, b: &[u8]| h[at..at + b.len()].copy_from_slice(b);
+    put(0, b"QFI\xfb");
+    put(4, &3u32.to_be_bytes());
+    put(20, &16u32.to_be_bytes()); // cluster_bits
+    put(24, &(64u64 << 20).to_be_bytes()); // size
+    put(36, &1u32.to_be_bytes()); // l1_size
+    put(40, &0x30000u64.to_be_bytes()); // l1_table_offset
+    put(48, &0x10000u64.to_be_bytes()); // refcount_table_offset
+    put(56, &1u32.to_be_bytes()); // refcount_table_clusters
+    put(96, &4u32.to_be_bytes()); // refcount_order
+    put(100, &112u32.to_be_bytes()); // header_length
+    h.extend(0x30008u64.to_be_bytes());
+    h
+}
+
+/// A whole 4 KiB qcow2 image of 512-byte clusters, for the qcow2_refcounts target: the
+/// header (cluster 0), the refcount table (cluster 1: one entry, the block at cluster 2), the
+/// refcount block (16-bit counts of 1 for clusters 0-3) and a one-entry L1 table (cluster 3)
+/// for a 32 KiB disk.
+fn qcow2_small() -> Vec<u8> {
+    let mut f = vec![0u8; 4096];
+    let mut put = |at: usize, b: &[u8]| f[at..at + b.len()].copy_from_slice(b);
+    put(0, b"QFI\xfb");
+    put(4, &3u32.to_be_bytes());
+    put(20, &9u32.to_be_bytes()); // cluster_bits
+    put(24, &(32u64 << 10).to_be_bytes()); // size
+    put(36, &1u32.to_be_bytes()); // l1_size
+    put(40, &0x600u64.to_be_bytes()); // l1_table_offset
+    put(48, &0x200u64.to_be_bytes()); // refcount_table_offset
+    put(56, &1u32.to_be_bytes()); // refcount_table_clusters
+    put(96, &4u32.to_be_bytes()); // refcount_order
+    put(100, &112u32.to_be_bytes()); // header_length
+    put(0x200, &0x400u64.to_be_bytes());
+    for c in 0..4 {
+        put(0x400 + 2 * c, &1u16.to_be_bytes());
+    }
+    f
+}
+
 fn main() -> std::io::Result<()> {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
-    let seeds: [(&str, &str, Vec<u8>); 12] = [
+    let seeds: [(&str, &str, Vec<u8>); 14] = [
         ("platform_io", "virtio-ioeventfd", virtio(true, false)),
         ("platform_io", "virtio-exits", virtio(false, false)),
         ("platform_io", "virtio-ring", virtio(true, true)),
@@ -376,6 +422,8 @@ fn main() -> std::io::Result<()> {
         ("pe_image", "named", pe_image()),
         ("nt_modules", "three", nt_modules()),
         ("profile_json", "two-objects", PROFILE_JSON.as_bytes().to_vec()),
+        ("qcow2_header", "qemu-img", qcow2_header()),
+        ("qcow2_refcounts", "small", qcow2_small()),
     ];
     for (target, name, bytes) in seeds {
         let at = Path::new(&dir).join(target);

@@ -17,6 +17,7 @@ use crate::outcome::{Blame, Fault};
 use vm_memory::GuestMemoryMmap;
 
 pub use image::{LoadContext, PlacementError};
+pub use linux::BzImageError;
 
 /// How the boot vCPU starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,9 +126,13 @@ pub enum BootError {
     /// The command line has a NUL byte.
     #[error("kernel command line contains a NUL byte")]
     CmdlineNul,
-    /// linux-loader refused the bzImage.
-    #[error("{}: cannot load the bzImage", .0.display())]
-    Linux(PathBuf, #[source] linux_loader::loader::Error),
+    /// linux-loader refused the bzImage (its innermost message: linux-loader's errors repeat
+    /// their source's text).
+    #[error("{}: cannot load the bzImage: {}", .0.display(), .1)]
+    Linux(PathBuf, String),
+    /// The bzImage's setup header does not describe the file (truncated, or corrupt).
+    #[error("{}: malformed bzImage: {}", .0.display(), .1)]
+    BzImage(PathBuf, linux::BzImageError),
     /// The bzImage is too old for the 64-bit boot protocol.
     #[error("{}: the bzImage does not support the 64-bit boot protocol (needs 2.12+ with XLF_KERNEL_64)", .0.display())]
     LinuxTooOld(PathBuf),
@@ -146,6 +151,7 @@ impl Blame for BootError {
             | BootError::CmdlineTooLong(_)
             | BootError::CmdlineNul
             | BootError::Linux(..)
+            | BootError::BzImage(..)
             | BootError::LinuxTooOld(_) => Fault::User,
         }
     }

@@ -17,8 +17,9 @@
 
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use super::qcow2_header::HeaderError;
 use crate::config::{DiskConfig, DiskFormat};
 use crate::outcome::{Blame, Fault};
 
@@ -100,12 +101,30 @@ pub enum DiskError {
         .1.display()
     )]
     Encrypted(PathBuf, PathBuf),
+    /// A qcow2 header that hvprof's own check refuses ([`super::qcow2_header`]), in the
+    /// image (the two paths equal) or a backing file of its chain (the second path).
+    #[error("{}", header_message(.0, .1, .2))]
+    Header(PathBuf, PathBuf, HeaderError),
     /// A qcow2 image whose data lives in an external data file.
     #[error("disk image {}: qcow2 external data files are not supported", .0.display())]
     ExternalData(PathBuf),
     /// The temporary overlay of `,snapshot` could not be made.
     #[error("disk image {}: cannot create the snapshot overlay in {}", .0.display(), .1.display())]
     Overlay(PathBuf, PathBuf, #[source] std::io::Error),
+}
+
+/// "disk image IMAGE: FIELD ..." for the image itself, "disk image IMAGE: backing file
+/// FILE: FIELD ..." for a file of its chain.
+fn header_message(image: &Path, file: &Path, e: &HeaderError) -> String {
+    if image == file {
+        format!("disk image {}: {e}", image.display())
+    } else {
+        format!(
+            "disk image {}: backing file {}: {e}",
+            image.display(),
+            file.display()
+        )
+    }
 }
 
 impl Blame for DiskError {
@@ -125,6 +144,7 @@ impl Blame for DiskError {
             | DiskError::BackingLoop(..)
             | DiskError::ChainTooLong(..)
             | DiskError::Encrypted(..)
+            | DiskError::Header(..)
             | DiskError::ExternalData(_) => Fault::User,
             DiskError::Overlay(..) => Fault::Host,
         }

@@ -8,11 +8,14 @@
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
+use vmm_sys_util::errno::Error as Errno;
+
 use super::disk::{DiskBackend, DiskError, DiskImage, QCOW2_MAGIC, SECTOR_SIZE};
-use super::{qcow2, snapshot};
+use super::{qcow2, qcow2_header, qcow2_refcounts, snapshot};
 use crate::config::{DiskConfig, DiskFormat};
 
 impl DiskImage {
@@ -33,6 +36,9 @@ impl DiskImage {
             if given != found {
                 return Err(DiskError::Format(path.clone(), given, found));
             }
+        }
+        if found == DiskFormat::Qcow2 {
+            check_qcow2_header(&file, path, path)?;
         }
         let (backend, len): (Box<dyn DiskBackend>, u64) = match (found, config.snapshot) {
             (DiskFormat::Raw, false) => {
@@ -82,7 +88,8 @@ fn open_locked(
 }
 
 /// Opens `path` (for writing if `writable`) and checks that it is a regular file or block
-/// device.
+/// device. The open does not block: it is non-blocking until the check has passed, so a
+/// FIFO (whose open waits for a writer) or a device is refused at once.
 pub(super) fn open_file(
     path: &Path,
     writable: bool,
@@ -91,6 +98,7 @@ pub(super) fn open_file(
     let file = OpenOptions::new()
         .read(true)
         .write(writable)
+        .custom_flags(libc::O_NONBLOCK)
         .open(path)
         .map_err(open_err)?;
     let meta = file.metadata().map_err(open_err)?;
@@ -98,7 +106,63 @@ pub(super) fn open_file(
     if !(kind.is_file() || kind.is_block_device()) {
         return Err(DiskError::NotAFile(path.to_owned()));
     }
+    blocking(&file).map_err(open_err)?;
     Ok((file, meta))
+}
+
+/// Clears O_NONBLOCK on `file`.
+fn blocking(file: &File) -> std::io::Result<()> {
+    let fd = file.as_raw_fd();
+    // SAFETY: F_GETFL only reads the flags of a descriptor `file` owns.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(Errno::last().into());
+    }
+    // SAFETY: F_SETFL sets the flags of a descriptor `file` owns; only O_NONBLOCK changes.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(Errno::last().into());
+    }
+    Ok(())
+}
+
+/// hvprof's own check of the qcow2 header of `file` ([`qcow2_header::check`]) and of the
+/// refcounts of the metadata it names ([`qcow2_refcounts::check`]), the image `image` or, at
+/// `path`, a file of its backing chain; before imago reads anything else.
+pub(super) fn check_qcow2_header(file: &File, image: &Path, path: &Path) -> Result<(), DiskError> {
+    let io_err = |e| {
+        if image == path {
+            DiskError::Open(path.to_owned(), e)
+        } else {
+            DiskError::Backing(image.to_owned(), path.to_owned(), e)
+        }
+    };
+    let len = (&*file).seek(SeekFrom::End(0)).map_err(io_err)?;
+    let want = usize::try_from(len).map_or(qcow2_header::HEADER_BYTES, |l| {
+        l.min(qcow2_header::HEADER_BYTES)
+    });
+    let mut bytes = vec![0u8; want];
+    file.read_exact_at(&mut bytes, 0).map_err(io_err)?;
+    let read = |offset: u64, buf: &mut [u8]| read_zero_filled(file, offset, buf);
+    qcow2_refcounts::check(&bytes, len, &read)
+        .map_err(io_err)?
+        .map_err(|e| DiskError::Header(image.to_owned(), path.to_owned(), e))
+}
+
+/// Reads `buf` at `offset` of `file`, zeroes where the file ends (as QEMU reads a table
+/// that ends inside the file's last, partly written cluster).
+fn read_zero_filled(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        let at = offset.saturating_add(u64::try_from(got).unwrap_or(u64::MAX));
+        match file.read_at(&mut buf[got..], at) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf[got..].fill(0);
+    Ok(())
 }
 
 /// The format the first bytes of `file` show: qcow2 if they are its magic, raw otherwise.

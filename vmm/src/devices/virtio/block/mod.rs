@@ -6,6 +6,8 @@ pub mod discard;
 pub mod disk;
 mod image;
 pub mod qcow2;
+pub mod qcow2_header;
+pub mod qcow2_refcounts;
 pub mod request;
 mod snapshot;
 

@@ -2,17 +2,19 @@
 //! (no async runtime: requests are served on the event-loop or vCPU thread that was notified,
 //! as for raw images).
 //!
-//! imago parses and checks the headers, tables and refcounts; hvprof decides which files may
-//! be opened. Every backing file goes through [`ChainGate`], which opens it read-only (so no
-//! write can reach it), takes a shared lock on it, resolves relative names against the
-//! directory of the image that names them (imago does that), refuses a file already in the
-//! chain (a loop), an encrypted image and a chain longer than [`MAX_CHAIN`], and remembers why
-//! it refused, so the error names the file. External data files are refused.
+//! imago parses the headers, tables and refcounts, after hvprof's own checks of each qcow2
+//! header of the chain and the refcounts of the metadata it names ([`super::qcow2_header`],
+//! [`super::qcow2_refcounts`]); hvprof decides which files may be opened. Every backing file
+//! goes through [`ChainGate`], which opens it read-only (so no write can reach it), takes a
+//! shared lock on it, resolves relative names against the directory of the image that names
+//! them (imago does that), refuses a file already in the chain (a loop), an encrypted image, a
+//! qcow2 header the checks refuse and a chain longer than [`MAX_CHAIN`], and remembers why it
+//! refused, so the error names the file. External data files are refused.
 
 use std::cell::RefCell;
 use std::fs::{File, TryLockError};
 use std::io;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -25,8 +27,8 @@ use imago::{
     StorageOpenOptions,
 };
 
-use super::disk::{write_zero_bytes, DiskBackend, DiskError};
-use super::image::{encrypted, lock, open_file};
+use super::disk::{write_zero_bytes, DiskBackend, DiskError, QCOW2_MAGIC};
+use super::image::{check_qcow2_header, encrypted, lock, open_file};
 use crate::config::DiskFormat;
 
 /// Most files in a chain, the image included.
@@ -251,8 +253,22 @@ impl ChainGate {
             Ok(true) => return Err(DiskError::Encrypted(image.clone(), path.to_owned())),
             Err(e) => return Err(DiskError::Backing(image.clone(), path.to_owned(), e)),
         }
+        if is_qcow2(&file).map_err(|e| DiskError::Backing(image.clone(), path.to_owned(), e))? {
+            check_qcow2_header(&file, image, path)?;
+        }
         chain.files.push(id);
         Ok(file)
+    }
+}
+
+/// Whether `file` starts with the qcow2 magic. A backing file named as raw that does is
+/// checked as qcow2 too, and refused if its header is not one hvprof accepts.
+fn is_qcow2(file: &File) -> io::Result<bool> {
+    let mut magic = [0u8; 4];
+    match file.read_exact_at(&mut magic, 0) {
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(e),
+        Ok(()) => Ok(magic == QCOW2_MAGIC),
     }
 }
 
