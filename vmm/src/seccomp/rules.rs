@@ -317,7 +317,10 @@ fn results() -> Vec<Allow> {
     ];
     v.push((
         libc::SYS_socket,
-        families.iter().map(|f| u64::from(f.unsigned_abs())).collect(),
+        families
+            .iter()
+            .map(|f| u64::from(f.unsigned_abs()))
+            .collect(),
     ));
     v.push((libc::SYS_ioctl, vec![TCGETS, TIOCGWINSZ, FIONBIO]));
     // A download's name resolution runs on a thread of the HTTP client's (with a time
