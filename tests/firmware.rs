@@ -15,9 +15,9 @@ use crate::harness::host::Budget;
 use crate::harness::{hvprof, status, TempDir};
 
 /// SeaBIOS from reset to its boot attempt, in guest-kernel instructions of the harness's
-/// calibration loop: 5-9 s at ~0.6 us an instruction on an idle Intel host of the PVM kind,
-/// almost all of it emulated real-mode and CPL0 code, so about 15M. The floor is for hosts
-/// that run it natively.
+/// calibration loop: 3.3 s where the loop ran at 0.33 us an instruction (an idle Intel host of
+/// the PVM kind), almost all of it emulated real-mode and CPL0 code, so about 10M. The floor
+/// is for hosts that run it natively.
 pub(crate) const SEABIOS_BOOT: Budget = Budget {
     insns: 15_000_000,
     margin: 6,

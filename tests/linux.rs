@@ -23,10 +23,10 @@ const CMDLINE: &str = "console=ttyS0 earlyprintk=serial,ttyS0,115200 nokaslr";
 /// The decompressor's line that the test waits for.
 const EARLY_LINE: &str = "KASLR disabled: 'nokaslr' on cmdline.";
 /// Up to the early line: the 64-bit entry and the decompressor's set-up, in guest-kernel
-/// instructions of the harness's calibration loop. It came within ~3 s here at ~0.6 us an
-/// instruction (about 5M); the floor covers hosts that run it natively.
+/// instructions of the harness's calibration loop. It came after ~2 s where the loop ran at
+/// 0.33 us an instruction (about 6M); the floor covers hosts that run it natively.
 const EARLY_BOOT: Budget = Budget {
-    insns: 5_000_000,
+    insns: 8_000_000,
     margin: 8,
     floor: Duration::from_secs(40),
 };
