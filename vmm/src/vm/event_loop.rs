@@ -219,6 +219,15 @@ pub struct LoopParams {
     pub seccomp: Seccomp,
 }
 
+/// What is left of `--timeout` once the run has been going for `elapsed` (the VM's set-up):
+/// never zero, which would disarm the timer, so a set-up that used the whole timeout still
+/// ends the run, at once.
+fn timeout_left(timeout: Duration, elapsed: Duration) -> Duration {
+    timeout
+        .saturating_sub(elapsed)
+        .max(Duration::from_micros(1))
+}
+
 /// Runs the event loop until a stop is requested.
 pub fn run_until_stopped(p: LoopParams) -> std::io::Result<()> {
     let mut em = EventManager::<Box<dyn MutEventSubscriber>>::new()
@@ -226,12 +235,7 @@ pub fn run_until_stopped(p: LoopParams) -> std::io::Result<()> {
     let timeout = match p.timeout {
         Some(d) => {
             let mut t = TimerFd::new()?;
-            // A zero expiry would disarm the timer: a set-up that used the whole timeout
-            // still ends the run, at once.
-            let left = d
-                .saturating_sub(p.started.elapsed())
-                .max(Duration::from_micros(1));
-            t.reset(left, None)?;
+            t.reset(timeout_left(d, p.started.elapsed()), None)?;
             Some((t, d))
         }
         None => None,
@@ -264,4 +268,17 @@ pub fn run_until_stopped(p: LoopParams) -> std::io::Result<()> {
             .map_err(|e| std::io::Error::other(format!("{e:?}")))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_timeout_counts_the_set_up_and_a_spent_one_still_fires() {
+        let s = Duration::from_secs;
+        assert_eq!(timeout_left(s(10), s(3)), s(7));
+        assert_eq!(timeout_left(s(1), s(3)), Duration::from_micros(1));
+        assert_eq!(timeout_left(s(1), s(1)), Duration::from_micros(1));
+    }
 }
