@@ -32,7 +32,7 @@ const EARLY_BOOT: Budget = Budget {
 };
 
 /// The newest /boot/vmlinuz-* (or $HVPROF_TEST_BZIMAGE); fails if none.
-fn find_bzimage() -> PathBuf {
+pub(crate) fn find_bzimage() -> PathBuf {
     if let Some(p) = std::env::var_os("HVPROF_TEST_BZIMAGE") {
         return PathBuf::from(p);
     }

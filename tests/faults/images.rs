@@ -234,36 +234,11 @@ fn qcow2_fifo_backing_file_is_refused_without_blocking() {
     );
 }
 
-/// The newest /boot/vmlinuz-* (or $HVPROF_TEST_BZIMAGE), as tests/linux.rs finds it.
-fn bzimage() -> PathBuf {
-    if let Some(p) = std::env::var_os("HVPROF_TEST_BZIMAGE") {
-        return PathBuf::from(p);
-    }
-    let mut found: Vec<PathBuf> = std::fs::read_dir("/boot")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("vmlinuz-"))
-        })
-        .collect();
-    found.sort();
-    found.pop().unwrap_or_else(|| {
-        panic!(
-            "no Linux bzImage in /boot: install Debian's linux-image-amd64 \
-             (apt-get install -y linux-image-amd64), or set HVPROF_TEST_BZIMAGE"
-        )
-    })
-}
-
 /// hvprof on the first `len` bytes of Debian's bzImage: status 2, one error line naming the
 /// file, "malformed bzImage" and `field`.
 fn assert_prefix_refused(len: usize, field: &str) {
     let dir = TempDir::new("img-bz");
-    let whole = std::fs::read(bzimage()).expect("reading the bzImage");
+    let whole = std::fs::read(crate::linux::find_bzimage()).expect("reading the bzImage");
     let cut = dir.write("prefix", &whole[..len]);
     let out = hvprof_run(&cut, &["--timeout", "30"]).limit(LIMIT).run();
     out.assert_status(status::USAGE);
