@@ -333,6 +333,40 @@ fn a_symlink_planted_at_an_output_is_replaced_and_its_target_untouched() {
     }
 }
 
+/// The logs a run streams (`--serial FILE`, `--debugcon FILE`) are never written through a
+/// planted symlink, and a FIFO nobody reads is refused instead of blocking the start.
+#[test]
+fn run_logs_refuse_a_planted_symlink_and_an_unread_fifo() {
+    let dir = TempDir::new("outputs-logs");
+    let victim = dir.write("victim", b"precious, not hvprof's");
+    let kernel = fixture(Fixture::DebugExit {
+        value: harness::FIXTURE_OK,
+        width: 1,
+    });
+    let link = dir.join("serial.log");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let fifo = dir.join("fifo");
+    sh("mkfifo", &[], &fifo);
+    for (option, path, why) in [
+        ("--serial", &link, "symbolic link"),
+        ("--debugcon", &link, "symbolic link"),
+        ("--serial", &fifo, "FIFO nobody is reading"),
+    ] {
+        let out = harness::hvprof_run(&kernel, &[option, path.to_str().unwrap()])
+            .limit(Duration::from_secs(30))
+            .run();
+        out.assert_status(status::USAGE);
+        out.assert_error_line(&[path.to_str().unwrap(), why]);
+    }
+    assert_eq!(read(&victim), b"precious, not hvprof's");
+    // A regular file is written as before.
+    let log = dir.join("plain.log");
+    harness::hvprof_run(&kernel, &["--serial", log.to_str().unwrap()])
+        .run()
+        .assert_status(status::debug_exit(harness::FIXTURE_OK));
+    assert!(String::from_utf8_lossy(&read(&log)).contains("debug_exit: writing"));
+}
+
 /// An unwritable `--out` of a run: status 2 at once, the path named, no guest output. A run
 /// would last 30 s; the bound only proves that none started.
 fn refused_before_the_run(out: &Path, why: &str) {

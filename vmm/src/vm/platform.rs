@@ -57,10 +57,38 @@ pub struct FirmwareDevices {
     pub vars: Option<(u64, Pflash)>,
 }
 
+/// A log written while the guest runs (`--serial FILE`, `--debugcon FILE`): streamed, so not
+/// renamed into place as the results are, but never written through a symlink (a planted
+/// link cannot redirect it: ELOOP) and never waited on (a FIFO nobody reads is refused with
+/// ENXIO instead of blocking the start of the run).
 fn output_file(path: &std::path::Path) -> Result<Box<dyn Write + Send>, VmError> {
-    File::create(path)
-        .map(|f| Box::new(f) as Box<dyn Write + Send>)
-        .map_err(|e| VmError::OutputFile(path.to_owned(), e))
+    use std::os::unix::fs::OpenOptionsExt;
+    let err = |e| VmError::OutputFile(path.to_owned(), e);
+    let file = File::options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => std::io::Error::other(
+                "a symbolic link: hvprof writes no log through a link it did not make",
+            ),
+            Some(libc::ENXIO) => std::io::Error::other("a FIFO nobody is reading"),
+            _ => e,
+        })
+        .map_err(err)?;
+    // Writes block again (a pipe's reader sets the pace, as on a terminal).
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+    // SAFETY: fcntl on the fd `file` owns, with integer arguments only.
+    let blocking = unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) >= 0
+    };
+    if !blocking {
+        return Err(err(std::io::Error::last_os_error()));
+    }
+    Ok(Box::new(file))
 }
 
 /// Puts the port devices that need nothing from KVM on `pio`: isa-debug-exit, the i8042, ACPI
