@@ -421,7 +421,11 @@ fn main() -> std::io::Result<()> {
         ("stack_walk", "pe-frames", pe_frames()),
         ("pe_image", "named", pe_image()),
         ("nt_modules", "three", nt_modules()),
-        ("profile_json", "two-objects", PROFILE_JSON.as_bytes().to_vec()),
+        (
+            "profile_json",
+            "two-objects",
+            PROFILE_JSON.as_bytes().to_vec(),
+        ),
         ("qcow2_header", "qemu-img", qcow2_header()),
         ("qcow2_refcounts", "small", qcow2_small()),
     ];
