@@ -8,6 +8,7 @@
 //! analysis::bounded blocked for ever in open() on the FIFOs and read /dev/zero until memory
 //! ran out, so these tests fail on it by hitting the limit.
 
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -326,4 +327,76 @@ fn under_nohup_a_sighup_does_not_end_the_run() {
     let text = std::fs::read_to_string(out_dir.join("profile.json")).unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["run"]["outcome"], "stopped by --duration", "{v}");
+}
+
+/// SIGTERM or SIGHUP at many points of a short `hvprof profile` run: before hvprof handles
+/// signals, while it builds the VM, while the guest runs, while the results are written,
+/// after. Whatever the moment, the run never hangs, the out directory never holds a partial
+/// profile.json (it holds the previous run's, complete, or this one's), and the status is
+/// the documented one: 10 with this run's profile when the signal ended the run; the run's
+/// own status when it came after the run; death by the signal only before hvprof began to
+/// handle signals, with nothing of this run written.
+#[test]
+fn a_stop_signal_at_any_point_of_a_run_loses_nothing_and_hangs_nothing() {
+    let dir = TempDir::new("inputs-signal-points");
+    let out_dir = dir.join("out");
+    let profile = |signal_after: Option<(Duration, i32)>| {
+        let run = hvprof([
+            "profile",
+            "--cmdline",
+            "scenario=shares shares.ms=400",
+            "--quiet",
+            "--serial",
+            "null",
+            "--out",
+            arg(&out_dir),
+        ])
+        .limit(Duration::from_secs(60))
+        .spawn();
+        if let Some((after, sig)) = signal_after {
+            std::thread::sleep(after);
+            // The run may be over already: a failed kill is one of the outcomes.
+            let pid = i32::try_from(run.pid()).unwrap();
+            // SAFETY: kill(2) takes no pointers; the child is not reaped before `wait`.
+            unsafe { libc::kill(pid, sig) };
+        }
+        run.wait()
+    };
+    // A first, whole run: the "previous profile" every later one must not damage, and how
+    // long a run takes here, to spread the signals over.
+    let first = profile(None);
+    assert!(matches!(first.code(), Some(0 | 1)), "{first}");
+    let whole = first.elapsed;
+    let start_of = |p: &Path| -> String {
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(p).unwrap())
+            .unwrap_or_else(|e| panic!("{} is not whole JSON: {e}", p.display()));
+        v["run"]["start_time"].as_str().unwrap().to_string()
+    };
+    let json = out_dir.join("profile.json");
+    const POINTS: u32 = 16;
+    for i in 0..=POINTS {
+        let before = start_of(&json);
+        let sig = if i % 2 == 0 {
+            libc::SIGTERM
+        } else {
+            libc::SIGHUP
+        };
+        let after = whole * i / POINTS;
+        let out = profile(Some((after, sig)));
+        let now = start_of(&json);
+        eprintln!("signal {sig} after {after:?}: {}", out.status);
+        match (out.code(), out.status.signal()) {
+            (Some(status::SIGNALLED), _) => {
+                assert_ne!(now, before, "status 10 without this run's profile\n{out}")
+            }
+            (Some(0 | 1), _) => {
+                assert_ne!(now, before, "a finished run without its profile\n{out}")
+            }
+            (None, Some(s)) if s == sig => assert_eq!(now, before, "killed, yet wrote\n{out}"),
+            _ => panic!("signal {sig} after {after:?}: unexpected end\n{out}"),
+        }
+        for f in ["profile.pb.gz", "flamegraph.svg", "report.txt"] {
+            assert!(out_dir.join(f).exists(), "{f} lost\n{out}");
+        }
+    }
 }

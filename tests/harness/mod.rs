@@ -491,6 +491,11 @@ impl Running {
         }
     }
 
+    /// hvprof's process id (valid until [`Running::wait`] reaps it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends a signal (e.g. `libc::SIGTERM`) to hvprof.
     pub fn signal(&self, sig: i32) {
         let pid = i32::try_from(self.child.id()).expect("pid fits in pid_t");
