@@ -317,5 +317,4 @@ fn encode_error(status: NtStatus, needed: usize) -> Error {
 }
 
 #[cfg(test)]
-#[path = "client_tests.rs"]
 mod tests;

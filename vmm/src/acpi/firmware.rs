@@ -255,5 +255,4 @@ pub fn firmware_tables(cpus: usize, root: &PciRoot) -> Result<FirmwareTables, Ac
 }
 
 #[cfg(test)]
-#[path = "firmware_tests.rs"]
 mod tests;

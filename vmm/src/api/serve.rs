@@ -367,5 +367,4 @@ fn evict_oldest(conns: &mut Vec<Conn>, handler: &mut dyn Handler) -> bool {
 }
 
 #[cfg(test)]
-#[path = "serve_tests.rs"]
 mod tests;

@@ -207,5 +207,4 @@ pub(super) fn boot(
 }
 
 #[cfg(test)]
-#[path = "linux_tests.rs"]
 mod tests;

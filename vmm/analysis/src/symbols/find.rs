@@ -255,5 +255,4 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 #[cfg(test)]
-#[path = "find_tests.rs"]
 mod tests;

@@ -329,5 +329,4 @@ pub(crate) mod testing {
 }
 
 #[cfg(test)]
-#[path = "msix_tests.rs"]
 mod tests;

@@ -389,5 +389,4 @@ impl BusDevice for PciEcam {
 }
 
 #[cfg(test)]
-#[path = "root_tests.rs"]
 mod tests;

@@ -603,9 +603,7 @@ impl<D: VirtioDevice> QueueNotify for VirtioPciDevice<D> {
 }
 
 #[cfg(test)]
-#[path = "pci_tests.rs"]
 mod tests;
 
 #[cfg(test)]
-#[path = "ring_tests.rs"]
 mod ring_tests;

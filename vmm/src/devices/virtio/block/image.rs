@@ -219,5 +219,4 @@ pub(super) fn lock(file: &File, path: &Path, shared: bool) -> Result<(), TryLock
 }
 
 #[cfg(test)]
-#[path = "image_tests.rs"]
 mod tests;

@@ -373,9 +373,7 @@ impl VirtioDevice for BlockDevice {
 }
 
 #[cfg(test)]
-#[path = "tests.rs"]
 mod tests;
 
 #[cfg(test)]
-#[path = "discard_tests.rs"]
 mod discard_tests;

@@ -298,5 +298,4 @@ impl ImplicitOpenGate<ImagoFile> for ChainGate {
 }
 
 #[cfg(test)]
-#[path = "qcow2_tests.rs"]
 pub(super) mod tests;

@@ -459,5 +459,4 @@ impl Table {
 }
 
 #[cfg(test)]
-#[path = "qcow2_header_tests.rs"]
 mod tests;

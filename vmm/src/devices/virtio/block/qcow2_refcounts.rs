@@ -143,5 +143,4 @@ impl Layout {
 }
 
 #[cfg(test)]
-#[path = "qcow2_refcounts_tests.rs"]
 mod tests;

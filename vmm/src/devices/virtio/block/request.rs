@@ -315,5 +315,4 @@ pub fn execute(
 }
 
 #[cfg(test)]
-#[path = "request_tests.rs"]
 mod tests;
