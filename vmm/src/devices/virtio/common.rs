@@ -4,11 +4,10 @@
 //! (status changes, enabling a queue) come back as events.
 
 use super::queue::QueueRegs;
+use super::NO_VECTOR;
 
 /// Size of the structure (up to and including queue_device).
 pub const COMMON_CONFIG_LEN: usize = 0x38;
-/// "No MSI-X vector".
-pub const NO_VECTOR: u16 = 0xffff;
 
 /// What a write asks of the transport.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -29,6 +29,9 @@ use kvm_ioctls::VmFd;
 use virtio_queue::Queue;
 use vm_memory::GuestMemoryMmap;
 
+/// "No MSI-X vector": the configuration's or a queue's vector when none is mapped (and the
+/// driver's sign that a mapping failed).
+pub const NO_VECTOR: u16 = 0xffff;
 /// Device status: the guest noticed the device.
 pub const STATUS_ACKNOWLEDGE: u8 = 1;
 /// Device status: the guest has a driver.

@@ -23,12 +23,12 @@ use virtio_bindings::bindings::virtio_ring::VRING_AVAIL_F_NO_INTERRUPT;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
-use super::common::{CommonConfig, CommonEvent, COMMON_CONFIG_LEN, NO_VECTOR};
+use super::common::{CommonConfig, CommonEvent, COMMON_CONFIG_LEN};
 use super::notify::{QueueEvents, QueueNotify};
 use super::{
-    IrqLine, ProcessError, VirtioDevice, ISR_CONFIG, ISR_QUEUE, STATUS_DEVICE_NEEDS_RESET,
-    STATUS_DRIVER_OK, STATUS_FEATURES_OK, TRANSPORT_FEATURES, VIRTIO_F_RING_EVENT_IDX,
-    VIRTIO_F_VERSION_1, VIRTIO_PCI_DEVICE_ID_BASE, VIRTIO_PCI_VENDOR_ID,
+    IrqLine, ProcessError, VirtioDevice, ISR_CONFIG, ISR_QUEUE, NO_VECTOR,
+    STATUS_DEVICE_NEEDS_RESET, STATUS_DRIVER_OK, STATUS_FEATURES_OK, TRANSPORT_FEATURES,
+    VIRTIO_F_RING_EVENT_IDX, VIRTIO_F_VERSION_1, VIRTIO_PCI_DEVICE_ID_BASE, VIRTIO_PCI_VENDOR_ID,
 };
 use crate::devices::pci::config::{
     BarKind, BarRegion, ConfigSpace, ConfigSpaceError, PciIds, COMMAND_INTX_DISABLE,

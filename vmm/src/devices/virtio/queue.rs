@@ -37,7 +37,7 @@ pub struct QueueRegs {
     /// queue_enable.
     pub enabled: bool,
     /// queue_msix_vector: the MSI-X vector of its used-buffer notifications, or
-    /// [`NO_VECTOR`](super::common::NO_VECTOR).
+    /// [`NO_VECTOR`](super::NO_VECTOR).
     pub vector: u16,
 }
 
@@ -51,7 +51,7 @@ impl QueueRegs {
             avail: 0,
             used: 0,
             enabled: false,
-            vector: super::common::NO_VECTOR,
+            vector: super::NO_VECTOR,
         }
     }
 

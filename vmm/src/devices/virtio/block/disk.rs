@@ -19,7 +19,7 @@ use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use super::qcow2_header::HeaderError;
+use super::qcow2_header::{HeaderError, QCOW2_MAGIC};
 use crate::config::{DiskConfig, DiskFormat};
 use crate::outcome::{Blame, Fault};
 
@@ -150,9 +150,6 @@ impl Blame for DiskError {
         }
     }
 }
-
-/// The first bytes of a qcow2 image ("QFI\xfb").
-pub const QCOW2_MAGIC: [u8; 4] = *b"QFI\xfb";
 
 /// Where the sectors live.
 pub trait DiskBackend: Send {

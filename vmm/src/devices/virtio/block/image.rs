@@ -6,16 +6,15 @@
 //! Everything here happens before the VM starts (and before any thread's system-call filter),
 //! so it may open and create files.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, SeekFrom};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use vmm_sys_util::errno::Error as Errno;
-
-use super::disk::{DiskBackend, DiskError, DiskImage, QCOW2_MAGIC, SECTOR_SIZE};
-use super::{qcow2, qcow2_header, qcow2_refcounts, snapshot};
+use super::disk::{DiskBackend, DiskError, DiskImage, SECTOR_SIZE};
+use super::file::{check_qcow2_header, encrypted, lock, open_file};
+use super::qcow2_header::QCOW2_MAGIC;
+use super::{qcow2, snapshot};
 use crate::config::{DiskConfig, DiskFormat};
 
 impl DiskImage {
@@ -87,84 +86,6 @@ fn open_locked(
     Ok((file, meta))
 }
 
-/// Opens `path` (for writing if `writable`) and checks that it is a regular file or block
-/// device. The open does not block: it is non-blocking until the check has passed, so a
-/// FIFO (whose open waits for a writer) or a device is refused at once.
-pub(super) fn open_file(
-    path: &Path,
-    writable: bool,
-) -> Result<(File, std::fs::Metadata), DiskError> {
-    let open_err = |e| DiskError::Open(path.to_owned(), e);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(writable)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(open_err)?;
-    let meta = file.metadata().map_err(open_err)?;
-    let kind = meta.file_type();
-    if !(kind.is_file() || kind.is_block_device()) {
-        return Err(DiskError::NotAFile(path.to_owned()));
-    }
-    blocking(&file).map_err(open_err)?;
-    Ok((file, meta))
-}
-
-/// Clears O_NONBLOCK on `file`.
-fn blocking(file: &File) -> std::io::Result<()> {
-    let fd = file.as_raw_fd();
-    // SAFETY: F_GETFL only reads the flags of a descriptor `file` owns.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    if flags < 0 {
-        return Err(Errno::last().into());
-    }
-    // SAFETY: F_SETFL sets the flags of a descriptor `file` owns; only O_NONBLOCK changes.
-    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
-        return Err(Errno::last().into());
-    }
-    Ok(())
-}
-
-/// hvprof's own check of the qcow2 header of `file` ([`qcow2_header::check`]) and of the
-/// refcounts of the metadata it names ([`qcow2_refcounts::check`]), the image `image` or, at
-/// `path`, a file of its backing chain; before imago reads anything else.
-pub(super) fn check_qcow2_header(file: &File, image: &Path, path: &Path) -> Result<(), DiskError> {
-    let io_err = |e| {
-        if image == path {
-            DiskError::Open(path.to_owned(), e)
-        } else {
-            DiskError::Backing(image.to_owned(), path.to_owned(), e)
-        }
-    };
-    let len = (&*file).seek(SeekFrom::End(0)).map_err(io_err)?;
-    let want = usize::try_from(len).map_or(qcow2_header::HEADER_BYTES, |l| {
-        l.min(qcow2_header::HEADER_BYTES)
-    });
-    let mut bytes = vec![0u8; want];
-    file.read_exact_at(&mut bytes, 0).map_err(io_err)?;
-    let read = |offset: u64, buf: &mut [u8]| read_zero_filled(file, offset, buf);
-    qcow2_refcounts::check(&bytes, len, &read)
-        .map_err(io_err)?
-        .map_err(|e| DiskError::Header(image.to_owned(), path.to_owned(), e))
-}
-
-/// Reads `buf` at `offset` of `file`, zeroes where the file ends (as QEMU reads a table
-/// that ends inside the file's last, partly written cluster).
-fn read_zero_filled(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-    let mut got = 0;
-    while got < buf.len() {
-        let at = offset.saturating_add(u64::try_from(got).unwrap_or(u64::MAX));
-        match file.read_at(&mut buf[got..], at) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    buf[got..].fill(0);
-    Ok(())
-}
-
 /// The format the first bytes of `file` show: qcow2 if they are its magic, raw otherwise.
 fn detect(file: &mut File) -> std::io::Result<DiskFormat> {
     let mut magic = [0u8; 4];
@@ -181,41 +102,6 @@ fn detect(file: &mut File) -> std::io::Result<DiskFormat> {
     } else {
         DiskFormat::Raw
     })
-}
-
-/// Whether `file` is a qcow2 image whose `crypt_method` (header bytes 32-35, big-endian) is
-/// not 0: AES or LUKS encrypted. imago 0.2.6 neither decrypts nor refuses such an image, so
-/// the guest would read ciphertext and its writes would corrupt the image. Two fields at fixed
-/// offsets are the only image bytes hvprof reads itself; imago parses the rest.
-pub(super) fn encrypted(file: &File) -> std::io::Result<bool> {
-    let mut header = [0u8; 36];
-    match file.read_exact_at(&mut header, 0) {
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
-        Err(e) => Err(e),
-        Ok(()) => Ok(header[..4] == QCOW2_MAGIC && header[32..] != [0; 4]),
-    }
-}
-
-/// Takes the image's lock: shared for a read-only image, exclusive otherwise. A file system
-/// without locks (ENOLCK, EOPNOTSUPP) is used unlocked, with a warning.
-pub(super) fn lock(file: &File, path: &Path, shared: bool) -> Result<(), TryLockError> {
-    let taken = if shared {
-        file.try_lock_shared()
-    } else {
-        file.try_lock()
-    };
-    match taken {
-        Err(TryLockError::Error(e))
-            if matches!(e.raw_os_error(), Some(libc::ENOLCK | libc::EOPNOTSUPP)) =>
-        {
-            log::warn!(
-                "disk image {}: the file system cannot lock it ({e}); using it unlocked",
-                path.display()
-            );
-            Ok(())
-        }
-        other => other,
-    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,8 @@
 
 pub mod discard;
 pub mod disk;
+pub mod execute;
+mod file;
 mod image;
 pub mod qcow2;
 pub mod qcow2_header;
@@ -27,9 +29,8 @@ use crate::devices::pci::{devfn, intx_gsi, ConfigSpaceError, PciError, PciRoot};
 use crate::outcome::{Blame, Fault};
 use disk::DiskError;
 use disk::{DiskImage, SECTOR_SIZE};
-use request::{
-    execute, parse, status_address, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP,
-};
+use execute::execute;
+use request::{parse, status_address, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP};
 
 /// Virtio device type of a block device.
 pub const VIRTIO_ID_BLOCK: u16 = 2;

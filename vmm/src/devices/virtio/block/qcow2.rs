@@ -27,8 +27,9 @@ use imago::{
     StorageOpenOptions,
 };
 
-use super::disk::{write_zero_bytes, DiskBackend, DiskError, QCOW2_MAGIC};
-use super::image::{check_qcow2_header, encrypted, lock, open_file};
+use super::disk::{write_zero_bytes, DiskBackend, DiskError};
+use super::file::{check_qcow2_header, encrypted, lock, open_file};
+use super::qcow2_header::QCOW2_MAGIC;
 use crate::config::DiskFormat;
 
 /// Most files in a chain, the image included.

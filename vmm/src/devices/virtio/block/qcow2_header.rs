@@ -13,7 +13,8 @@
 
 use thiserror::Error;
 
-use super::disk::QCOW2_MAGIC;
+/// The first bytes of a qcow2 image ("QFI\xfb").
+pub const QCOW2_MAGIC: [u8; 4] = *b"QFI\xfb";
 /// The header bytes [`check`] reads: the version 3 header and its compression type byte.
 pub const HEADER_BYTES: usize = 112;
 /// A version 2 header's length.

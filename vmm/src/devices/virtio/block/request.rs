@@ -1,5 +1,5 @@
 //! virtio-blk requests (virtio 1.2, 5.2.6): parsing a checked descriptor chain into a
-//! request, and executing it against a disk image.
+//! request (executing it is execute.rs's).
 //!
 //! Layout is free (VIRTIO_F_VERSION_1 implies ANY_LAYOUT): the 16-byte header is the first
 //! 16 device-readable bytes, the status is the last device-writable byte, and the data is
@@ -11,7 +11,7 @@
 use virtio_queue::desc::split::Descriptor;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
-use super::disk::{DiskImage, ID_LEN, SECTOR_SIZE};
+use super::disk::SECTOR_SIZE;
 
 /// Read sectors.
 pub const VIRTIO_BLK_T_IN: u32 = 0;
@@ -33,7 +33,7 @@ pub const VIRTIO_BLK_S_IOERR: u8 = 1;
 pub const VIRTIO_BLK_S_UNSUPP: u8 = 2;
 /// Size of the request header.
 pub const HEADER_LEN: u64 = 16;
-const BOUNCE: usize = 64 * 1024;
+pub(super) const BOUNCE: usize = 64 * 1024;
 
 /// What a request asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -225,7 +225,7 @@ pub fn parse(
 }
 
 /// Checks that a read or write of `req` lies within `sectors` and returns its byte offset.
-fn disk_range(req: &Request, sectors: u64) -> Result<u64, RequestError> {
+pub(super) fn disk_range(req: &Request, sectors: u64) -> Result<u64, RequestError> {
     let len = req.data_len();
     if len == 0 || !len.is_multiple_of(SECTOR_SIZE) {
         return Err(RequestError::Length(len));
@@ -249,68 +249,6 @@ impl RequestError {
     /// The guest gets VIRTIO_BLK_S_UNSUPP for this error, VIRTIO_BLK_S_IOERR otherwise.
     pub fn unsupported(&self) -> bool {
         matches!(self, RequestError::Type(_) | RequestError::Flags(_))
-    }
-}
-
-/// Executes `req`. Returns the number of bytes written to guest buffers, without the
-/// status byte (which the caller writes).
-pub fn execute(
-    req: &Request,
-    disk: &mut DiskImage,
-    mem: &GuestMemoryMmap,
-) -> Result<u64, RequestError> {
-    let mut bounce = Vec::new();
-    match req.kind {
-        RequestKind::In | RequestKind::Out => {
-            if req.kind == RequestKind::Out && disk.readonly {
-                return Err(RequestError::ReadOnly);
-            }
-            let mut offset = disk_range(req, disk.sectors)?;
-            for seg in &req.data {
-                let mut done = 0u64;
-                while done < seg.len {
-                    let n = usize::try_from((seg.len - done).min(BOUNCE as u64)).map_err(io)?;
-                    bounce.resize(n, 0);
-                    let addr = GuestAddress(seg.addr.0 + done);
-                    if req.kind == RequestKind::In {
-                        disk.backend.read_at(offset, &mut bounce).map_err(io)?;
-                        mem.write_slice(&bounce, addr).map_err(io)?;
-                    } else {
-                        mem.read_slice(&mut bounce, addr).map_err(io)?;
-                        disk.backend.write_at(offset, &bounce).map_err(io)?;
-                    }
-                    done += n as u64;
-                    offset += n as u64;
-                }
-            }
-            Ok(if req.kind == RequestKind::In {
-                req.data_len()
-            } else {
-                0
-            })
-        }
-        RequestKind::Flush => {
-            if !disk.readonly {
-                disk.backend.flush().map_err(io)?;
-            }
-            Ok(0)
-        }
-        RequestKind::GetId => {
-            let mut written = 0u64;
-            for seg in &req.data {
-                let start = usize::try_from(written).map_err(io)?;
-                if start >= ID_LEN {
-                    break;
-                }
-                let n = (ID_LEN - start).min(usize::try_from(seg.len).unwrap_or(ID_LEN));
-                mem.write_slice(&disk.id[start..start + n], seg.addr)
-                    .map_err(io)?;
-                written += n as u64;
-            }
-            Ok(written)
-        }
-        RequestKind::Discard | RequestKind::WriteZeroes => super::discard::execute(req, disk, mem),
-        RequestKind::Unsupported(t) => Err(RequestError::Type(t)),
     }
 }
 

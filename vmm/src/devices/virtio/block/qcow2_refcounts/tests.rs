@@ -1,7 +1,7 @@
 use std::cell::Cell;
 
 use super::*;
-use crate::devices::virtio::block::disk::QCOW2_MAGIC;
+use crate::devices::virtio::block::qcow2_header::QCOW2_MAGIC;
 
 /// What `qemu-img create -f qcow2 IMG 64M` writes: the header, the refcount table at
 /// 0x10000 (one entry: the refcount block at 0x20000), the refcount block (16-bit
