@@ -56,7 +56,6 @@ impl HostProfileBody {
 /// The server's view of the VM.
 pub struct ApiState {
     pub control: VmControl,
-    paused: bool,
     started: Instant,
     shutdown_requested: bool,
 }
@@ -74,7 +73,6 @@ impl ApiState {
     pub fn new(control: VmControl) -> Self {
         ApiState {
             control,
-            paused: false,
             started: Instant::now(),
             shutdown_requested: false,
         }
@@ -104,7 +102,7 @@ impl ApiState {
 
     fn vm_info(&self) -> Response {
         let body = json!({
-            "state": if self.paused { "paused" } else { "running" },
+            "state": if self.control.uptime.is_paused() { "paused" } else { "running" },
             "vcpus": self.control.vcpus.len(),
             "api_uptime_ms": u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             "interval_100ns": self.control.profiler.time_interval(),
@@ -114,7 +112,7 @@ impl ApiState {
     }
 
     fn pause(&mut self) -> Response {
-        if self.paused {
+        if self.control.uptime.is_paused() {
             return Response::error(409, "already paused");
         }
         let (tx, rx) = channel();
@@ -139,7 +137,6 @@ impl ApiState {
                 Err(RecvTimeoutError::Disconnected) => break,
             }
         }
-        self.paused = true;
         self.control.uptime.pause();
         if acked < self.control.vcpus.len() {
             return Response::error(500, "not every vCPU acknowledged the pause");
@@ -148,13 +145,12 @@ impl ApiState {
     }
 
     fn resume(&mut self) -> Response {
-        if !self.paused {
+        if !self.control.uptime.is_paused() {
             return Response::error(409, "not paused");
         }
         for v in &self.control.vcpus {
             v.request(VcpuRequest::Resume);
         }
-        self.paused = false;
         self.control.uptime.resume();
         Response::json(200, json!({ "state": "running" }).to_string())
     }

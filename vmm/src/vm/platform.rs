@@ -79,15 +79,7 @@ fn output_file(path: &std::path::Path) -> Result<Box<dyn Write + Send>, VmError>
         })
         .map_err(err)?;
     // Writes block again (a pipe's reader sets the pace, as on a terminal).
-    let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
-    // SAFETY: fcntl on the fd `file` owns, with integer arguments only.
-    let blocking = unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) >= 0
-    };
-    if !blocking {
-        return Err(err(std::io::Error::last_os_error()));
-    }
+    crate::devices::blocking(&file).map_err(err)?;
     Ok(Box::new(file))
 }
 

@@ -4,15 +4,13 @@
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Seek, SeekFrom};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::Path;
-
-use vmm_sys_util::errno::Error as Errno;
 
 use super::disk::DiskError;
 use super::qcow2_header::{self, QCOW2_MAGIC};
 use super::qcow2_refcounts;
+use crate::devices::blocking;
 
 /// Opens `path` (for writing if `writable`) and checks that it is a regular file or block
 /// device. The open does not block: it is non-blocking until the check has passed, so a
@@ -35,21 +33,6 @@ pub(super) fn open_file(
     }
     blocking(&file).map_err(open_err)?;
     Ok((file, meta))
-}
-
-/// Clears O_NONBLOCK on `file`.
-fn blocking(file: &File) -> std::io::Result<()> {
-    let fd = file.as_raw_fd();
-    // SAFETY: F_GETFL only reads the flags of a descriptor `file` owns.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    if flags < 0 {
-        return Err(Errno::last().into());
-    }
-    // SAFETY: F_SETFL sets the flags of a descriptor `file` owns; only O_NONBLOCK changes.
-    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
-        return Err(Errno::last().into());
-    }
-    Ok(())
 }
 
 /// hvprof's own check of the qcow2 header of `file` ([`qcow2_header::check`]) and of the
