@@ -54,7 +54,7 @@ fn the_kernel_and_its_module_list_are_found_and_named_from_the_pdb_alone() {
     .assert_status(0);
 
     // Every module on the list, in kernel space; the kernel with its PDB's identity.
-    let profile = analysis::read_profile(&out.join("profile.json")).unwrap();
+    let profile = report::read_profile(&out.join("profile.json")).unwrap();
     let listed: Vec<(&str, u64, u64, Option<u32>)> = profile
         .guest_modules
         .iter()

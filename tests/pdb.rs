@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::harness::{tool, TempDir};
-use analysis::symbols::{pdb, pe, Finder, SymbolPath};
-use analysis::Symbols;
+use report::symbols::{pdb, pe, Finder, SymbolPath};
+use report::Symbols;
 
 /// A finder searching one plain directory.
 fn dir(path: &Path) -> Finder {

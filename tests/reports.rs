@@ -95,8 +95,8 @@ fn validate_against_schema(json: &std::path::Path) {
 fn the_files_agree_and_a_saved_profile_reprints_with_annotation() {
     let dir = demo_out();
     let json = std::fs::read_to_string(dir.join("profile.json")).unwrap();
-    let profile = analysis::read_profile(&dir.join("profile.json")).unwrap();
-    assert_eq!(profile.format_version, analysis::profile::FORMAT_VERSION);
+    let profile = report::read_profile(&dir.join("profile.json")).unwrap();
+    assert_eq!(profile.format_version, report::profile::FORMAT_VERSION);
     let o = &profile.objects[0];
     let names: Vec<&str> = o.functions.iter().map(|f| f.name.as_str()).collect();
     // Cost order, by the margins of go_tool_pprof_lists_the_workload_functions_in_cost_order.

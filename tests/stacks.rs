@@ -250,7 +250,7 @@ fn a_module_found_in_guest_memory_is_named_from_a_symbol_directory() {
         .run()
         .assert_status(0)
         .assert_stderr_contains("--symbol-dir is deprecated; use --symbol-path");
-    let profile = analysis::read_profile(&out.join("profile.json")).unwrap();
+    let profile = report::read_profile(&out.join("profile.json")).unwrap();
     let m = profile
         .guest_modules
         .iter()

@@ -3,15 +3,15 @@
 //! cannot be read is an error. Whatever reads passes the consistency check, and then every
 //! output of it (report.txt, flamegraph.svg, pprof, a comparison with itself, a merge with a
 //! second run of itself) is made without panicking or overflowing, and what hvprof writes
-//! from it, it reads back. It uses the analysis crate alone.
+//! from it, it reads back. It uses the report crate alone.
 #![no_main]
 
-use analysis::compare::{compare_profiles, junit, markdown, merge_profiles, Scope, TestOptions};
-use analysis::{flame, json, pprof, text, validate, Symbols};
 use libfuzzer_sys::fuzz_target;
+use report::compare::{compare_profiles, junit, markdown, merge_profiles, Scope, TestOptions};
+use report::{flame, json, pprof, text, validate, Symbols};
 
 /// Writes `p` as profile.json and reads it back: it must read.
-fn round_trip(p: &analysis::Profile) {
+fn round_trip(p: &report::Profile) {
     let mut buf = Vec::new();
     json::write(p, &mut buf).expect("writing to memory");
     if let Err(e) = json::read(&buf[..]) {

@@ -1,12 +1,12 @@
 //! The symbol readers `hvprof report` runs on files the user names (user input): ELF with
 //! its DWARF line table, PE exports and CodeView record, PDB publics and procedures. The
 //! first byte picks the reader. They must never panic: a file they cannot read is an error.
-//! Lookups in whatever module comes back must not panic either. It uses the analysis crate
+//! Lookups in whatever module comes back must not panic either. It uses the report crate
 //! alone, so it links no VMM code.
 #![no_main]
 
-use analysis::symbols::{elf, pdb, pe, Module, Symbols};
 use libfuzzer_sys::fuzz_target;
+use report::symbols::{elf, pdb, pe, Module, Symbols};
 
 fn probe(module: Module) {
     let symbols = Symbols::from_module(module.placed_at(0x1000));

@@ -72,8 +72,8 @@ impl PeModule {
     }
 
     /// The PDB the module names in its CodeView record.
-    pub fn pdb_ref(&self) -> analysis::symbols::pe::PdbRef {
-        analysis::symbols::pe::pdb_ref(&std::fs::read(&self.exe).unwrap())
+    pub fn pdb_ref(&self) -> report::symbols::pe::PdbRef {
+        report::symbols::pe::pdb_ref(&std::fs::read(&self.exe).unwrap())
             .unwrap()
             .expect("the module names its PDB")
     }

@@ -1,17 +1,15 @@
-//! A run handed to the analysis crate: the one place where the VMM's types (RunReport,
+//! A run handed to the report crate: the one place where the VMM's types (RunReport,
 //! ObjectResult, HostProfileResult, StatsSnapshot, VmConfig, the built-in kernel) become the
-//! analysis crate's plain inputs. The analysis crate never sees a VMM type, so it builds and
+//! report crate's plain inputs. The report crate never sees a VMM type, so it builds and
 //! tests without KVM; anything new a profile records is converted here.
 
 use std::time::SystemTime;
 
-use analysis::hex::{Hex, OptHex};
-use analysis::input::{GuestObject, HostObject, RunInput};
-use analysis::profile::{GuestModule, GuestPdb, StackCount};
-use analysis::symbols::{elf, Finder};
-use analysis::{
-    KernelImage, Module, Profile, ReportError, RunInfo, SymbolSpec, Symbols, VcpuStats,
-};
+use report::hex::{Hex, OptHex};
+use report::input::{GuestObject, HostObject, RunInput};
+use report::profile::{GuestModule, GuestPdb, StackCount};
+use report::symbols::{elf, Finder};
+use report::{KernelImage, Module, Profile, ReportError, RunInfo, SymbolSpec, Symbols, VcpuStats};
 
 use crate::boot::KernelSpec;
 use crate::config::VmConfig;
@@ -131,9 +129,9 @@ pub fn profile(report: &RunReport, meta: &RunMetadata) -> Profile {
 fn host_source(event: Option<&str>) -> (u32, &str) {
     let def = event.and_then(crate::sampler::events::by_name);
     match (event, def.and_then(|d| d.source)) {
-        (_, Some(s)) => (s.0, analysis::profile::source_name(s.0)),
+        (_, Some(s)) => (s.0, report::profile::source_name(s.0)),
         (Some(name), None) => (0, name),
-        (None, None) => (0, analysis::profile::source_name(0)),
+        (None, None) => (0, report::profile::source_name(0)),
     }
 }
 
@@ -159,7 +157,7 @@ fn guest_module(m: &FoundModule) -> GuestModule {
     }
 }
 
-/// A host profile's stacks as analysis keeps them.
+/// A host profile's stacks as the report crate keeps them.
 fn stack_counts(s: &StackCounts) -> Vec<StackCount> {
     s.stacks
         .iter()
@@ -185,7 +183,7 @@ pub fn kernel_symbols(spec: &KernelSpec) -> Symbols {
     let name = module_name(spec);
     let module = match spec.embedded {
         Some(b) => elf::read(&name, b),
-        None => match analysis::bounded::read(&spec.kernel, analysis::bounded::KERNEL) {
+        None => match report::bounded::read(&spec.kernel, report::bounded::KERNEL) {
             Ok(b) => elf::read(&name, &b).map(|m| Module {
                 path: Some(spec.kernel.clone()),
                 ..m
@@ -207,7 +205,7 @@ pub fn config_symbols(config: &VmConfig) -> Symbols {
 pub fn run_symbols(config: &VmConfig, profile: &Profile, finder: Option<&mut Finder>) -> Symbols {
     let mut symbols = config_symbols(config);
     if let Some(finder) = finder {
-        analysis::load::add_guest_modules(&mut symbols, profile, finder);
+        report::load::add_guest_modules(&mut symbols, profile, finder);
     }
     symbols
 }
@@ -232,7 +230,7 @@ pub fn saved_profile_symbols(
         }
         _ => KernelImage::None,
     };
-    analysis::load::for_profile(profile, kernel, specs, finder)
+    report::load::for_profile(profile, kernel, specs, finder)
 }
 
 #[cfg(test)]

@@ -31,7 +31,7 @@ const FLOORS: &[(&str, u8)] = &[
     // Driving it.
     ("session", 10),
     ("bench", 10),
-    // Handing a run to the analysis crate (a crate of its own, below everything here).
+    // Handing a run to the report crate (a crate of its own, below everything here).
     ("export", 10),
     ("api", 11),
 ];

@@ -1,5 +1,5 @@
 //! Addresses in request bodies: a JSON number or a `"0x..."` hex string (responses always
-//! write the string, [`Hex`](analysis::hex::Hex), because JSON numbers lose precision
+//! write the string, [`Hex`](report::hex::Hex), because JSON numbers lose precision
 //! past 2^53 in most readers). Errors name the field.
 
 use std::fmt;
@@ -59,7 +59,7 @@ impl Visitor<'_> for Address {
     }
 
     fn visit_str<E: Error>(self, s: &str) -> Result<u64, E> {
-        analysis::hex::parse(s).ok_or_else(|| {
+        report::hex::parse(s).ok_or_else(|| {
             E::custom(format!(
                 "{}: {s:?} is not an address (expected \"0x\" and hex digits, at most 0xffffffffffffffff)",
                 self.0

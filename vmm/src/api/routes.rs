@@ -3,7 +3,7 @@
 use std::sync::mpsc::{channel, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use analysis::hex::{Hex, OptHex};
+use report::hex::{Hex, OptHex};
 use serde::{Deserialize, Deserializer};
 use serde_json::json;
 

@@ -275,7 +275,7 @@ pub struct ReportArgs {
     pub annotate: bool,
     /// An image (ELF, PE) or PDB to symbolize with, placed at BASE when given as FILE@0xBASE.
     #[arg(long = "symbols", value_name = "FILE[@0xBASE]")]
-    pub symbols: Vec<analysis::SymbolSpec>,
+    pub symbols: Vec<report::SymbolSpec>,
     #[command(flatten)]
     pub symbol_path: SymbolArgs,
     /// Rows per table (and buckets annotated).
@@ -298,17 +298,17 @@ pub struct CompareArgs {
     pub new: PathBuf,
     /// Smallest relative increase of a function's share that counts as a regression (%,
     /// 0 to 10000).
-    #[arg(long, default_value_t = 10.0, value_parser = analysis::compare::stats::parse_threshold)]
+    #[arg(long, default_value_t = 10.0, value_parser = report::compare::stats::parse_threshold)]
     pub threshold: f64,
     /// Family-wise significance level of the test (strictly between 0 and 1).
-    #[arg(long, default_value_t = 0.01, value_parser = analysis::compare::stats::parse_alpha)]
+    #[arg(long, default_value_t = 0.01, value_parser = report::compare::stats::parse_alpha)]
     pub alpha: f64,
     /// Samples (base + new) a function needs to be tested.
     #[arg(long, default_value_t = 20)]
     pub min_samples: u64,
     /// Smallest absolute increase of a function's share that counts (percentage points, 0 to
     /// 100).
-    #[arg(long, default_value_t = 1.0, value_parser = analysis::compare::stats::parse_min_points)]
+    #[arg(long, default_value_t = 1.0, value_parser = report::compare::stats::parse_min_points)]
     pub min_points: f64,
     /// Which objects to compare: the guest agent's, hvprof's host-side profiles, or both.
     #[arg(long, value_enum, default_value = "all")]
@@ -330,7 +330,7 @@ pub struct CompareArgs {
     /// when given as FILE@0xBASE: the kernel file of a `--kernel` run (the kernel path a
     /// saved profile records is never opened).
     #[arg(long = "symbols", value_name = "FILE[@0xBASE]")]
-    pub symbols: Vec<analysis::SymbolSpec>,
+    pub symbols: Vec<report::SymbolSpec>,
     #[command(flatten)]
     pub filter: FilterArgs,
 }

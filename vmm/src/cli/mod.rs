@@ -62,7 +62,7 @@ pub fn exit_code(status: i32) -> ExitCode {
 pub fn fail(e: impl Into<anyhow::Error>, status: i32) -> ExitCode {
     // Messages quote file contents and guest text: no escape sequence reaches the terminal.
     let message = format!("{:#}", e.into());
-    eprintln!("hvprof: error: {}", analysis::sanitize::terminal(&message));
+    eprintln!("hvprof: error: {}", report::sanitize::terminal(&message));
     exit_code(status)
 }
 

@@ -68,7 +68,7 @@ pub struct DownloadBar {
     bar: Option<ProgressBar>,
 }
 
-impl analysis::symbols::server::DownloadProgress for DownloadBar {
+impl report::symbols::server::DownloadProgress for DownloadBar {
     fn progress(&mut self, url: &str, done: u64, total: Option<u64>) {
         let bar = self.bar.get_or_insert_with(|| {
             let (bar, template) = match total {

@@ -4,9 +4,9 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::SystemTime;
 
-use analysis::symbols::Finder;
-use analysis::Symbols;
 use profile_core::source::ProfileSource;
+use report::symbols::Finder;
+use report::Symbols;
 use vmm::config::VmConfig;
 use vmm::export::RunMetadata;
 use vmm::outcome::{Blame, STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
@@ -54,7 +54,7 @@ fn config(
 /// Proves `--out` writable (created if missing) before the VM is built: a bad `--out` is the
 /// user's mistake (status 2) and must not cost the run.
 fn check_out(out: Option<&Path>) -> Result<(), ExitCode> {
-    match out.map(|dir| analysis::atomic::check_dir(dir, true)) {
+    match out.map(|dir| report::atomic::check_dir(dir, true)) {
         Some(Err(e)) => Err(fail(e, STATUS_CONFIG_ERROR)),
         _ => Ok(()),
     }
@@ -106,12 +106,12 @@ fn finish(
         profile.symbolize(&symbols);
     }
     if !profile.objects.is_empty() {
-        print!("{}", analysis::text::render(&profile, &symbols, 10));
+        print!("{}", report::text::render(&profile, &symbols, 10));
     }
     summarize(&report);
     super::symbols::report_missing(&symbols);
     if let Some(dir) = out {
-        match analysis::write_all(dir, &profile, &symbols) {
+        match report::write_all(dir, &profile, &symbols) {
             Ok(files) => {
                 for f in files.all() {
                     eprintln!("hvprof: wrote {}", f.display());

@@ -1,9 +1,9 @@
-//! `--symbol-path` (and the deprecated `--symbol-dir`): the finder the analysis library looks
+//! `--symbol-path` (and the deprecated `--symbol-dir`): the finder the report library looks
 //! PDBs up with, and what the binary prints about it.
 
-use analysis::symbols::path::SymbolPath;
-use analysis::symbols::Finder;
-use analysis::Symbols;
+use report::symbols::path::SymbolPath;
+use report::symbols::Finder;
+use report::Symbols;
 
 use super::args::SymbolArgs;
 use super::progress::DownloadBar;

@@ -3,12 +3,12 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use analysis::{atomic, ReportError};
+use report::{atomic, ReportError};
 
-use analysis::compare::{
+use report::compare::{
     compare_profiles, junit, markdown, merge_profiles, run_differences, Scope, TestOptions,
 };
-use analysis::sanitize::{markdown_code, terminal};
+use report::sanitize::{markdown_code, terminal};
 use vmm::outcome::{STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
 
 use super::args::{BenchArgs, CompareArgs, EventsArgs, MergeArgs, ReportArgs, ScopeArg};
@@ -30,8 +30,8 @@ pub fn report(a: &ReportArgs) -> ExitCode {
         Ok(f) => f.map(|f| f.with_images(a.annotate)),
         Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
     };
-    let mut read = || -> Result<_, analysis::ReportError> {
-        let profile = analysis::read_profile(&a.profile)?;
+    let mut read = || -> Result<_, report::ReportError> {
+        let profile = report::read_profile(&a.profile)?;
         let symbols = vmm::export::saved_profile_symbols(&profile, &a.symbols, finder.as_mut())?;
         Ok((profile, symbols))
     };
@@ -42,7 +42,7 @@ pub fn report(a: &ReportArgs) -> ExitCode {
     symbols::report_missing(&symbols);
     if let Some(dir) = &a.out {
         // --out was writable a moment ago: a failure now is the host's (a full file system).
-        match analysis::write_all(dir, &profile, &symbols) {
+        match report::write_all(dir, &profile, &symbols) {
             Ok(files) => {
                 for path in files.all() {
                     eprintln!("hvprof: wrote {}", path.display());
@@ -51,9 +51,9 @@ pub fn report(a: &ReportArgs) -> ExitCode {
             Err(e) => return fail(e, STATUS_HOST_ERROR),
         }
     }
-    let mut out = analysis::text::render(&profile, &symbols, a.top);
+    let mut out = report::text::render(&profile, &symbols, a.top);
     if a.annotate {
-        out.push_str(&analysis::annotate::render(&profile, &symbols, a.top));
+        out.push_str(&report::annotate::render(&profile, &symbols, a.top));
     }
     print!("{out}");
     ExitCode::SUCCESS
@@ -79,10 +79,7 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
     if let Err(e) = check_compare_outputs(a) {
         return fail(e, STATUS_CONFIG_ERROR);
     }
-    let (mut base, mut new) = match (
-        analysis::read_profile(&a.base),
-        analysis::read_profile(&a.new),
-    ) {
+    let (mut base, mut new) = match (report::read_profile(&a.base), report::read_profile(&a.new)) {
         (Ok(b), Ok(n)) => (b, n),
         (Err(e), _) | (_, Err(e)) => return fail(e, STATUS_CONFIG_ERROR),
     };
@@ -105,7 +102,7 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
     // the --symbols images (a kernel file: the path a profile records is never opened) and
     // with a symbol path, the guest modules' PDBs; anything else by address.
     let mut symbols_of =
-        |p: &analysis::Profile| vmm::export::saved_profile_symbols(p, &a.symbols, finder.as_mut());
+        |p: &report::Profile| vmm::export::saved_profile_symbols(p, &a.symbols, finder.as_mut());
     let symbols = match (symbols_of(&base), symbols_of(&new)) {
         (Ok(b), Ok(n)) => [b, n],
         (Err(e), _) | (_, Err(e)) => return fail(e, STATUS_CONFIG_ERROR),
@@ -199,7 +196,7 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
     print!("{}", terminal(&md));
     // Every file is written beside its final name before any is put in place: a failure
     // (a full file system) leaves all of them as they were.
-    let staged = || -> Result<Vec<atomic::Staged>, analysis::ReportError> {
+    let staged = || -> Result<Vec<atomic::Staged>, report::ReportError> {
         let text = |path: &std::path::Path, text: &str| {
             atomic::stage(path, |w| {
                 w.write_all(text.as_bytes()).map_err(ReportError::Io)
@@ -219,7 +216,7 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
         if let Some(dir) = &a.out {
             let path = dir.join("diff-flamegraph.svg");
             let svg = atomic::stage(&path, |w| {
-                analysis::flame::write_diff((&base, &symbols[0]), (&new, &symbols[1]), w)
+                report::flame::write_diff((&base, &symbols[0]), (&new, &symbols[1]), w)
             });
             staged.push(svg.map_err(|e| ReportError::File {
                 path,
@@ -259,7 +256,7 @@ pub fn merge(a: &MergeArgs) -> ExitCode {
     }
     let mut profiles = Vec::new();
     for p in &a.profiles {
-        match analysis::read_profile(p) {
+        match report::read_profile(p) {
             Ok(x) => profiles.push(x),
             Err(e) => return fail(e, STATUS_CONFIG_ERROR),
         }
@@ -275,7 +272,7 @@ pub fn merge(a: &MergeArgs) -> ExitCode {
             return fail(e, STATUS_CONFIG_ERROR);
         }
     };
-    let written = atomic::stage(&a.out, |w| analysis::json::write(&merged, w))
+    let written = atomic::stage(&a.out, |w| report::json::write(&merged, w))
         .map_err(|e| ReportError::File {
             path: a.out.clone(),
             source: Box::new(e),

@@ -1,4 +1,4 @@
-//! hvprof's analysis side: turning a run's counts into something people and tools read,
+//! hvprof's report side: turning a run's counts into something people and tools read,
 //! symbolizing them, and comparing and merging runs. It depends on profile-core and ordinary
 //! crates only, never on the VMM: a host without /dev/kvm can read, compare and symbolize
 //! profiles, and the compiler keeps it that way. The VMM hands a run over as an

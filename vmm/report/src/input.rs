@@ -1,4 +1,4 @@
-//! What a finished run hands to the analysis side: plain data and profile-core's object
+//! What a finished run hands to the report side: plain data and profile-core's object
 //! configuration, never the VMM's own types, so that reading, comparing and symbolizing
 //! profiles builds without a VMM. The VMM fills these in one place (vmm/src/export.rs).
 
