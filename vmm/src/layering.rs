@@ -17,7 +17,7 @@ const FLOORS: &[(&str, u8)] = &[
     ("sampler", 1),
     ("boot", 2),
     ("config", 3),
-    ("demo", 3),
+    ("refguest", 3),
     // The machine.
     ("arch", 4),
     ("devices", 4),
@@ -32,7 +32,7 @@ const FLOORS: &[(&str, u8)] = &[
     ("session", 10),
     ("bench", 10),
     // Handing a run to the report crate (a crate of its own, below everything here).
-    ("export", 10),
+    ("report_input", 10),
     ("api", 11),
 ];
 

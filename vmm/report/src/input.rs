@@ -1,6 +1,6 @@
 //! What a finished run hands to the report side: plain data and profile-core's object
 //! configuration, never the VMM's own types, so that reading, comparing and symbolizing
-//! profiles builds without a VMM. The VMM fills these in one place (vmm/src/export.rs).
+//! profiles builds without a VMM. The VMM fills these in one place (vmm/src/report_input.rs).
 
 use std::collections::BTreeMap;
 

@@ -62,7 +62,7 @@ pub struct ApiState {
 
 /// Counters under the same names as in profile.json (`VcpuStats`), without the vCPU index.
 fn stats_json(s: &StatsSnapshot) -> serde_json::Value {
-    let mut v = serde_json::to_value(crate::export::vcpu_stats(0, s)).unwrap_or_default();
+    let mut v = serde_json::to_value(crate::report_input::vcpu_stats(0, s)).unwrap_or_default();
     if let Some(map) = v.as_object_mut() {
         map.remove("vcpu");
     }

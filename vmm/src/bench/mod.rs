@@ -317,7 +317,7 @@ fn session(
     module: Option<std::path::PathBuf>,
 ) -> Result<Session, BenchError> {
     let serial = SharedBuffer::default();
-    let mut spec = crate::demo::kernel_spec(cmdline);
+    let mut spec = crate::refguest::kernel_spec(cmdline);
     spec.initrd = module;
     let mut config = VmConfig::new(spec);
     config.serial = SerialOutput::Buffer(serial.clone());

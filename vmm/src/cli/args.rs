@@ -204,7 +204,7 @@ pub struct RunArgs {
 #[derive(Args)]
 pub struct DemoArgs {
     /// The reference guest's command line (selects the scenario).
-    #[arg(long, default_value = vmm::demo::DEFAULT_CMDLINE)]
+    #[arg(long, default_value = vmm::refguest::DEFAULT_CMDLINE)]
     pub cmdline: String,
     /// Write profile.json, profile.pb.gz, flamegraph.svg and report.txt into DIR.
     #[arg(long, value_name = "DIR")]
@@ -298,17 +298,17 @@ pub struct CompareArgs {
     pub new: PathBuf,
     /// Smallest relative increase of a function's share that counts as a regression (%,
     /// 0 to 10000).
-    #[arg(long, default_value_t = 10.0, value_parser = report::compare::stats::parse_threshold)]
+    #[arg(long, default_value_t = 10.0, value_parser = report::compare::significance::parse_threshold)]
     pub threshold: f64,
     /// Family-wise significance level of the test (strictly between 0 and 1).
-    #[arg(long, default_value_t = 0.01, value_parser = report::compare::stats::parse_alpha)]
+    #[arg(long, default_value_t = 0.01, value_parser = report::compare::significance::parse_alpha)]
     pub alpha: f64,
     /// Samples (base + new) a function needs to be tested.
     #[arg(long, default_value_t = 20)]
     pub min_samples: u64,
     /// Smallest absolute increase of a function's share that counts (percentage points, 0 to
     /// 100).
-    #[arg(long, default_value_t = 1.0, value_parser = report::compare::stats::parse_min_points)]
+    #[arg(long, default_value_t = 1.0, value_parser = report::compare::significance::parse_min_points)]
     pub min_points: f64,
     /// Which objects to compare: the guest agent's, hvprof's host-side profiles, or both.
     #[arg(long, value_enum, default_value = "all")]

@@ -8,8 +8,8 @@ use profile_core::source::ProfileSource;
 use report::symbols::Finder;
 use report::Symbols;
 use vmm::config::VmConfig;
-use vmm::export::RunMetadata;
 use vmm::outcome::{Blame, STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
+use vmm::report_input::RunMetadata;
 use vmm::session::{Progress, SessionOptions, Span};
 use vmm::vm::{RunHooks, RunReport};
 
@@ -94,12 +94,12 @@ fn finish(
     let status = status_of(&report);
     let mut meta = RunMetadata::new(config, started);
     meta.exit_status = status;
-    let mut profile = vmm::export::profile(&report, &meta);
+    let mut profile = vmm::report_input::profile(&report, &meta);
     // Symbols (and their line tables) only for a report that is printed or written.
     let symbols = if profile.objects.is_empty() && out.is_none() {
         Symbols::default()
     } else {
-        vmm::export::run_symbols(config, &profile, finder)
+        vmm::report_input::run_symbols(config, &profile, finder)
     };
     // Once: the printed report and every file written below use these per-function totals.
     if !symbols.modules().is_empty() {
@@ -144,7 +144,7 @@ pub fn demo(a: DemoArgs) -> ExitCode {
     let (config, hooks, _api) = match config(
         a.vm,
         BootArgs::none(),
-        Some(vmm::demo::kernel_spec(&a.cmdline)),
+        Some(vmm::refguest::kernel_spec(&a.cmdline)),
     ) {
         Ok(c) => c,
         Err(code) => return code,
@@ -152,7 +152,7 @@ pub fn demo(a: DemoArgs) -> ExitCode {
     let started = SystemTime::now();
     let result = vmm::vm::run_with(&config, hooks);
     finish(&config, result, started, a.out.as_deref(), None, |r| {
-        vmm::demo::exit_status(&r.outcome)
+        vmm::refguest::exit_status(&r.outcome)
     })
 }
 
@@ -187,13 +187,13 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         let cmdline = boot
             .cmdline
             .as_deref()
-            .unwrap_or(vmm::demo::DEFAULT_CMDLINE);
-        match vmm::demo::keep_interval(cmdline, i) {
+            .unwrap_or(vmm::refguest::DEFAULT_CMDLINE);
+        match vmm::refguest::keep_interval(cmdline, i) {
             Ok(c) => boot.cmdline = Some(c),
             Err(e) => return fail(e, STATUS_CONFIG_ERROR),
         }
     }
-    let default = vmm::demo::kernel_spec(vmm::demo::DEFAULT_CMDLINE);
+    let default = vmm::refguest::kernel_spec(vmm::refguest::DEFAULT_CMDLINE);
     let (config, hooks, _api) = match config(a.vm, boot, Some(default)) {
         Ok(c) => c,
         Err(code) => return code,
@@ -218,7 +218,7 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         finder.as_mut(),
         |r| {
             if embedded {
-                vmm::demo::exit_status(&r.outcome)
+                vmm::refguest::exit_status(&r.outcome)
             } else {
                 r.outcome.exit_status()
             }

@@ -32,7 +32,8 @@ pub fn report(a: &ReportArgs) -> ExitCode {
     };
     let mut read = || -> Result<_, report::ReportError> {
         let profile = report::read_profile(&a.profile)?;
-        let symbols = vmm::export::saved_profile_symbols(&profile, &a.symbols, finder.as_mut())?;
+        let symbols =
+            vmm::report_input::saved_profile_symbols(&profile, &a.symbols, finder.as_mut())?;
         Ok((profile, symbols))
     };
     let (profile, symbols) = match read() {
@@ -101,8 +102,9 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
     // Stack frames are named with the built-in guest's kernel when a profile ran it, with
     // the --symbols images (a kernel file: the path a profile records is never opened) and
     // with a symbol path, the guest modules' PDBs; anything else by address.
-    let mut symbols_of =
-        |p: &report::Profile| vmm::export::saved_profile_symbols(p, &a.symbols, finder.as_mut());
+    let mut symbols_of = |p: &report::Profile| {
+        vmm::report_input::saved_profile_symbols(p, &a.symbols, finder.as_mut())
+    };
     let symbols = match (symbols_of(&base), symbols_of(&new)) {
         (Ok(b), Ok(n)) => [b, n],
         (Err(e), _) | (_, Err(e)) => return fail(e, STATUS_CONFIG_ERROR),

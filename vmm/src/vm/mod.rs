@@ -2,7 +2,7 @@
 
 mod event_loop;
 pub mod firmware_boot;
-pub mod machine;
+pub mod irq_routing;
 pub mod platform;
 mod run;
 pub mod uptime;
@@ -201,7 +201,7 @@ impl Vm {
             .create_pit2(pit)
             .map_err(|e| VmError::Kvm("KVM_CREATE_PIT2", e))?;
 
-        machine::set_qemu_gsi_routing(&vm_fd)?;
+        irq_routing::set_qemu_gsi_routing(&vm_fd)?;
 
         let (boot, firmware) = match &config.boot {
             BootSource::Kernel(kernel) => {

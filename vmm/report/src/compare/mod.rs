@@ -4,10 +4,10 @@
 
 pub mod profiles;
 pub mod render;
-pub mod stats;
+pub mod significance;
 
 pub use profiles::{
     compare_profiles, label, merge_profiles, run_differences, MergeError, ObjectComparison, Scope,
 };
 pub use render::{junit, markdown};
-pub use stats::{compare, Change, TestOptions};
+pub use significance::{compare, Change, TestOptions};

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use super::stats::{compare, Change, TestOptions};
+use super::significance::{compare, Change, TestOptions};
 use crate::callers::named;
 use crate::profile::{FunctionTotals, RunInfo, StackCount};
 use crate::symbols::Symbols;

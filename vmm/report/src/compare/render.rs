@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use super::stats::{Change, TestOptions};
+use super::significance::{Change, TestOptions};
 use crate::sanitize::{markdown_code, terminal, xml_escape};
 
 fn relative(r: &Change) -> String {
@@ -121,7 +121,7 @@ pub fn junit(suite: &str, rows: &[Change], warnings: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compare::stats::compare;
+    use crate::compare::significance::compare;
 
     fn rows() -> Vec<Change> {
         let base = vec![("a<b>".to_string(), 5000), ("c".to_string(), 5000)];

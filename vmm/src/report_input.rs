@@ -222,7 +222,7 @@ pub fn saved_profile_symbols(
 ) -> Result<Symbols, ReportError> {
     // A profile records the kernel by the name RunMetadata gave it; the built-in one's name
     // is not a path, so its bytes come from this binary.
-    let builtin = crate::demo::kernel_spec("");
+    let builtin = crate::refguest::kernel_spec("");
     let name = module_name(&builtin);
     let kernel = match builtin.embedded {
         Some(bytes) if profile.run.kernel == builtin.kernel.display().to_string() => {
@@ -246,7 +246,7 @@ mod tests {
     use crate::vm::VcpuSummary;
 
     fn refguest() -> Symbols {
-        kernel_symbols(&crate::demo::kernel_spec(""))
+        kernel_symbols(&crate::refguest::kernel_spec(""))
     }
 
     #[test]
@@ -292,7 +292,10 @@ mod tests {
 
     #[test]
     fn a_saved_profile_of_the_built_in_guest_gets_its_symbols() {
-        let builtin = crate::demo::kernel_spec("").kernel.display().to_string();
+        let builtin = crate::refguest::kernel_spec("")
+            .kernel
+            .display()
+            .to_string();
         let s = saved_profile_symbols(&saved(&builtin), &[], None).unwrap();
         assert_eq!(s.modules()[0].name, "refguest");
         assert!(s.len() > 10);

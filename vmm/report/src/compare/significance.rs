@@ -1,4 +1,4 @@
-//! The statistics of `hvprof compare`: is a symbol's share of samples larger in the new run than
+//! The share test of `hvprof compare`: is a symbol's share of samples larger in the new run than
 //! in the base run by more than a threshold, and is that more than sampling noise?
 //!
 //! Each sample lands in a symbol with some probability; over a run, a symbol's count is close to
