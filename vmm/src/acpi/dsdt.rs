@@ -43,7 +43,7 @@ impl Com1 {
     }
 }
 
-/// The PCI root bridge as the firmware's tables describe it. The PCI host bridge must
+/// The PCI root bridge as the ACPI tables describe it. The PCI host bridge must
 /// decode exactly this: ECAM at `ecam_base` for buses `0..=last_bus`, BARs in the windows,
 /// and INTx of device `slot`, pin `p` (0 = INTA) on GSI `intx_gsis[(slot + p) % 4]`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,11 +1,11 @@
-//! ACPI tables: one description of the machine for both boot paths. [`firmware`] builds the
+//! ACPI tables: one description of the machine for both boot paths. [`tables`] builds the
 //! tables (FACS, DSDT, full FADT, MADT, MCFG, RSDT, XSDT, RSDP) and QEMU's linker/loader
 //! script that places and links them. A firmware boot hands both to the firmware through
 //! fw_cfg; a direct kernel boot ([`create_acpi_tables`]) runs the same script here, into the
 //! BIOS area, where both the PVH start info and legacy scanners find the RSDP.
 
 pub mod dsdt;
-pub mod firmware;
+pub mod tables;
 
 pub use dsdt::PciRoot;
 
@@ -141,10 +141,10 @@ pub fn create_acpi_tables(
     cpus: usize,
     root: &PciRoot,
 ) -> Result<u64, AcpiError> {
-    let t = firmware::firmware_tables(cpus, root)?;
+    let t = tables::build_tables(cpus, root)?;
     let mut files = vec![
-        (firmware::TABLES_FILE.to_string(), t.tables),
-        (firmware::RSDP_FILE.to_string(), t.rsdp),
+        (tables::TABLES_FILE.to_string(), t.tables),
+        (tables::RSDP_FILE.to_string(), t.rsdp),
     ];
     let mut next = ACPI_START;
     let placed = execute(&t.loader, &mut files, |_, len, align| {
@@ -165,11 +165,11 @@ pub fn create_acpi_tables(
             mem.write_slice(bytes, GuestAddress(*at))
                 .map_err(|_| AcpiError::Write)?;
         }
-        if name == firmware::RSDP_FILE {
+        if name == tables::RSDP_FILE {
             rsdp = Some(*at);
         }
     }
-    rsdp.ok_or_else(|| AcpiError::Link(format!("{} was not allocated", firmware::RSDP_FILE)))
+    rsdp.ok_or_else(|| AcpiError::Link(format!("{} was not allocated", tables::RSDP_FILE)))
 }
 
 #[cfg(test)]
@@ -245,7 +245,7 @@ mod tests {
     #[test]
     fn too_many_cpus_is_an_error() {
         assert!(matches!(
-            madt(300, &firmware::isa_overrides()),
+            madt(300, &tables::isa_overrides()),
             Err(AcpiError::TooManyCpus(300))
         ));
     }

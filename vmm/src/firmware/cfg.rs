@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::acpi::firmware::{firmware_tables, LOADER_FILE, RSDP_FILE, TABLES_FILE};
+use crate::acpi::tables::{build_tables, LOADER_FILE, RSDP_FILE, TABLES_FILE};
 use crate::acpi::{AcpiError, PciRoot};
 use crate::devices::fw_cfg::{keys, FwCfgBuilder, FwCfgError, Item};
 use crate::layout::{KVM_IDENTITY_MAP_ADDRESS, KVM_PRIVATE_SIZE, RAM_ABOVE_4G_START};
@@ -97,7 +97,7 @@ pub fn fw_cfg_items(c: &FirmwareConfig) -> Result<BTreeMap<u16, Item>, CfgError>
     b.add_item(keys::E820_TABLE, 0u32.to_le_bytes().to_vec());
 
     b.add_file("etc/e820", e820(c.mem_size, &c.pci))?;
-    let tables = firmware_tables(c.cpus, &c.pci)?;
+    let tables = build_tables(c.cpus, &c.pci)?;
     b.add_file(TABLES_FILE, tables.tables)?;
     b.add_file(RSDP_FILE, tables.rsdp)?;
     b.add_file(LOADER_FILE, tables.loader.encode())?;

@@ -1,4 +1,4 @@
-//! Tests of the firmware ACPI tables: run the loader script as the firmware does and walk
+//! Tests of the platform's ACPI tables: run the loader script as the firmware does and walk
 //! the result from the RSDP.
 
 use super::*;
@@ -18,7 +18,7 @@ fn root() -> PciRoot {
 }
 
 /// Runs the loader; returns (tables, rsdp) as placed at TABLES_AT and RSDP_AT.
-fn load(t: &FirmwareTables) -> (Vec<u8>, Vec<u8>) {
+fn load(t: &TableFiles) -> (Vec<u8>, Vec<u8>) {
     let mut files = vec![
         (TABLES_FILE.to_string(), t.tables.clone()),
         (RSDP_FILE.to_string(), t.rsdp.clone()),
@@ -65,7 +65,7 @@ fn table(tables: &[u8], addr: u64) -> &[u8] {
 
 #[test]
 fn rsdp_links_rsdt_and_xsdt_with_valid_checksums() {
-    let t = firmware_tables(2, &root()).unwrap();
+    let t = build_tables(2, &root()).unwrap();
     let (tables, rsdp) = load(&t);
     assert_eq!(&rsdp[..8], b"RSD PTR ");
     assert_eq!(sum(&rsdp[..20]), 0);
@@ -93,7 +93,7 @@ fn rsdp_links_rsdt_and_xsdt_with_valid_checksums() {
 
 #[test]
 fn fadt_is_full_and_points_at_dsdt_facs_and_the_pm_block() {
-    let t = firmware_tables(1, &root()).unwrap();
+    let t = build_tables(1, &root()).unwrap();
     let (tables, rsdp) = load(&t);
     let xsdt = table(&tables, u64_at(&rsdp, 24));
     let fadt = table(&tables, u64_at(xsdt, 36));
@@ -125,7 +125,7 @@ fn fadt_is_full_and_points_at_dsdt_facs_and_the_pm_block() {
 
 #[test]
 fn madt_has_qemus_isa_overrides_and_mcfg_the_ecam_base() {
-    let t = firmware_tables(3, &root()).unwrap();
+    let t = build_tables(3, &root()).unwrap();
     let (tables, rsdp) = load(&t);
     let xsdt = table(&tables, u64_at(&rsdp, 24));
     let madt = table(&tables, u64_at(xsdt, 44));
@@ -151,7 +151,7 @@ fn madt_has_qemus_isa_overrides_and_mcfg_the_ecam_base() {
 fn no_ecam_means_no_mcfg() {
     let mut r = root();
     r.ecam_base = None;
-    let t = firmware_tables(1, &r).unwrap();
+    let t = build_tables(1, &r).unwrap();
     let (tables, rsdp) = load(&t);
     let xsdt = table(&tables, u64_at(&rsdp, 24));
     assert_eq!(xsdt.len(), 36 + 16);

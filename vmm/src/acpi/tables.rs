@@ -41,7 +41,7 @@ const LEVEL_HIGH: u16 = 0x000d;
 
 /// The three fw_cfg files.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FirmwareTables {
+pub struct TableFiles {
     /// "etc/acpi/tables".
     pub tables: Vec<u8>,
     /// "etc/acpi/rsdp".
@@ -155,7 +155,7 @@ pub fn isa_overrides() -> Vec<InterruptSourceOverride> {
 }
 
 /// Builds the tables for `cpus` vCPUs and the PCI root `root`.
-pub fn firmware_tables(cpus: usize, root: &PciRoot) -> Result<FirmwareTables, AcpiError> {
+pub fn build_tables(cpus: usize, root: &PciRoot) -> Result<TableFiles, AcpiError> {
     let mut b = Builder {
         blob: Vec::new(),
         loader: TableLoader::new(),
@@ -247,7 +247,7 @@ pub fn firmware_tables(cpus: usize, root: &PciRoot) -> Result<FirmwareTables, Ac
         start: 0,
         length: 36,
     });
-    Ok(FirmwareTables {
+    Ok(TableFiles {
         tables: b.blob,
         rsdp,
         loader: b.loader,
