@@ -12,7 +12,13 @@
 //!
 //! As QEMU's `pc_system_firmware_init`: a writable RAM copy rather than an isa-bios ROM
 //! alias, which is what SeaBIOS makes of it anyway once it has shadowed itself.
+//!
+//! Here: the image checks ([`load`]), its read-only memory and the low copy ([`rom`]), the
+//! flash for OVMF's VARS ([`pflash`]), what fw_cfg tells the firmware ([`cfg`]), and the
+//! parts a firmware boot adds to a VM, built from all of those ([`boot`]). The fw_cfg device
+//! itself is `devices::fw_cfg`; the ACPI tables it carries are `acpi::tables`.
 
+pub mod boot;
 pub mod cfg;
 pub mod pflash;
 pub mod rom;

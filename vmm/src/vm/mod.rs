@@ -1,7 +1,6 @@
 //! Building a VM (KVM, memory, irqchip, devices, vCPUs) and running it to an outcome.
 
 mod event_loop;
-pub mod firmware_boot;
 pub mod irq_routing;
 pub mod platform;
 mod run;
@@ -29,9 +28,8 @@ use crate::devices::pci::{PciError, PciRoot};
 use crate::devices::serial::SerialDevice;
 use crate::devices::virtio::block::{AttachError, AttachedDisk, BlockAttachment};
 use crate::devices::BusError;
-use crate::firmware::cfg::CfgError;
+use crate::firmware::boot::FirmwareBootError;
 use crate::firmware::rom::ReadOnlySlot;
-use crate::firmware::FirmwareError;
 use crate::layout::{KVM_IDENTITY_MAP_ADDRESS, KVM_TSS_ADDRESS};
 use crate::memory::{create_guest_memory, MemoryError};
 use crate::outcome::{Blame, Fault, StopSignal};
@@ -59,12 +57,9 @@ pub enum VmError {
     /// ACPI tables.
     #[error(transparent)]
     Acpi(#[from] AcpiError),
-    /// The firmware image.
+    /// The firmware: its image and memory, or its configuration (fw_cfg, ACPI tables for it).
     #[error(transparent)]
-    Firmware(#[from] FirmwareError),
-    /// The firmware's configuration (fw_cfg, ACPI tables for it).
-    #[error(transparent)]
-    FirmwareCfg(#[from] CfgError),
+    Firmware(#[from] FirmwareBootError),
     /// A vCPU could not be configured.
     #[error("cannot configure vCPU {0}")]
     Vcpu(usize, #[source] SetupError),
@@ -105,7 +100,6 @@ impl Blame for VmError {
             VmError::Boot(e) => e.fault(),
             VmError::Acpi(e) => e.fault(),
             VmError::Firmware(e) => e.fault(),
-            VmError::FirmwareCfg(e) => e.fault(),
             VmError::Disk(e) => e.fault(),
             VmError::Pci(e) => e.fault(),
             VmError::HostProfile(e) => e.fault(),
@@ -211,7 +205,7 @@ impl Vm {
                 (boot, None)
             }
             BootSource::Firmware(spec) => {
-                let parts = firmware_boot::setup(&vm_fd, &mem, config, spec)?;
+                let parts = crate::firmware::boot::setup(&vm_fd, &mem, config, spec)?;
                 let boot = BootSetup {
                     protocol: Protocol::Firmware,
                     entry: None,

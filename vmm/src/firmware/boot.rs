@@ -1,17 +1,37 @@
 //! Setting up a firmware boot: the image's memory (ROM or pflash), the copy below 1 MiB and
-//! fw_cfg's contents.
+//! fw_cfg's contents. The VM wires the parts into its buses and keeps the slot.
 
 use kvm_ioctls::VmFd;
 use vm_memory::{GuestMemoryBackend, GuestMemoryMmap};
 
-use super::VmError;
+use super::cfg::{fw_cfg_items, CfgError, FirmwareConfig};
+use super::pflash::Pflash;
+use super::rom::{copy_low, ReadOnlySlot};
+use super::{load, FirmwareError, FirmwareImage, FirmwareSpec, FLASH_SECTOR};
 use crate::acpi::PciRoot;
 use crate::config::VmConfig;
 use crate::devices::fw_cfg::FwCfg;
-use crate::firmware::cfg::{fw_cfg_items, FirmwareConfig};
-use crate::firmware::pflash::Pflash;
-use crate::firmware::rom::{copy_low, ReadOnlySlot};
-use crate::firmware::{load, FirmwareImage, FirmwareSpec, FLASH_SECTOR};
+use crate::outcome::{Blame, Fault};
+
+/// Why a firmware boot could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum FirmwareBootError {
+    /// The firmware image or its memory.
+    #[error(transparent)]
+    Image(#[from] FirmwareError),
+    /// The firmware's configuration (fw_cfg, ACPI tables for it).
+    #[error(transparent)]
+    Config(#[from] CfgError),
+}
+
+impl Blame for FirmwareBootError {
+    fn fault(&self) -> Fault {
+        match self {
+            FirmwareBootError::Image(e) => e.fault(),
+            FirmwareBootError::Config(e) => e.fault(),
+        }
+    }
+}
 
 /// What a firmware boot adds to the VM.
 pub struct FirmwareParts {
@@ -29,7 +49,7 @@ pub fn setup(
     mem: &GuestMemoryMmap,
     config: &VmConfig,
     spec: &FirmwareSpec,
-) -> Result<FirmwareParts, VmError> {
+) -> Result<FirmwareParts, FirmwareBootError> {
     let image = load(spec)?;
     let slot_index = u32::try_from(mem.num_regions()).unwrap_or(u32::MAX);
     let top = image.top();
