@@ -20,8 +20,9 @@
 #   hvprof_driver  guest-agent/windows/driver/src/lib.rs (no manifest: -> guest-agent,
 #                  hvprof-ioctl; the workspace excludes it)
 #   hvprof_agent   guest-agent/windows/cli/Cargo.toml    (-> hvprof-ioctl; lib.rs + main.rs)
-# `cargo build --workspace` builds the same crates (but the driver) for Linux from the
-# manifests; a manifest change this script misses fails here, as a compile error of this build.
+# A test holds the two copies together: tests/structure/deps.rs checks that each `lib` line's
+# --extern list is the repository crates its manifest depends on (`cargo nextest run --test
+# guests structure`); the driver's line, which has no manifest, is checked by building it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)

@@ -62,6 +62,8 @@ struct Graph {
     deps: BTreeMap<String, BTreeSet<String>>,
     /// The workspace's own packages.
     members: BTreeSet<String>,
+    /// Each workspace package's library source (its `lib.rs`), from the repository's top.
+    lib_src: BTreeMap<String, String>,
 }
 
 impl Graph {
@@ -101,11 +103,30 @@ impl Graph {
             .iter()
             .map(|p| (p["id"].as_str().unwrap(), p["name"].as_str().unwrap()))
             .collect();
-        let members = meta["workspace_members"]
+        let members: BTreeSet<String> = meta["workspace_members"]
             .as_array()
             .unwrap()
             .iter()
             .map(|id| name_of[id.as_str().unwrap()].to_string())
+            .collect();
+        let top = &repo();
+        let lib_src = meta["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| members.contains(p["name"].as_str().unwrap()))
+            .flat_map(|p| {
+                p["targets"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(move |t| {
+                        let lib = t["kind"].as_array().unwrap().iter().any(|k| k == "lib");
+                        let src = std::path::Path::new(t["src_path"].as_str().unwrap());
+                        let rel = src.strip_prefix(top).ok()?.to_string_lossy().into_owned();
+                        lib.then(|| (p["name"].as_str().unwrap().to_string(), rel))
+                    })
+            })
             .collect();
         let mut deps = BTreeMap::new();
         for node in meta["resolve"]["nodes"].as_array().unwrap() {
@@ -124,7 +145,11 @@ impl Graph {
                 .collect();
             deps.insert(name_of[node["id"].as_str().unwrap()].to_string(), normal);
         }
-        Graph { deps, members }
+        Graph {
+            deps,
+            members,
+            lib_src,
+        }
     }
 
     fn direct(&self, package: &str) -> &BTreeSet<String> {
@@ -296,5 +321,54 @@ fn the_fuzz_crate_reader_sees_paths_and_skips_comments() {
     assert_eq!(
         crates_named(&code),
         BTreeSet::from(["report".to_string(), "vmm".to_string()])
+    );
+}
+
+/// guest-agent/windows/build.sh builds the Windows agent's crates with rustc by hand: each
+/// `lib DIR NAME SRC --extern ...` line must give a crate the same repository crates as its
+/// manifest does (see the comment at the top of the script).
+#[test]
+fn the_windows_build_script_links_each_crate_as_its_manifest_says() {
+    let g = Graph::read();
+    let script = std::fs::read_to_string(repo().join("guest-agent/windows/build.sh")).unwrap();
+    let script = script.replace("\\\n", " ");
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for line in script
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("lib \""))
+    {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let (name, src) = (words[2], words[3]);
+        let externs: BTreeSet<String> = words
+            .windows(2)
+            .filter(|w| w[0] == "--extern")
+            .map(|w| w[1].split('=').next().unwrap().to_string())
+            .collect();
+        let Some((package, _)) = g.lib_src.iter().find(|(_, s)| s.as_str() == src) else {
+            wrong.push(format!(
+                "{name}: no workspace package has {src} as its library"
+            ));
+            continue;
+        };
+        let manifest: BTreeSet<String> = g
+            .direct(package)
+            .iter()
+            .filter(|d| g.members.contains(*d))
+            .map(|d| d.replace('-', "_"))
+            .collect();
+        if externs != manifest {
+            wrong.push(format!(
+                "{name} ({package}): build.sh links {externs:?}, its manifest {manifest:?}"
+            ));
+        }
+        checked += 1;
+    }
+    assert!(checked >= 4, "build.sh: only {checked} `lib` lines found");
+    assert!(
+        wrong.is_empty(),
+        "guest-agent/windows/build.sh and the manifests disagree:\n{}",
+        wrong.join("\n")
     );
 }
