@@ -47,6 +47,8 @@ mod sampling;
 mod seccomp;
 /// Call stacks: frame pointers and Windows x64 unwind data (clang, lld, llvm, golang-go).
 mod stacks;
+/// The tree's structure: module layers and circles, crate dependencies (boots nothing).
+mod structure;
 /// `--symbol-path`: symbol stores, a symbol server on loopback, `_NT_SYMBOL_PATH`.
 mod symserver;
 /// virtio-blk driven by a fixture kernel.

@@ -11,7 +11,12 @@ use profile_core::affinity::GroupAffinity;
 use profile_core::{NtStatus, ProfileSource};
 
 use crate::memory::{contiguous, PhysicalMemory};
-use crate::{Error, Transport, STATUS_SENTINEL};
+use crate::{Error, Transport};
+
+/// The status the client writes into a block's header before ringing. The VMM never answers
+/// it (it is `STATUS_PENDING`, and every call completes synchronously), so finding it after the
+/// ring means the VMM did not write the block: see [`Error::NotAnswered`].
+pub const STATUS_SENTINEL: u32 = 0x0000_0103;
 
 /// Offset of `Header::status` in a block.
 const STATUS_AT: usize = 12;

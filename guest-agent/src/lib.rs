@@ -50,12 +50,12 @@ mod error;
 mod memory;
 mod params;
 
-pub use client::Client;
+pub use client::{Client, STATUS_SENTINEL};
 pub use discovery::{discover, discover_with, Found};
 pub use doorbell::{Doorbell, Transport};
 pub use error::Error;
 pub use memory::{page_list, IdentityMapped, PageListInfo, PhysicalMemory, Scratch};
-pub use params::ProfileParams;
+pub use params::{ProfileParams, PROFILE_CONTROL};
 
 pub use profile_core::abi;
 pub use profile_core::abi::{
@@ -63,11 +63,3 @@ pub use profile_core::abi::{
 };
 pub use profile_core::affinity::GroupAffinity;
 pub use profile_core::{NtStatus, ProfileSource};
-
-/// `PROFILE_CONTROL`, the access right START and STOP need.
-pub const PROFILE_CONTROL: u32 = 1;
-
-/// The status the client writes into a block's header before ringing. The VMM never answers
-/// it (it is `STATUS_PENDING`, and every call completes synchronously), so finding it after the
-/// ring means the VMM did not write the block: see [`Error::NotAnswered`].
-pub const STATUS_SENTINEL: u32 = 0x0000_0103;

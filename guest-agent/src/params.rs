@@ -7,7 +7,8 @@ use profile_core::abi::{
 use profile_core::affinity::KAFFINITY_ALL;
 use profile_core::ProfileSource;
 
-use crate::PROFILE_CONTROL;
+/// `PROFILE_CONTROL`, the access right START and STOP need.
+pub const PROFILE_CONTROL: u32 = 1;
 
 /// What to profile, where to count. Built with [`ProfileParams::global`] and adjusted with the
 /// builder methods; turned into a request with [`ProfileParams::to_create`] or

@@ -5,6 +5,24 @@
 # Installs what it needs with apt-get when missing (idempotent), compiles with Debian's rustc
 # 1.63 called directly (no cargo: Debian's cargo cannot read this workspace's manifests and no
 # crate is needed), then runs check.sh, which fails loudly on any static or wine check.
+#
+# Why rustc by hand, and so a second copy of the crate graph: the x86_64-pc-windows-gnu
+# standard library here is Debian's (libstd-rust-dev-windows), built for Debian's rustc 1.63
+# only; the rustup toolchain has no Windows target and cannot get one offline, and Debian's
+# cargo (1.65) cannot read this workspace's manifests (`[lints] workspace = true` needs 1.74). So
+# this script must stay the build of record for the Windows agent, and must stay in step with
+# the manifests it mirrors: when one of them gains or loses a dependency, a feature or a
+# source root, change the matching `lib`/rustc line below.
+#   profile_core   profile-core/Cargo.toml, built as guest-agent and hvprof-ioctl take it:
+#                  `default-features = false` (no `alloc`), so no --cfg feature here
+#   hvprof_ioctl   guest-agent/windows/ioctl/Cargo.toml  (-> profile-core)
+#   guest_agent    guest-agent/Cargo.toml                (-> profile-core)
+#   hvprof_driver  guest-agent/windows/driver/src/lib.rs (no manifest: -> guest-agent,
+#                  hvprof-ioctl; the workspace excludes it)
+#   hvprof_agent   guest-agent/windows/cli/Cargo.toml    (-> hvprof-ioctl; lib.rs + main.rs)
+# A test holds the two copies together: tests/structure/deps.rs checks that each `lib` line's
+# --extern list is the repository crates its manifest depends on (`cargo nextest run --test
+# guests structure`); the driver's line, which has no manifest, is checked by building it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)

@@ -1,6 +1,6 @@
 //! ACPI: RSDP -> XSDT (or RSDT for revision 0) -> MADT local APIC entries.
 
-const MAX_APICS: usize = crate::smp::MAX_CPUS;
+const MAX_APICS: usize = crate::percpu::MAX_CPUS;
 
 /// APIC ids of the usable CPUs listed in the MADT, in MADT order.
 pub struct CpuList {

@@ -3,7 +3,7 @@
 
 use core::arch::asm;
 
-use crate::smp::MAX_CPUS;
+use crate::percpu::MAX_CPUS;
 use crate::sync::RacyCell;
 
 pub const KERNEL_CS: u16 = 0x08;

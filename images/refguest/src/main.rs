@@ -14,6 +14,7 @@ mod idt;
 mod mem;
 mod paging;
 mod pe;
+mod percpu;
 mod prof;
 mod scenario;
 mod sched;
@@ -26,16 +27,7 @@ mod time;
 mod trap;
 mod user;
 
-use core::sync::atomic::{AtomicUsize, Ordering};
-
 const DEFAULT_TIMER_HZ: u64 = 100;
-
-static BOOT_CPU: AtomicUsize = AtomicUsize::new(0);
-
-/// cpu index (MADT order) of the boot CPU.
-pub fn boot_cpu() -> usize {
-    BOOT_CPU.load(Ordering::Relaxed)
-}
 
 #[no_mangle]
 extern "C" fn kmain_bsp(start_info_paddr: u64) -> ! {
@@ -58,17 +50,20 @@ extern "C" fn kmain_bsp(start_info_paddr: u64) -> ! {
         }
         exit::fail(format_args!("unknown scenario \"{}\"", name))
     };
+    // The kernel below calls up into the scenario through these two hooks only.
+    sched::on_all_ended(scenario::finish);
+    syscall::on_control(scenario::control);
 
     let cpus = acpi::cpus(info.rsdp_paddr).unwrap_or_else(|e| exit::fail(format_args!("acpi: {}", e)));
     if cpus.dropped > 0 {
-        println!("warning: {} CPUs beyond {} ignored", cpus.dropped, smp::MAX_CPUS);
+        println!("warning: {} CPUs beyond {} ignored", cpus.dropped, percpu::MAX_CPUS);
     }
-    smp::set_cpus(&cpus.ids[..cpus.count]);
+    percpu::set_cpus(&cpus.ids[..cpus.count]);
     let bsp_apic = apic::id();
     let Some(bsp) = cpus.ids[..cpus.count].iter().position(|&id| id == bsp_apic) else {
         exit::fail(format_args!("boot CPU apic={} is not in the MADT", bsp_apic))
     };
-    BOOT_CPU.store(bsp, Ordering::Relaxed);
+    percpu::set_boot_cpu(bsp);
 
     gdt::init();
     idt::init();
@@ -84,11 +79,11 @@ extern "C" fn kmain_bsp(start_info_paddr: u64) -> ! {
         exit::fail(format_args!("trampoline page {:#x} is not RAM in the memmap", smp::TRAMPOLINE));
     }
     if let Err(cpu) = smp::start_aps(bsp) {
-        exit::fail(format_args!("cpu {} apic={} did not start", cpu, smp::apic_id(cpu)));
+        exit::fail(format_args!("cpu {} apic={} did not start", cpu, percpu::apic_id(cpu)));
     }
-    println!("smp {}/{} cpus online", smp::online_count(), smp::cpu_count());
+    println!("smp {}/{} cpus online", smp::online_count(), percpu::cpu_count());
 
-    let env = scenario::Env { cpus: smp::cpu_count(), bsp, tsc_hz: time::tsc_hz() };
+    let env = scenario::Env { cpus: percpu::cpu_count(), bsp, tsc_hz: time::tsc_hz() };
     if let Err(e) = (scenario.setup)(&env) {
         exit::fail(format_args!("{}: setup: {}", scenario.name, e));
     }

@@ -9,7 +9,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use guest_agent::{Client, Doorbell, Error, Found, IdentityMapped, NtStatus, Scratch};
 
-use crate::smp::MAX_CPUS;
+use crate::percpu::MAX_CPUS;
 use crate::sync::{RacyCell, SpinLock};
 
 /// The vector the `interrupts` scenario asks the VMM to inject after each sample.

@@ -5,10 +5,10 @@
 
 use crate::idt::TrapFrame;
 use crate::paging::{self, AddressSpace, MAX_SPACES};
-use crate::smp::MAX_CPUS;
-use crate::sync::SpinLock;
+use crate::percpu::{self, MAX_CPUS};
+use crate::sync::{RacyCell, SpinLock};
 use crate::user::{REPORT_SLOTS, USER_STACK_TOP};
-use crate::{boot, cpu, gdt, scenario};
+use crate::{boot, cpu, exit, gdt};
 
 pub const MAX_PROCS: usize = MAX_SPACES;
 const RFLAGS_IF: u64 = 1 << 9;
@@ -63,6 +63,17 @@ pub static TABLE: SpinLock<Table> = SpinLock::new(Table {
     ticks: [0; MAX_CPUS],
 });
 
+/// What runs, with the table locked, once every process has ended: the
+/// selected scenario's judgement (set by `on_all_ended`).
+static ALL_ENDED: RacyCell<Option<fn(&Table) -> !>> = RacyCell::new(None);
+
+/// Sets what runs once every process has ended. BSP only, before any process
+/// runs.
+pub fn on_all_ended(hook: fn(&Table) -> !) {
+    // SAFETY: single-threaded boot; read only after processes start.
+    unsafe { *ALL_ENDED.get() = Some(hook) };
+}
+
 /// Creates a process pinned to `cpu` that starts at user address `entry`
 /// with RDI, RSI = `args`. Returns its pid, or None when the table is full.
 pub fn spawn(entry: u64, cpu: usize, args: [u64; 2]) -> Option<usize> {
@@ -100,7 +111,7 @@ pub fn idle(cpu: usize) -> ! {
     {
         let mut table = TABLE.lock();
         table.idle[cpu] = true;
-        table.idle_stack[cpu] = crate::smp::kernel_stack_top(cpu, crate::boot_cpu());
+        table.idle_stack[cpu] = percpu::kernel_stack_top(cpu, percpu::boot_cpu());
     }
     idle_loop()
 }
@@ -189,7 +200,11 @@ pub fn end_current(cpu: usize, frame: &mut TrapFrame, state: State, exit_code: u
     let next = pick(&table, cpu, Some(cur));
     switch_to(&mut table, cpu, frame, next);
     if table.finished == table.count {
-        scenario::finish(&table);
+        // SAFETY: written by the BSP before any process runs, read-only afterwards.
+        match unsafe { *ALL_ENDED.get() } {
+            Some(hook) => hook(&table),
+            None => exit::fail(format_args!("no scenario selected")),
+        }
     }
 }
 

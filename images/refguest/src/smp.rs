@@ -1,84 +1,29 @@
-//! Per-CPU stacks and application-processor start-up (INIT/SIPI/SIPI into
-//! a short real-mode trampoline that goes straight to long mode).
+//! Bringing CPUs online: each CPU's descriptor tables, APIC and timer, and
+//! application-processor start-up (INIT/SIPI/SIPI into a short real-mode
+//! trampoline that goes straight to long mode). Which CPUs there are and their
+//! stacks are `percpu`'s.
 
 use core::arch::global_asm;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use crate::sync::RacyCell;
-use crate::{apic, boot, gdt, idt, sched, syscall, time};
+use crate::percpu::{apic_id, cpu_count, kernel_stack_top, MAX_CPUS};
+use crate::{apic, boot, gdt, idt, percpu, sched, syscall, time};
 
-pub const MAX_CPUS: usize = 32;
 /// Physical page the trampoline is copied to; SIPI vector = TRAMPOLINE >> 12.
 pub const TRAMPOLINE: u64 = 0x8000;
-const KERNEL_STACK: usize = 16 * 1024;
-const EXCEPTION_STACK: usize = 8 * 1024;
-const DOUBLE_FAULT_STACK: usize = 4 * 1024;
-const INTERRUPT_STACK: usize = 16 * 1024;
 const START_TIMEOUT_MS: u64 = 1000;
 
-#[repr(C, align(4096))]
-struct CpuStacks {
-    kernel: [u8; KERNEL_STACK],
-    exception: [u8; EXCEPTION_STACK],
-    double_fault: [u8; DOUBLE_FAULT_STACK],
-    interrupt: [u8; INTERRUPT_STACK],
-}
-
-const NO_STACKS: CpuStacks =
-    CpuStacks { kernel: [0; KERNEL_STACK], exception: [0; EXCEPTION_STACK], double_fault: [0; DOUBLE_FAULT_STACK], interrupt: [0; INTERRUPT_STACK] };
-
-static STACKS: RacyCell<[CpuStacks; MAX_CPUS]> = RacyCell::new([NO_STACKS; MAX_CPUS]);
-static APIC_IDS: RacyCell<[u32; MAX_CPUS]> = RacyCell::new([0; MAX_CPUS]);
-static CPU_COUNT: AtomicUsize = AtomicUsize::new(1);
 static ONLINE: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
 static ONLINE_COUNT: AtomicUsize = AtomicUsize::new(0);
 static TIMER_COUNT: AtomicUsize = AtomicUsize::new(0);
-
-/// Number of CPUs listed in the MADT (and given a cpu index).
-pub fn cpu_count() -> usize {
-    CPU_COUNT.load(Ordering::Relaxed)
-}
 
 pub fn online_count() -> usize {
     ONLINE_COUNT.load(Ordering::Acquire)
 }
 
-pub fn apic_id(cpu: usize) -> u32 {
-    // SAFETY: written by the BSP before any AP starts, read-only afterwards.
-    unsafe { (*APIC_IDS.get())[cpu] }
-}
-
-/// Records the MADT's CPU list. BSP only, before `start_aps`.
-pub fn set_cpus(ids: &[u32]) {
-    // SAFETY: single-threaded boot.
-    let table = unsafe { &mut *APIC_IDS.get() };
-    table[..ids.len()].copy_from_slice(ids);
-    CPU_COUNT.store(ids.len(), Ordering::Relaxed);
-}
-
-/// Top of `cpu`'s kernel (idle) stack.
-pub fn kernel_stack_top(cpu: usize, bsp: usize) -> u64 {
-    if cpu == bsp {
-        return boot::boot_stack_top();
-    }
-    // SAFETY: only the address of this CPU's stack is taken.
-    unsafe { (*STACKS.get())[cpu].kernel.as_ptr() as u64 + KERNEL_STACK as u64 }
-}
-
-/// Prepares an IST stack: its top 16 bytes hold the CPU index, so a trap
-/// handler finds its CPU just above the hardware frame.
-fn ist_top(stack: &mut [u8], cpu: usize) -> u64 {
-    let top = stack.as_mut_ptr() as u64 + stack.len() as u64 - 16;
-    // SAFETY: `top` is inside `stack` and 16-byte aligned.
-    unsafe { (top as *mut u64).write(cpu as u64) };
-    top
-}
-
 /// Per-CPU descriptor tables, APIC and timer. Interrupts stay disabled.
 pub fn cpu_init(cpu: usize, timer_hz: u64) {
-    // SAFETY: each CPU initialises only its own stacks slot.
-    let stacks = unsafe { &mut (*STACKS.get())[cpu] };
-    let ist = [ist_top(&mut stacks.exception, cpu), ist_top(&mut stacks.double_fault, cpu), ist_top(&mut stacks.interrupt, cpu)];
+    let ist = percpu::ist_tops(cpu);
     gdt::load(cpu, ist);
     syscall::init(cpu, ist[2]);
     idt::load();

@@ -22,7 +22,7 @@ use crate::cpu::wrmsr;
 use crate::gdt::{KERNEL_CS, USER_CS, USER_DS};
 use crate::idt::{TrapFrame, SYSCALL_VECTOR};
 use crate::sched::{self, State};
-use crate::smp::MAX_CPUS;
+use crate::percpu::MAX_CPUS;
 use crate::sync::RacyCell;
 use crate::user::nr;
 
@@ -73,6 +73,19 @@ syscall_stubs:
 
 extern "C" {
     static syscall_stubs: [u8; MAX_CPUS * STUB_SIZE as usize];
+}
+
+/// A CONTROL system call's handler: (cpu, argument) -> result.
+type Control = fn(usize, u64) -> u64;
+
+/// The CONTROL system call's handler: the selected scenario's (set by
+/// `on_control`).
+static CONTROL: RacyCell<Option<Control>> = RacyCell::new(None);
+
+/// Sets the CONTROL system call's handler. BSP only, before any process runs.
+pub fn on_control(hook: Control) {
+    // SAFETY: single-threaded boot; read only after processes start.
+    unsafe { *CONTROL.get() = Some(hook) };
 }
 
 static NATIVE: AtomicU64 = AtomicU64::new(0);
@@ -143,7 +156,11 @@ fn handle(cpu: usize, frame: &mut TrapFrame) {
             let table = sched::TABLE.lock();
             sched::current(&table, cpu).map_or(u64::MAX, |p| p as u64)
         }
-        nr::CONTROL => crate::scenario::control(cpu, a),
+        // SAFETY: written by the BSP before any process runs, read-only afterwards.
+        nr::CONTROL => match unsafe { *CONTROL.get() } {
+            Some(hook) => hook(cpu, a),
+            None => u64::MAX,
+        },
         nr::YIELD => {
             frame.rax = 0;
             sched::reschedule(cpu, frame, false);

@@ -15,7 +15,7 @@ fn read_cr2() -> u64 {
 #[no_mangle]
 extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
     // SAFETY: every gate uses an IST stack whose top word (just above the
-    // hardware frame) holds the CPU index; see `smp::ist_top`.
+    // hardware frame) holds the CPU index; see `percpu::ist_top`.
     let cpu = unsafe { *((frame as *const TrapFrame).add(1) as *const u64) } as usize;
     match frame.vector as u8 {
         idt::TIMER_VECTOR => {

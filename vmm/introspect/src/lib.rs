@@ -19,6 +19,7 @@ mod images;
 pub mod mem;
 pub mod nt;
 pub mod pe;
+mod regs;
 mod walk;
 pub mod x64;
 
@@ -27,42 +28,5 @@ mod testimage;
 
 pub use images::{space_of, ImageCache, KERNEL_SPACE};
 pub use mem::{Memory, Regions, Unreadable};
+pub use regs::Regs;
 pub use walk::{walk, End, Options, Stack};
-
-/// The integer registers the unwinders read and restore, numbered as x86-64 encodes them
-/// (and as UNWIND_CODE names them): RAX, RCX, RDX, RBX, RSP, RBP, RSI, RDI, R8..R15.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Regs {
-    /// General-purpose registers by number.
-    pub gpr: [u64; 16],
-    /// The instruction pointer.
-    pub rip: u64,
-}
-
-impl Regs {
-    /// RSP's number.
-    pub const RSP: usize = 4;
-    /// RBP's number.
-    pub const RBP: usize = 5;
-
-    /// The stack pointer.
-    pub fn rsp(&self) -> u64 {
-        self.gpr[Self::RSP]
-    }
-
-    /// The frame pointer.
-    pub fn rbp(&self) -> u64 {
-        self.gpr[Self::RBP]
-    }
-
-    /// Registers with only RIP, RSP and RBP set.
-    pub fn new(rip: u64, rsp: u64, rbp: u64) -> Self {
-        let mut r = Regs {
-            rip,
-            ..Regs::default()
-        };
-        r.gpr[Self::RSP] = rsp;
-        r.gpr[Self::RBP] = rbp;
-        r
-    }
-}

@@ -23,6 +23,7 @@ pub mod atomic;
 pub mod bounded;
 pub mod callers;
 pub mod compare;
+mod error;
 pub mod flame;
 pub mod hex;
 pub mod input;
@@ -39,77 +40,13 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+pub use error::ReportError;
 pub use load::{KernelImage, SymbolSpec};
 pub use profile::{Bucket, FunctionCount, ObjectOwner, Profile, ProfileObject, RunInfo, VcpuStats};
 pub use symbols::{Module, SymbolError, Symbols};
 
 /// Rows per table in the report.txt that [`write_all`] writes.
 pub const REPORT_TOP: usize = 20;
-
-/// Errors reading or writing profiles.
-#[derive(Debug, thiserror::Error)]
-pub enum ReportError {
-    /// Reading or writing failed.
-    #[error("I/O failed")]
-    Io(#[source] std::io::Error),
-    /// Malformed JSON, or JSON that does not fit the schema.
-    #[error("invalid profile JSON")]
-    Json(#[source] serde_json::Error),
-    /// Well-formed JSON whose fields disagree (an index past `buckets`, a total that is not
-    /// the sum of the counts...): see [`validate`].
-    #[error(transparent)]
-    Inconsistent(#[from] validate::Inconsistent),
-    /// The JSON is not an hvprof profile.
-    #[error("not an hvprof profile (its \"format\" is not \"hvprof-profile\")")]
-    NotAProfile,
-    /// `format_version` missing, or not a non-negative integer (`"2"`, `2.5`, `-1`).
-    #[error(
-        "format_version: {0}; this hvprof reads the integers {OLDEST} to {NEWEST}",
-        OLDEST = profile::OLDEST_FORMAT_VERSION,
-        NEWEST = profile::FORMAT_VERSION
-    )]
-    VersionNotANumber(String),
-    /// A profile of a format version this build does not read.
-    #[error("profile format version {found}; this hvprof reads versions {oldest} to {newest}")]
-    Version {
-        /// The file's version.
-        found: u64,
-        /// The oldest version this build reads.
-        oldest: u32,
-        /// The newest (the one it writes).
-        newest: u32,
-    },
-    /// An error about one file.
-    #[error("{}", .path.display())]
-    File {
-        /// The file.
-        path: PathBuf,
-        /// What went wrong.
-        #[source]
-        source: Box<ReportError>,
-    },
-    /// The output directory could not be created.
-    #[error("cannot create {}", .0.display())]
-    CreateDir(PathBuf, #[source] std::io::Error),
-    /// A file could not be put in place, or a directory takes no new files.
-    #[error(transparent)]
-    Write(#[from] atomic::WriteError),
-    /// An image's symbols could not be read.
-    #[error("symbols of {}", .0.display())]
-    Symbols(PathBuf, #[source] SymbolError),
-    /// A `--symbols` argument that is neither `FILE` nor `FILE@0xBASE`.
-    #[error("bad symbols argument {0:?}: expected FILE or FILE@0xBASE")]
-    SymbolSpec(String),
-    /// An input file was refused or could not be read.
-    #[error(transparent)]
-    Input(#[from] bounded::InputError),
-}
-
-impl From<std::io::Error> for ReportError {
-    fn from(e: std::io::Error) -> Self {
-        ReportError::Io(e)
-    }
-}
 
 /// The files [`write_all`] wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]

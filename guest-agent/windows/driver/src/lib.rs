@@ -17,6 +17,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod dispatch;
+mod entry;
 mod mdl;
 mod nt;
 mod pnp;
@@ -41,7 +42,7 @@ pub unsafe extern "system" fn DriverEntry(driver: *mut DriverObject, _registry: 
         return STATUS_REVISION_MISMATCH;
     }
     // SAFETY: DriverEntry's contract; `init` runs once, before any dispatch routine.
-    unsafe { state::init(driver) }
+    unsafe { entry::init(driver) }
 }
 
 /// A panic in the kernel is a driver bug: stop the machine with a recognisable code

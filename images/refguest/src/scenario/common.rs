@@ -91,7 +91,7 @@ pub fn cr3_of(pid: usize) -> u64 {
 
 /// The kernel CPU index of vCPU `vcpu` (hvprof numbers vCPUs by APIC id).
 pub fn cpu_of_vcpu(vcpu: u32) -> Option<usize> {
-    (0..crate::smp::cpu_count()).find(|&c| crate::smp::apic_id(c) == vcpu)
+    (0..crate::percpu::cpu_count()).find(|&c| crate::percpu::apic_id(c) == vcpu)
 }
 
 /// `part / whole` in hundredths of a percent.

@@ -30,7 +30,7 @@ use super::common;
 use super::{Env, Scenario};
 use crate::prof::{self, PROFILE_VECTOR};
 use crate::sched::Table;
-use crate::smp::MAX_CPUS;
+use crate::percpu::MAX_CPUS;
 use crate::start_info::param_u64;
 use crate::sync::RacyCell;
 use crate::user::prof as work;
@@ -57,7 +57,7 @@ const SHIFT: u32 = 31;
 fn profile(cpu: usize) -> ProfileParams {
     // SAFETY: only the address is taken.
     let buffer = unsafe { (*COUNTERS.get()).0.as_ptr().add(cpu) } as u64;
-    let vcpu = crate::smp::apic_id(cpu);
+    let vcpu = crate::percpu::apic_id(cpu);
     ProfileParams::global(0, SPAN, SHIFT, buffer, 4).with_affinity(0, 1 << vcpu)
 }
 
@@ -67,7 +67,7 @@ fn user_profile(cpu: usize) -> ProfileParams {
     let shift = (u64::BITS - (end - start - 1).leading_zeros()).max(2);
     // SAFETY: only the address is taken.
     let buffer = unsafe { (*USER_COUNTERS.get()).0.as_ptr().add(cpu) } as u64;
-    ProfileParams::global(start, end - start, shift, buffer, 4).with_affinity(0, 1 << crate::smp::apic_id(cpu))
+    ProfileParams::global(start, end - start, shift, buffer, 4).with_affinity(0, 1 << crate::percpu::apic_id(cpu))
 }
 
 fn samples(cpu: usize) -> u64 {
@@ -127,7 +127,7 @@ fn control(_cpu: usize, phase: u64) -> u64 {
             let good = user[cpu] > 0 && user[cpu] <= 2 * deliveries && deliveries <= samples;
             crate::println!(
                 "interrupts vcpu={} samples={} user_samples={} deliveries={} {}",
-                crate::smp::apic_id(cpu),
+                crate::percpu::apic_id(cpu),
                 samples,
                 user[cpu],
                 deliveries,
@@ -150,7 +150,7 @@ fn control(_cpu: usize, phase: u64) -> u64 {
             let good = late <= 2 && sampled > 0;
             crate::println!(
                 "interrupts after_disable vcpu={} new_samples={} new_deliveries={} {}",
-                crate::smp::apic_id(cpu),
+                crate::percpu::apic_id(cpu),
                 sampled,
                 late,
                 common::ok(good)
