@@ -7,11 +7,11 @@ use vm_memory::{GuestMemoryBackend, GuestMemoryMmap};
 use super::VmError;
 use crate::acpi::PciRoot;
 use crate::config::VmConfig;
-use crate::devices::fw_cfg::FwCfg;
 use crate::firmware::cfg::{fw_cfg_items, FirmwareConfig};
 use crate::firmware::pflash::Pflash;
 use crate::firmware::rom::{copy_low, ReadOnlySlot};
 use crate::firmware::{load, FirmwareImage, FirmwareSpec, FLASH_SECTOR};
+use devices::fw_cfg::FwCfg;
 
 /// What a firmware boot adds to the VM.
 pub struct FirmwareParts {

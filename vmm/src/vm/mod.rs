@@ -25,10 +25,6 @@ use crate::arch::cpuid::{vcpu_cpuid, Leaf};
 use crate::arch::hyperv;
 use crate::boot::{load_kernel, BootError, BootSetup, Protocol};
 use crate::config::{BootSource, ConfigError, VmConfig};
-use crate::devices::pci::{PciError, PciRoot};
-use crate::devices::serial::SerialDevice;
-use crate::devices::virtio::block::{AttachError, AttachedDisk, BlockAttachment};
-use crate::devices::BusError;
 use crate::firmware::cfg::CfgError;
 use crate::firmware::rom::ReadOnlySlot;
 use crate::firmware::FirmwareError;
@@ -38,6 +34,10 @@ use crate::outcome::{Blame, Fault, StopSignal};
 use crate::signals::KickTable;
 use crate::vcpu::stamp::EntryStamp;
 use crate::vcpu::{configure_vcpu, SetupError, SharedState, Vcpu};
+use devices::pci::{PciError, PciRoot};
+use devices::serial::SerialDevice;
+use devices::virtio::block::{AttachError, AttachedDisk, BlockAttachment};
+use devices::BusError;
 
 pub use run::{run, run_with, Controller, RunHooks, RunReport, VcpuSummary, VmControl};
 
