@@ -14,23 +14,24 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::{Arc, Mutex};
 
+use devices::fw_cfg::FwCfg;
+use devices::pci::msix::{MsiError, MsiMessage, MsiSink};
+use devices::pci::{devfn, PciRoot};
+use devices::virtio::block::disk::DiskImage;
+use devices::virtio::block::{attach_image, Interrupts};
+use devices::virtio::notify::NotifyRoute;
+use devices::virtio::pci::NOTIFY_OFFSET;
+use devices::virtio::IrqLine;
+use devices::{Bus, Origin};
 use event_manager::{EventManager, MutEventSubscriber, SubscriberOps};
 use hvprof_fuzz::platform::{Input, Op, RAM, VARS_BASE, VARS_LEN};
 use hvprof_fuzz::CheckedDisk;
 use libfuzzer_sys::fuzz_target;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use vmm::acpi::PciRoot as TablesPciRoot;
-use vmm::devices::fw_cfg::FwCfg;
-use vmm::devices::pci::msix::{MsiError, MsiMessage, MsiSink};
-use vmm::devices::pci::{devfn, PciRoot};
-use vmm::devices::virtio::block::disk::DiskImage;
-use vmm::devices::virtio::block::{attach_image, Interrupts};
-use vmm::devices::virtio::notify::NotifyRoute;
-use vmm::devices::virtio::pci::NOTIFY_OFFSET;
-use vmm::devices::virtio::IrqLine;
-use vmm::devices::{Bus, Origin};
 use vmm::firmware::cfg::{fw_cfg_items, FirmwareConfig};
 use vmm::firmware::pflash::Pflash;
+use vmm::layout::PCI_WINDOWS;
 use vmm::outcome::StopSignal;
 use vmm::vm::platform::{insert_firmware_devices, insert_port_devices, FirmwareDevices};
 use vmm_sys_util::eventfd::EventFd;
@@ -127,7 +128,7 @@ fuzz_target!(|data: &[u8]| {
     };
     insert_firmware_devices(&mut pio, &mut mmio, firmware).unwrap();
     let (pio, mmio) = (Arc::new(pio), Arc::new(mmio));
-    let root = PciRoot::new(&pio, &mmio, Some(stop.clone())).unwrap();
+    let root = PciRoot::new(&pio, &mmio, PCI_WINDOWS, Some(stop.clone())).unwrap();
     let route = Arc::new(Route {
         refuse: flags & 1 != 0,
         ..Route::default()

@@ -5,8 +5,8 @@
 //! (big-endian), so lengths far beyond the bytes are tried too.
 #![no_main]
 
+use devices::virtio::block::qcow2_header::{check, CLUSTER_BITS, HEADER_BYTES};
 use libfuzzer_sys::fuzz_target;
-use vmm::devices::virtio::block::qcow2_header::{check, CLUSTER_BITS, HEADER_BYTES};
 
 fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes(b[at..at + 4].try_into().unwrap())

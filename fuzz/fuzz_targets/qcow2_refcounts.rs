@@ -5,9 +5,9 @@
 
 use std::cell::Cell;
 
+use devices::virtio::block::qcow2_header::HEADER_BYTES;
+use devices::virtio::block::qcow2_refcounts::check;
 use libfuzzer_sys::fuzz_target;
-use vmm::devices::virtio::block::qcow2_header::HEADER_BYTES;
-use vmm::devices::virtio::block::qcow2_refcounts::check;
 
 fn be64(b: &[u8], at: usize) -> u64 {
     u64::from_be_bytes(b[at..at + 8].try_into().unwrap())

@@ -5,13 +5,13 @@
 //! capacity ([`CheckedDisk`] panics if it is).
 #![no_main]
 
+use devices::virtio::block::disk::{DiskImage, SECTOR_SIZE};
+use devices::virtio::block::BlockDevice;
+use devices::virtio::pci::serve_pass;
+use devices::virtio::queue::QueueRegs;
 use hvprof_fuzz::CheckedDisk;
 use libfuzzer_sys::fuzz_target;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
-use vmm::devices::virtio::block::disk::{DiskImage, SECTOR_SIZE};
-use vmm::devices::virtio::block::BlockDevice;
-use vmm::devices::virtio::pci::serve_pass;
-use vmm::devices::virtio::queue::QueueRegs;
 
 const RAM: usize = 0x10000;
 /// 16 sectors and an odd tail of 100 bytes that must stay unreachable.

@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 
-use vmm::devices::virtio::block::disk::{DiskBackend, SECTOR_SIZE};
+use devices::virtio::block::disk::{DiskBackend, SECTOR_SIZE};
 
 /// An in-memory image of `len` bytes whose last partial sector (if any) must stay
 /// unreachable: the device's capacity is `len / SECTOR_SIZE` sectors.

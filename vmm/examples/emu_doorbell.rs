@@ -21,10 +21,10 @@ use std::os::fd::FromRawFd;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context, Result};
+use devices::bus::Origin;
+use devices::BusDevice;
 use vm_memory::{FileOffset, GuestAddress, GuestMemoryMmap};
-use vmm::devices::bus::Origin;
 use vmm::devices::doorbell::DoorbellHandle;
-use vmm::devices::BusDevice;
 use vmm::memory::memory_map;
 use vmm::profiler::walk::Paging;
 use vmm::profiler::{CpuState, Profiler};

@@ -8,6 +8,10 @@ use crate::boot::KernelSpec;
 use crate::memory::MIN_MEMORY_MIB;
 use crate::outcome::{Blame, Fault};
 
+/// A disk as the devices crate defines it (the image and how it is opened); the `--disk`
+/// syntax is parsed here ([`parse_disk`]).
+pub use devices::virtio::block::{DiskConfig, DiskFormat};
+
 /// Most vCPUs a VM may have: xAPIC ids are 8 bits and 0xff is the broadcast id.
 pub const MAX_VCPUS: usize = 254;
 /// Most guest memory hvprof accepts, in MiB (1 TiB).
@@ -61,77 +65,28 @@ impl std::io::Write for SharedBuffer {
 /// Most disks a VM may have (PCI slots 2-31 of bus 0, with room left for other devices).
 pub const MAX_DISKS: usize = 16;
 
-/// The format of a disk image.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DiskFormat {
-    /// The sectors, one after another.
-    Raw,
-    /// QEMU's copy-on-write format (versions 2 and 3), possibly over a backing chain.
-    Qcow2,
-}
-
-impl DiskFormat {
-    /// The name `format=` takes.
-    pub fn name(self) -> &'static str {
-        match self {
-            DiskFormat::Raw => "raw",
-            DiskFormat::Qcow2 => "qcow2",
+/// Parses `IMAGE[,readonly][,snapshot][,format=raw|qcow2]` (`ro` is accepted for
+/// `readonly`).
+pub fn parse_disk(s: &str) -> Result<DiskConfig, ConfigError> {
+    let mut parts = s.split(',');
+    let path = parts.next().unwrap_or_default();
+    if path.is_empty() {
+        return Err(ConfigError::DiskOption(s.to_owned()));
+    }
+    let mut disk = DiskConfig::new(path, false);
+    for opt in parts {
+        match opt {
+            "readonly" | "ro" => disk.readonly = true,
+            "snapshot" => disk.snapshot = true,
+            "format=raw" => disk.format = Some(DiskFormat::Raw),
+            "format=qcow2" => disk.format = Some(DiskFormat::Qcow2),
+            _ => return Err(ConfigError::DiskOption(s.to_owned())),
         }
     }
-}
-
-/// A disk image attached as a virtio-blk device.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct DiskConfig {
-    /// The image.
-    pub path: PathBuf,
-    /// Refuse the guest's writes (and open the file read-only).
-    pub readonly: bool,
-    /// The format the user gave (`format=`); `None`: detected from the image's first bytes.
-    pub format: Option<DiskFormat>,
-    /// Open the image (and its backing chain) read-only and send the guest's writes to a
-    /// temporary overlay that is discarded when the run ends.
-    pub snapshot: bool,
-}
-
-impl DiskConfig {
-    /// A raw or detected image at `path`, read-write unless `readonly`.
-    pub fn new(path: impl Into<PathBuf>, readonly: bool) -> Self {
-        DiskConfig {
-            path: path.into(),
-            readonly,
-            ..Default::default()
-        }
+    if disk.readonly && disk.snapshot {
+        return Err(ConfigError::DiskReadonlySnapshot(s.to_owned()));
     }
-
-    /// Parses `IMAGE[,readonly][,snapshot][,format=raw|qcow2]` (`ro` is accepted for
-    /// `readonly`).
-    pub fn parse(s: &str) -> Result<Self, ConfigError> {
-        let mut parts = s.split(',');
-        let path = parts.next().unwrap_or_default();
-        if path.is_empty() {
-            return Err(ConfigError::DiskOption(s.to_owned()));
-        }
-        let mut disk = DiskConfig::new(path, false);
-        for opt in parts {
-            match opt {
-                "readonly" | "ro" => disk.readonly = true,
-                "snapshot" => disk.snapshot = true,
-                "format=raw" => disk.format = Some(DiskFormat::Raw),
-                "format=qcow2" => disk.format = Some(DiskFormat::Qcow2),
-                _ => return Err(ConfigError::DiskOption(s.to_owned())),
-            }
-        }
-        if disk.readonly && disk.snapshot {
-            return Err(ConfigError::DiskReadonlySnapshot(s.to_owned()));
-        }
-        Ok(disk)
-    }
-
-    /// The guest may change the image file itself (neither read-only nor a snapshot).
-    pub fn writes_image(&self) -> bool {
-        !(self.readonly || self.snapshot)
-    }
+    Ok(disk)
 }
 
 /// What firmware to boot.
@@ -320,7 +275,7 @@ mod tests {
     #[test]
     fn disk_options_parse() {
         assert_eq!(
-            DiskConfig::parse("a.img").unwrap(),
+            parse_disk("a.img").unwrap(),
             DiskConfig {
                 path: "a.img".into(),
                 readonly: false,
@@ -328,28 +283,28 @@ mod tests {
                 snapshot: false,
             }
         );
-        let d = DiskConfig::parse("w.qcow2,snapshot,format=qcow2").unwrap();
+        let d = parse_disk("w.qcow2,snapshot,format=qcow2").unwrap();
         assert!(d.snapshot && !d.readonly && !d.writes_image());
         assert_eq!(d.format, Some(DiskFormat::Qcow2));
         assert_eq!(
-            DiskConfig::parse("a,format=raw").unwrap().format,
+            parse_disk("a,format=raw").unwrap().format,
             Some(DiskFormat::Raw)
         );
-        assert!(DiskConfig::parse("a,format=vmdk").is_err());
-        assert!(DiskConfig::parse("a,format=").is_err());
+        assert!(parse_disk("a,format=vmdk").is_err());
+        assert!(parse_disk("a,format=").is_err());
         assert_eq!(
-            DiskConfig::parse("a,readonly,snapshot"),
+            parse_disk("a,readonly,snapshot"),
             Err(ConfigError::DiskReadonlySnapshot(
                 "a,readonly,snapshot".into()
             ))
         );
-        assert!(DiskConfig::parse("/x/a.img,readonly").unwrap().readonly);
-        assert!(DiskConfig::parse("a.img,ro").unwrap().readonly);
-        assert!(DiskConfig::parse("a.img,rw").is_err());
-        assert!(DiskConfig::parse("").is_err());
-        assert!(DiskConfig::parse(",readonly").is_err());
+        assert!(parse_disk("/x/a.img,readonly").unwrap().readonly);
+        assert!(parse_disk("a.img,ro").unwrap().readonly);
+        assert!(parse_disk("a.img,rw").is_err());
+        assert!(parse_disk("").is_err());
+        assert!(parse_disk(",readonly").is_err());
         let mut c = cfg();
-        c.disks = vec![DiskConfig::parse("a").unwrap(); MAX_DISKS + 1];
+        c.disks = vec![parse_disk("a").unwrap(); MAX_DISKS + 1];
         assert_eq!(c.validate(), Err(ConfigError::Disks(MAX_DISKS + 1)));
     }
 }

@@ -22,6 +22,8 @@
 //! 0x1_0000_0000 RAM above 4 GiB when the VM has more than 3 GiB
 //! ```
 
+use devices::pci::PciWindows;
+
 /// Start of the boot GDT.
 pub const BOOT_GDT_START: u64 = 0x500;
 /// Its size: four 8-byte descriptors.
@@ -62,6 +64,15 @@ pub const PCI_ECAM_SIZE: u64 = 0x1000_0000;
 pub const PCI_IO_START: u64 = 0xc000;
 /// End (exclusive) of that window.
 pub const PCI_IO_END: u64 = 0x1_0000;
+/// The windows above, as the PCI root takes them.
+pub const PCI_WINDOWS: PciWindows = PciWindows {
+    ecam_start: PCI_ECAM_START,
+    ecam_size: PCI_ECAM_SIZE,
+    mmio32_start: PCI_MMIO32_START,
+    mmio32_end: PCI_MMIO32_END,
+    io_start: PCI_IO_START,
+    io_end: PCI_IO_END,
+};
 /// RAM resumes here when the VM has more memory than fits below the hole.
 pub const RAM_ABOVE_4G_START: u64 = 0x1_0000_0000;
 /// IOAPIC MMIO base.

@@ -1,10 +1,18 @@
 //! How a run ends, the process exit status for each ending, and the one-shot signal that
 //! devices, vCPUs and the event loop use to ask for the end.
+//!
+//! The devices crate knows nothing of runs, users or hosts: what a guest asks through a device
+//! ([`GuestStop`]) becomes a [`RunOutcome`] here, and whose fault each of that crate's errors
+//! is, is decided at the end of this file.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use devices::pci::PciError;
+use devices::stop::{GuestStop, StopRequest};
+use devices::virtio::block::disk::DiskError;
+use devices::virtio::block::AttachError;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 /// Exit status: usage or configuration error.
@@ -43,7 +51,9 @@ impl Fault {
 
 /// An error that says itself whose fault it is. Each error type implements it beside its
 /// definition with an exhaustive match, so a new variant cannot be added without deciding;
-/// an error that wraps another asks the inner one.
+/// an error that wraps another asks the inner one. The devices crate's errors are the
+/// exception: that crate has no users or hosts, so they are blamed at the end of this file
+/// (still exhaustively: a new variant there does not compile here until it is decided).
 pub trait Blame {
     /// Whose fault this error is.
     fn fault(&self) -> Fault;
@@ -166,6 +176,16 @@ fn stop_signal_name(sig: i32) -> Option<&'static str> {
     }
 }
 
+impl From<GuestStop> for RunOutcome {
+    fn from(stop: GuestStop) -> Self {
+        match stop {
+            GuestStop::DebugExit(v) => RunOutcome::DebugExit(v),
+            GuestStop::Reset => RunOutcome::Reset,
+            GuestStop::PowerOff => RunOutcome::PowerOff,
+        }
+    }
+}
+
 /// A one-shot request to end the run. The first request wins; later ones are ignored.
 #[derive(Debug)]
 pub struct StopSignal {
@@ -216,6 +236,59 @@ impl StopSignal {
     }
 }
 
+/// The devices end the run through the stop signal: the guest's request is the outcome.
+impl StopRequest for StopSignal {
+    fn request_stop(&self, stop: GuestStop) {
+        self.request(stop.into());
+    }
+}
+
+// ---- Whose fault the devices crate's errors are.
+
+impl Blame for AttachError {
+    fn fault(&self) -> Fault {
+        match self {
+            AttachError::Disk(e) => e.fault(),
+            AttachError::Pci(e) => e.fault(),
+            AttachError::Config(_) => Fault::Host,
+        }
+    }
+}
+
+impl Blame for DiskError {
+    /// The image the user named cannot be used as asked, except for the overlay, which is
+    /// the host's temporary directory failing.
+    fn fault(&self) -> Fault {
+        match self {
+            DiskError::Open(..)
+            | DiskError::NotAFile(_)
+            | DiskError::TooSmall(..)
+            | DiskError::Locked(..)
+            | DiskError::Twice(..)
+            | DiskError::Format(..)
+            | DiskError::Qcow2(..)
+            | DiskError::Backing(..)
+            | DiskError::BackingLocked(..)
+            | DiskError::BackingLoop(..)
+            | DiskError::ChainTooLong(..)
+            | DiskError::Encrypted(..)
+            | DiskError::Header(..)
+            | DiskError::ExternalData(_) => Fault::User,
+            DiskError::Overlay(..) => Fault::Host,
+        }
+    }
+}
+
+impl Blame for PciError {
+    fn fault(&self) -> Fault {
+        match self {
+            // Only more devices than bus 0 has slots for, which the user asked for.
+            PciError::NoFreeSlot => Fault::User,
+            PciError::InUse(..) | PciError::NoBarSpace(_) | PciError::Bus(_) => Fault::Host,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,6 +328,17 @@ mod tests {
             RunOutcome::Signalled(64).to_string(),
             "stopped by signal 64"
         );
+    }
+
+    #[test]
+    fn a_guest_stop_through_a_device_is_the_same_outcome() {
+        let s = StopSignal::new().unwrap();
+        s.request_stop(GuestStop::DebugExit(0x10));
+        s.request_stop(GuestStop::Reset);
+        assert_eq!(s.outcome(), Some(RunOutcome::DebugExit(0x10)));
+        assert_eq!(s.outcome().unwrap().exit_status(), 0x21);
+        assert_eq!(RunOutcome::from(GuestStop::Reset), RunOutcome::Reset);
+        assert_eq!(RunOutcome::from(GuestStop::PowerOff), RunOutcome::PowerOff);
     }
 
     #[test]

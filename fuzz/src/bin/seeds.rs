@@ -5,16 +5,16 @@
 
 use std::path::Path;
 
-use hvprof_fuzz::platform::{Script, VARS_BASE};
-use vmm::devices::pci::devfn;
-use vmm::devices::pci::root::FIRST_DEVICE_SLOT;
-use vmm::devices::virtio::block::request::{VIRTIO_BLK_T_FLUSH, VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT};
-use vmm::devices::virtio::block::VIRTIO_BLK_F_FLUSH;
-use vmm::devices::virtio::pci::NOTIFY_OFFSET;
-use vmm::devices::virtio::{
+use devices::pci::devfn;
+use devices::pci::root::FIRST_DEVICE_SLOT;
+use devices::virtio::block::request::{VIRTIO_BLK_T_FLUSH, VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT};
+use devices::virtio::block::VIRTIO_BLK_F_FLUSH;
+use devices::virtio::pci::NOTIFY_OFFSET;
+use devices::virtio::{
     STATUS_ACKNOWLEDGE, STATUS_DRIVER, STATUS_DRIVER_OK, STATUS_FEATURES_OK,
     VIRTIO_F_INDIRECT_DESC, VIRTIO_F_RING_EVENT_IDX, VIRTIO_F_VERSION_1,
 };
+use hvprof_fuzz::platform::{Script, VARS_BASE};
 use vmm::layout::FW_CFG_PORT;
 
 /// Where the scripts place the virtio-blk disk's 64-bit BAR 0 (the common configuration is

@@ -9,12 +9,12 @@ use acpi_tables::aml::{
 use acpi_tables::Aml;
 use profile_core::abi::{DOORBELL_PORT_BASE, DOORBELL_PORT_COUNT};
 
-use crate::devices::acpi_pm::S5_SLP_TYP;
-use crate::devices::cmos::{CMOS_LEN, CMOS_PORT};
-use crate::devices::pci::intx_gsi;
 use crate::layout::{
     ACPI_PM_BASE, FW_CFG_LEN, FW_CFG_PORT, PCI_ECAM_SIZE, PCI_ECAM_START, PCI_MMIO32_WINDOWS,
 };
+use devices::acpi_pm::S5_SLP_TYP;
+use devices::cmos::{CMOS_LEN, CMOS_PORT};
+use devices::pci::intx_gsi;
 
 /// The `_HID` of the hvprof hypercall device (the Windows agent's driver matches it).
 pub const HYPERCALL_HID: &str = "HVPR0001";

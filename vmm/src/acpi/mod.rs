@@ -16,9 +16,9 @@ use acpi_tables::Aml;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use zerocopy::{Immutable, IntoBytes};
 
-use crate::devices::fw_cfg::loader::execute;
 use crate::layout::{ACPI_SIZE, ACPI_START, IOAPIC_START, LAPIC_START};
 use crate::outcome::{Blame, Fault};
+use devices::fw_cfg::loader::execute;
 
 pub(crate) const OEM_ID: [u8; 6] = *b"HVPROF";
 pub(crate) const OEM_TABLE_ID: [u8; 8] = *b"HVPROF  ";

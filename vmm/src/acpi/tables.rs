@@ -20,12 +20,12 @@ use acpi_tables::sdt::Sdt;
 use super::dsdt::{self, PciRoot};
 use super::OEM_TABLE_ID;
 use super::{madt_bytes, to_bytes, AcpiError, InterruptSourceOverride, OEM_ID, OEM_REVISION};
-use crate::devices::fw_cfg::loader::{Command, TableLoader, Zone};
-use crate::devices::reset::RESET_CONTROL_VALUE;
 use crate::layout::{
     ACPI_GPE0_BLK, ACPI_GPE0_LEN, ACPI_PM1A_CNT, ACPI_PM1A_EVT, ACPI_PM_TMR, ACPI_SCI_IRQ,
     RESET_CONTROL_PORT,
 };
+use devices::fw_cfg::loader::{Command, TableLoader, Zone};
+use devices::reset::RESET_CONTROL_VALUE;
 
 /// The fw_cfg file holding the tables.
 pub const TABLES_FILE: &str = "etc/acpi/tables";

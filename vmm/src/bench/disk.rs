@@ -17,10 +17,10 @@ use vm_memory::{GuestAddress, GuestMemoryMmap};
 
 use super::stats::median;
 use crate::config::DiskConfig;
-use crate::devices::virtio::block::disk::{DiskError, DiskImage};
-use crate::devices::virtio::block::execute::execute;
-use crate::devices::virtio::block::qcow2::create_qcow2;
-use crate::devices::virtio::block::request::{Request, RequestKind, Segment};
+use devices::virtio::block::disk::{DiskError, DiskImage};
+use devices::virtio::block::execute::execute;
+use devices::virtio::block::qcow2::create_qcow2;
+use devices::virtio::block::request::{Request, RequestKind, Segment};
 
 /// Bytes in one read.
 const READ: u64 = 4096;

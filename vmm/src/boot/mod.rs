@@ -3,7 +3,7 @@
 //! Three boot protocols are recognised from the file's bytes: PVH ELF kernels (the Xen
 //! `PHYS32_ENTRY` note), multiboot v1 kernels, and Linux bzImages.
 
-pub mod bytes;
+pub use devices::bytes;
 pub mod elf;
 mod image;
 mod linux;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use profile_core::source::ProfileSource;
 use vmm::boot::KernelSpec;
-use vmm::config::{BootSource, DiskConfig, SerialOutput, VmConfig};
+use vmm::config::{parse_disk, BootSource, SerialOutput, VmConfig};
 use vmm::firmware::FirmwareSpec;
 use vmm::profiler::host::HostProfileSpec;
 
@@ -394,7 +394,7 @@ impl VmArgs {
         c.disks = self
             .disks
             .iter()
-            .map(|d| DiskConfig::parse(d).map_err(|e| e.to_string()))
+            .map(|d| parse_disk(d).map_err(|e| e.to_string()))
             .collect::<Result<_, _>>()?;
         c.timeout = match self.timeout {
             None => None,

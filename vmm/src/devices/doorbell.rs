@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use profile_core::abi::{DOORBELL_HIGH, DOORBELL_MAGIC, DOORBELL_RING};
 
-use super::bus::Origin;
-use super::BusDevice;
+use devices::bus::Origin;
+use devices::BusDevice;
 
 /// Per-vCPU doorbell state.
 #[derive(Clone, Copy, Debug, Default)]

@@ -10,8 +10,8 @@ use super::rom::{copy_low, ReadOnlySlot};
 use super::{load, FirmwareError, FirmwareImage, FirmwareSpec, FLASH_SECTOR};
 use crate::acpi::PciRoot;
 use crate::config::VmConfig;
-use crate::devices::fw_cfg::FwCfg;
 use crate::outcome::{Blame, Fault};
+use devices::fw_cfg::FwCfg;
 
 /// Why a firmware boot could not be set up.
 #[derive(Debug, thiserror::Error)]

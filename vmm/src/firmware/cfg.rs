@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use crate::acpi::tables::{build_tables, LOADER_FILE, RSDP_FILE, TABLES_FILE};
 use crate::acpi::{AcpiError, PciRoot};
-use crate::devices::fw_cfg::{keys, FwCfgBuilder, FwCfgError, Item};
 use crate::layout::{KVM_IDENTITY_MAP_ADDRESS, KVM_PRIVATE_SIZE, RAM_ABOVE_4G_START};
 use crate::memory::{low_ram_end, RangeKind};
 use crate::outcome::{Blame, Fault};
+use devices::fw_cfg::{keys, FwCfgBuilder, FwCfgError, Item};
 
 /// Errors building the firmware's configuration.
 #[derive(Debug, thiserror::Error)]

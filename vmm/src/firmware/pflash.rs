@@ -11,7 +11,7 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
-use crate::devices::{BusDevice, Origin};
+use devices::{BusDevice, Origin};
 
 const CMD_READ_ARRAY: u8 = 0xff;
 const CMD_READ_ARRAY_ALT: u8 = 0x00;

@@ -34,8 +34,8 @@ use pin::PinnedBuffer;
 use stacks::StackWalker;
 use stats::{bump, StatsSnapshot, VcpuProfileStats};
 
-use crate::devices::pci::msix::{signal_msi, MsiMessage};
 use crate::signals::KickTable;
+use devices::pci::msix::{signal_msi, MsiMessage};
 
 /// The owner of every object the guest's agents create (one handle table per guest).
 pub const GUEST_OWNER: Owner = Owner(1);

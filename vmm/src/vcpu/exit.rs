@@ -4,8 +4,8 @@
 use kvm_ioctls::VcpuExit;
 
 use super::stats::{ExitCounters, ExitKind};
-use crate::devices::bus::{Access, Bus, Origin};
 use crate::outcome::RunOutcome;
+use devices::bus::{Access, Bus, Origin};
 
 /// KVM_SYSTEM_EVENT_SHUTDOWN.
 const SYSTEM_EVENT_SHUTDOWN: u32 = 1;
@@ -94,7 +94,7 @@ pub fn handle_exit(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::devices::BusDevice;
+    use devices::BusDevice;
     use std::sync::{Arc, Mutex};
 
     struct Latch(Vec<u8>);

@@ -20,7 +20,6 @@ use kvm_ioctls::{SyncReg, VcpuFd};
 use vm_memory::GuestMemoryMmap;
 
 use crate::devices::doorbell::DoorbellHandle;
-use crate::devices::{Bus, Origin};
 use crate::firmware::rom::ReadOnlySlot;
 use crate::outcome::{RunOutcome, StopSignal};
 use crate::profiler::walk::Paging;
@@ -28,6 +27,7 @@ use crate::profiler::{CpuState, Profiler};
 use crate::sampler::vcpu::VcpuSampler;
 use crate::seccomp::{Seccomp, ThreadKind};
 use crate::signals::KickTable;
+use devices::{Bus, Origin};
 use exit::{handle_exit, Buses, ExitAction};
 pub use setup::{configure_vcpu, SetupError};
 use state::State;

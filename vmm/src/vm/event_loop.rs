@@ -12,12 +12,12 @@ use event_manager::{EventManager, EventOps, Events, MutEventSubscriber, Subscrib
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::timerfd::TimerFd;
 
-use crate::devices::serial::SerialDevice;
-use crate::devices::virtio::notify::QueueEventWatch;
 use crate::outcome::{RunOutcome, StopSignal};
 use crate::seccomp::{Seccomp, ThreadKind};
 use crate::signals::StopSignals;
 use crate::vcpu::{guest_is_hung, Request, VcpuRequester};
+use devices::serial::SerialDevice;
+use devices::virtio::notify::QueueEventWatch;
 
 const EV_STDIN: u32 = 1;
 const EV_SERIAL_DRAINED: u32 = 2;

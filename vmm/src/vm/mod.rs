@@ -24,10 +24,6 @@ use crate::arch::cpuid::{vcpu_cpuid, Leaf};
 use crate::arch::hyperv;
 use crate::boot::{load_kernel, BootError, BootSetup, Protocol};
 use crate::config::{BootSource, ConfigError, VmConfig};
-use crate::devices::pci::{PciError, PciRoot};
-use crate::devices::serial::SerialDevice;
-use crate::devices::virtio::block::{AttachError, AttachedDisk, BlockAttachment};
-use crate::devices::BusError;
 use crate::firmware::boot::FirmwareBootError;
 use crate::firmware::rom::ReadOnlySlot;
 use crate::layout::{KVM_IDENTITY_MAP_ADDRESS, KVM_TSS_ADDRESS};
@@ -36,6 +32,10 @@ use crate::outcome::{Blame, Fault, StopSignal};
 use crate::signals::KickTable;
 use crate::vcpu::stamp::EntryStamp;
 use crate::vcpu::{configure_vcpu, SetupError, SharedState, Vcpu};
+use devices::pci::{PciError, PciRoot};
+use devices::serial::SerialDevice;
+use devices::virtio::block::{AttachError, AttachedDisk, BlockAttachment};
+use devices::BusError;
 
 pub use run::{run, run_with, Controller, RunHooks, RunReport, VcpuSummary, VmControl};
 

@@ -12,26 +12,26 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use super::VmError;
 use crate::config::{SerialOutput, VmConfig};
-use crate::devices::acpi_pm::{AcpiPm, Gpe0, SciLine};
-use crate::devices::cmos::{Cmos, CMOS_LEN, CMOS_PORT};
-use crate::devices::debug_exit::{DebugExit, DEBUG_EXIT_LEN, DEBUG_EXIT_PORT};
-use crate::devices::debugcon::{DebugCon, DEBUGCON_PORT};
 use crate::devices::doorbell::DoorbellHandle;
-use crate::devices::fw_cfg::FwCfg;
-use crate::devices::i8042::{I8042, I8042_DATA_PORT, I8042_LEN};
-use crate::devices::pci::PciRoot;
-use crate::devices::reset::Port92;
-use crate::devices::serial::{SerialDevice, COM1_IRQ, COM1_LEN, COM1_PORT};
-use crate::devices::virtio::block::disk::check_distinct;
-use crate::devices::virtio::block::{attach_block, AttachError, BlockAttachment};
-use crate::devices::{Bus, BusError};
 use crate::firmware::pflash::Pflash;
 use crate::layout::{
     ACPI_GPE0_BLK, ACPI_GPE0_LEN, ACPI_PM_BASE, ACPI_PM_LEN, ACPI_SCI_IRQ, FW_CFG_LEN, FW_CFG_PORT,
-    PORT92,
+    PCI_WINDOWS, PORT92,
 };
 use crate::memory::low_ram_end;
 use crate::outcome::StopSignal;
+use devices::acpi_pm::{AcpiPm, Gpe0, SciLine};
+use devices::cmos::{Cmos, CMOS_LEN, CMOS_PORT};
+use devices::debug_exit::{DebugExit, DEBUG_EXIT_LEN, DEBUG_EXIT_PORT};
+use devices::debugcon::{DebugCon, DEBUGCON_PORT};
+use devices::fw_cfg::FwCfg;
+use devices::i8042::{I8042, I8042_DATA_PORT, I8042_LEN};
+use devices::pci::PciRoot;
+use devices::reset::Port92;
+use devices::serial::{SerialDevice, COM1_IRQ, COM1_LEN, COM1_PORT};
+use devices::virtio::block::disk::check_distinct;
+use devices::virtio::block::{attach_block, AttachError, BlockAttachment};
+use devices::{Bus, BusError};
 
 /// The buses and the devices other threads need to reach.
 pub struct Devices {
@@ -79,7 +79,7 @@ fn output_file(path: &std::path::Path) -> Result<Box<dyn Write + Send>, VmError>
         })
         .map_err(err)?;
     // Writes block again (a pipe's reader sets the pace, as on a terminal).
-    crate::devices::blocking(&file).map_err(err)?;
+    devices::blocking(&file).map_err(err)?;
     Ok(Box::new(file))
 }
 
@@ -216,7 +216,7 @@ pub fn create_devices(
     }
     let pio = Arc::new(pio);
     let mmio = Arc::new(mmio);
-    let pci = PciRoot::new(&pio, &mmio, Some(stop))?;
+    let pci = PciRoot::new(&pio, &mmio, PCI_WINDOWS, Some(stop))?;
     check_distinct(&config.disks).map_err(AttachError::from)?;
     let disks = config
         .disks

@@ -2,7 +2,7 @@
 //! the result from the RSDP.
 
 use super::*;
-use crate::devices::fw_cfg::loader::execute;
+use devices::fw_cfg::loader::execute;
 
 const TABLES_AT: u64 = 0x7ff0_0000;
 const RSDP_AT: u64 = 0xf_5000;
