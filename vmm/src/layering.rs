@@ -30,7 +30,6 @@ const FLOORS: &[(&str, u8)] = &[
     ("vm", 9),
     // Driving it.
     ("session", 10),
-    ("bench", 10),
     // Handing a run to the report crate (a crate of its own, below everything here).
     ("export", 10),
     ("api", 11),

@@ -8,7 +8,6 @@
 pub mod acpi;
 pub mod api;
 pub mod arch;
-pub mod bench;
 pub mod boot;
 pub mod clock;
 pub mod config;

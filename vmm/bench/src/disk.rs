@@ -15,12 +15,12 @@ use std::time::Instant;
 
 use vm_memory::{GuestAddress, GuestMemoryMmap};
 
-use super::stats::median;
-use crate::config::DiskConfig;
-use crate::devices::virtio::block::disk::{DiskError, DiskImage};
-use crate::devices::virtio::block::execute::execute;
-use crate::devices::virtio::block::qcow2::create_qcow2;
-use crate::devices::virtio::block::request::{Request, RequestKind, Segment};
+use crate::quantiles::median;
+use vmm::config::DiskConfig;
+use vmm::devices::virtio::block::disk::{DiskError, DiskImage};
+use vmm::devices::virtio::block::execute::execute;
+use vmm::devices::virtio::block::qcow2::create_qcow2;
+use vmm::devices::virtio::block::request::{Request, RequestKind, Segment};
 
 /// Bytes in one read.
 const READ: u64 = 4096;
