@@ -104,7 +104,7 @@ fn bench_scenario_reports_hypercall_timings_then_spins_until_stopped() {
 #[test]
 fn bench_scenario_spins_in_the_generated_pe_image() {
     let dir = crate::harness::TempDir::new("bench-pe");
-    let module = dir.write("deep.exe", &vmm::bench::pe::deep_module());
+    let module = dir.write("deep.exe", &bench::pe::deep_module());
     let out = spin_then_stop(&[
         "--initrd",
         module.to_str().unwrap(),
@@ -113,5 +113,5 @@ fn bench_scenario_spins_in_the_generated_pe_image() {
     ]);
     out.assert_stdout_lacks("user fault");
     let base = out.stdout_hex("refguest: bench pe base=");
-    assert_eq!(base, vmm::bench::pe::IMAGE_BASE, "{out}");
+    assert_eq!(base, bench::pe::IMAGE_BASE, "{out}");
 }

@@ -289,8 +289,8 @@ fn build_mbr(dir: &TempDir) -> Vec<u8> {
 
 /// Builds the boot sector `tests/fixtures/<source>` (16-bit code linked at 0x7C00) in `dir`.
 pub(crate) fn build_boot_sector(dir: &TempDir, source: &str) -> Vec<u8> {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures")
+    let src = crate::harness::workspace_root()
+        .join("tests/fixtures")
         .join(source);
     let obj = dir.join("mbr.o");
     let bin = dir.join("mbr.bin");

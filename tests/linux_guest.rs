@@ -41,7 +41,7 @@ struct Guest {
 fn guest() -> Guest {
     let dir = std::env::var_os("HVPROF_TEST_LINUX_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/linux"));
+        .unwrap_or_else(|| crate::harness::workspace_root().join("target/linux"));
     let g = Guest {
         vmlinux: dir.join("vmlinux"),
         initramfs: dir.join("initramfs.cpio"),

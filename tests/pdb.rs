@@ -47,7 +47,7 @@ fn parse_map(text: &str) -> (u64, BTreeMap<String, u64>) {
 
 /// The DLL's C source.
 fn tiny_c() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/pe/tiny.c")
+    crate::harness::workspace_root().join("tests/fixtures/pe/tiny.c")
 }
 
 fn build() -> Built {

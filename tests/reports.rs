@@ -70,8 +70,7 @@ fn go_tool_pprof_lists_the_workload_functions_in_cost_order() {
 
 /// Validates a profile.json against docs/profile.schema.json with Python's jsonschema.
 fn validate_against_schema(json: &std::path::Path) {
-    let schema =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/profile.schema.json");
+    let schema = crate::harness::workspace_root().join("docs/profile.schema.json");
     let script = "import json, sys, jsonschema\n\
                   schema = json.load(open(sys.argv[1]))\n\
                   jsonschema.Draft202012Validator.check_schema(schema)\n\

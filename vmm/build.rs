@@ -120,4 +120,7 @@ fn main() {
         elf.display()
     );
     println!("cargo:rustc-env=HVPROF_REFGUEST_ELF={}", elf.display());
+    // The same path for the packages that depend on vmm (`links = "refguest"`): the hvprof
+    // package's build script hands it to the guest-booting tests as DEP_REFGUEST_ELF.
+    println!("cargo:elf={}", elf.display());
 }

@@ -49,10 +49,14 @@ pub fn hvprof_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_hvprof"))
 }
 
+/// The workspace root: the test binary is declared by the `hvprof` package, whose
+/// manifest directory is vmm/hvprof/; the tests, fixtures and docs live above it.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
 fn fixtures_src_dir() -> PathBuf {
-    // Test files live in tests/ at the workspace root; the vmm package's
-    // manifest directory is vmm/.
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
+    workspace_root().join("tests/fixtures")
 }
 
 // ---------------------------------------------------------------- temp dirs

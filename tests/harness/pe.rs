@@ -34,8 +34,8 @@ pub struct PeModule {
 impl PeModule {
     /// Builds `spec` into `dir`.
     pub fn build(dir: &TempDir, spec: &PeSpec) -> PeModule {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures/pe")
+        let src = super::workspace_root()
+            .join("tests/fixtures/pe")
             .join(spec.source);
         let obj = dir.join(&format!("{}.obj", spec.image));
         let exe = dir.join(spec.image);

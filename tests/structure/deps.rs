@@ -8,12 +8,6 @@ use serde_json::Value;
 
 use super::repo;
 
-/// Known gap: the `vmm` package still holds the `hvprof` binary, so clap, anyhow, indicatif
-/// and env_logger are dependencies of the library's package. While this is `true` the test
-/// checks that the gap is still there (and fails once it is mended); set it to `false` when
-/// the binary crate (vmm/hvprof) has taken them, and the rule holds from then on.
-const VMM_LIBRARY_STILL_HAS_THE_BINARY_S_DEPENDENCIES: bool = true;
-
 /// The binary's own dependencies, which the VMM library must not have.
 const BINARY_ONLY: &[&str] = &["clap", "anyhow", "indicatif", "env_logger"];
 
@@ -220,18 +214,10 @@ fn the_vmm_library_package_has_none_of_the_binary_s_dependencies() {
         .copied()
         .filter(|d| g.direct("vmm").contains(*d))
         .collect();
-    if VMM_LIBRARY_STILL_HAS_THE_BINARY_S_DEPENDENCIES {
-        assert!(
-            !has.is_empty(),
-            "the vmm package no longer depends on {BINARY_ONLY:?}: the gap is mended, set \
-             VMM_LIBRARY_STILL_HAS_THE_BINARY_S_DEPENDENCIES to false in tests/structure/deps.rs"
-        );
-    } else {
-        assert!(
-            has.is_empty(),
-            "the vmm library package depends on {has:?}: only the binary may"
-        );
-    }
+    assert!(
+        has.is_empty(),
+        "the vmm library package depends on {has:?}: only the binary may"
+    );
 }
 
 #[test]

@@ -102,9 +102,10 @@ const INTROSPECT: Root = Root {
     floors: &[
         ("mem", 0),
         ("regs", 0),
-        // The page-table walker (from vmm's profiler/walk.rs), once it lands: it has a
-        // physical-memory trait of its own.
+        // The page-table walker, over a physical-memory trait of its own.
         ("paging", 0),
+        // The PE image builder for tests and the bench (feature test-support).
+        ("testimage", 0),
         ("fp", 1),
         ("pe", 1),
         ("images", 2),

@@ -1,13 +1,13 @@
 //! hvprof: a KVM virtual machine monitor that profiles its guests from outside.
 //!
-//! The library holds everything; the `hvprof` binary only parses arguments. See
-//! docs/architecture.md for the threads, the data flow and where each piece lives.
+//! The library holds everything; the `hvprof` binary (its own package, vmm/hvprof) only
+//! parses arguments. See docs/architecture.md for the threads, the data flow and where each
+//! piece lives.
 #![warn(missing_docs)]
 
 pub mod acpi;
 pub mod api;
 pub mod arch;
-pub mod bench;
 pub mod boot;
 pub mod clock;
 pub mod config;

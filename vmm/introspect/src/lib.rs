@@ -23,8 +23,8 @@ mod regs;
 mod walk;
 pub mod x64;
 
-#[cfg(test)]
-mod testimage;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testimage;
 
 pub use images::{space_of, ImageCache, KERNEL_SPACE};
 pub use mem::{Memory, Regions, Unreadable};

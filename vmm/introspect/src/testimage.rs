@@ -1,4 +1,7 @@
-//! Hand-made PE32+ images and unwind info for the unit tests.
+//! Hand-made PE32+ images and unwind info: the one PE builder of the workspace, for the unit
+//! tests here and in the report crate (a symbol store's identity files) and for `hvprof
+//! bench` (the image its guest spins in, which the Windows x64 unwinder walks). Behind the
+//! `test-support` feature: a production build of this crate does not contain it.
 
 // Test images are small: every length and offset fits the PE fields.
 #![allow(clippy::cast_possible_truncation)]
@@ -7,9 +10,15 @@
 const LFANEW: usize = 0x80;
 const EXCEPTIONS: usize = 0x200;
 
+/// A section header: name, RVA, size in memory and in the file, characteristics.
+type Section = ([u8; 8], u32, u32, u32);
+
 /// A PE32+ image built in memory: headers, an exception directory, and bytes placed at RVAs.
 pub struct ImageBuilder {
     size: usize,
+    timestamp: u32,
+    executable: Option<(u64, u32)>,
+    sections: Vec<Section>,
     functions: Vec<[u32; 3]>,
     bytes: Vec<(usize, Vec<u8>)>,
     directories: Vec<(usize, u32, u32)>,
@@ -20,10 +29,34 @@ impl ImageBuilder {
     pub fn new(size: usize) -> Self {
         ImageBuilder {
             size,
+            timestamp: 0x5eed_1234,
+            executable: None,
+            sections: Vec::new(),
             functions: Vec::new(),
             bytes: Vec::new(),
             directories: Vec::new(),
         }
+    }
+
+    /// Sets the file header's TimeDateStamp (0x5eed_1234 unless set).
+    pub fn timestamp(mut self, timestamp: u32) -> Self {
+        self.timestamp = timestamp;
+        self
+    }
+
+    /// Makes it an image a loader maps, as a native Windows executable linked /fixed at `base`
+    /// with its entry point (and code) at `entry`: the headers in the first page, page-aligned
+    /// sections laid out in the file as in memory, large-address aware.
+    pub fn executable(mut self, base: u64, entry: u32) -> Self {
+        self.executable = Some((base, entry));
+        self
+    }
+
+    /// Adds a section header: `size` bytes at `rva` in memory and at the same offset in the
+    /// file, with these characteristics. Three at most: the headers end at 0x200.
+    pub fn section(mut self, name: &[u8; 8], rva: u32, size: u32, characteristics: u32) -> Self {
+        self.sections.push((*name, rva, size, characteristics));
+        self
     }
 
     /// Sets data directory `index` (0 exports, 6 debug) to `rva`, `size`.
@@ -82,12 +115,38 @@ impl ImageBuilder {
         put(&mut m, 0x3c, &(LFANEW as u32).to_le_bytes());
         put(&mut m, LFANEW, b"PE\0\0");
         put(&mut m, LFANEW + 4, &0x8664u16.to_le_bytes());
-        put(&mut m, LFANEW + 8, &0x5eed_1234u32.to_le_bytes());
+        put(
+            &mut m,
+            LFANEW + 6,
+            &(self.sections.len() as u16).to_le_bytes(),
+        );
+        put(&mut m, LFANEW + 8, &self.timestamp.to_le_bytes());
         put(&mut m, LFANEW + 20, &240u16.to_le_bytes());
         let opt = LFANEW + 24;
         put(&mut m, opt, &0x20bu16.to_le_bytes());
         put(&mut m, opt + 56, &(self.size as u32).to_le_bytes());
         put(&mut m, opt + 108, &16u32.to_le_bytes());
+        if let Some((base, entry)) = self.executable {
+            const PAGE: u32 = 0x1000;
+            // Executable, large address aware.
+            put(&mut m, LFANEW + 22, &0x0022u16.to_le_bytes());
+            put(&mut m, opt + 16, &entry.to_le_bytes()); // AddressOfEntryPoint
+            put(&mut m, opt + 20, &entry.to_le_bytes()); // BaseOfCode
+            put(&mut m, opt + 24, &base.to_le_bytes()); // ImageBase
+            put(&mut m, opt + 32, &PAGE.to_le_bytes()); // SectionAlignment
+            put(&mut m, opt + 36, &PAGE.to_le_bytes()); // FileAlignment
+            put(&mut m, opt + 48, &6u16.to_le_bytes()); // MajorSubsystemVersion
+            put(&mut m, opt + 60, &PAGE.to_le_bytes()); // SizeOfHeaders
+            put(&mut m, opt + 68, &1u16.to_le_bytes()); // Subsystem: native
+        }
+        for (i, (name, rva, size, flags)) in self.sections.iter().enumerate() {
+            let at = opt + 240 + 40 * i;
+            put(&mut m, at, name);
+            for (j, v) in [size, rva, size, rva].into_iter().enumerate() {
+                put(&mut m, at + 8 + 4 * j, &v.to_le_bytes());
+            }
+            put(&mut m, at + 36, &flags.to_le_bytes());
+        }
         if !self.functions.is_empty() {
             self.functions.sort();
             let table: Vec<u8> = self
@@ -107,6 +166,14 @@ impl ImageBuilder {
         for (at, b) in &self.bytes {
             put(&mut m, *at, b);
         }
+        m
+    }
+
+    /// The headers alone (the first 0x200 bytes, before the exception directory): a file that
+    /// says which image it is and holds nothing else, as a symbol store may keep one.
+    pub fn build_headers(self) -> Vec<u8> {
+        let mut m = self.build();
+        m.truncate(EXCEPTIONS);
         m
     }
 }

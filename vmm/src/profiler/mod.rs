@@ -14,7 +14,7 @@ pub mod stats;
 pub mod walk;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use kvm_ioctls::VmFd;
@@ -98,8 +98,6 @@ struct VcpuSlot {
     stats: VcpuProfileStats,
     /// Only this vCPU's thread walks with it; the lock is never contended.
     walker: Mutex<StackWalker>,
-    /// Per trigger, the descriptor of its perf event on this vCPU's thread (-1: none).
-    fds: Box<[AtomicI32]>,
 }
 
 impl VcpuSlot {
@@ -109,7 +107,6 @@ impl VcpuSlot {
             vector: AtomicU32::new(0),
             stats: VcpuProfileStats::default(),
             walker: Mutex::new(StackWalker::default()),
-            fds: (0..triggers).map(|_| AtomicI32::new(-1)).collect(),
         }
     }
 
@@ -233,19 +230,6 @@ impl Profiler {
     fn timers_changed(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.kicks.kick_all();
-    }
-
-    /// Records, from vCPU `v`'s thread, the descriptor of its perf event for trigger `t`.
-    pub fn note_trigger_fd(&self, v: usize, t: TriggerId, fd: Option<std::os::fd::RawFd>) {
-        if let Some(slot) = self.vcpus.get(v).and_then(|s| s.fds.get(t)) {
-            slot.store(fd.unwrap_or(-1), Ordering::Release);
-        }
-    }
-
-    /// The descriptor of vCPU `v`'s perf event for trigger `t`, once its thread opened it.
-    pub fn trigger_fd(&self, v: usize, t: TriggerId) -> Option<std::os::fd::RawFd> {
-        let fd = self.vcpus.get(v)?.fds.get(t)?.load(Ordering::Acquire);
-        (fd >= 0).then_some(fd)
     }
 
     /// Counts `n` samples vCPU `v` lost (signals that named none of its triggers).

@@ -6,8 +6,8 @@
 //! sees it.
 
 pub mod exit;
+pub mod observer;
 mod setup;
-pub mod stamp;
 mod state;
 pub mod stats;
 
@@ -87,8 +87,9 @@ pub struct SharedState {
     pub profiler: Arc<Profiler>,
     /// Where each vCPU thread can be kicked; every vCPU thread enters its own slot.
     pub kicks: Arc<KickTable>,
-    /// Marks every guest entry (benchmarks only).
-    pub entry_stamp: Option<Arc<stamp::EntryStamp>>,
+    /// Watches the thread at the points measurements need (`hvprof bench`); None in a
+    /// production run, which then pays one `None` check per guest entry.
+    pub observer: Option<Arc<dyn observer::VcpuObserver>>,
     /// Whether the vCPU threads filter their system calls.
     pub seccomp: Seccomp,
 }
@@ -153,10 +154,10 @@ impl Vcpu {
         for e in errors {
             log::error!("vCPU {}: {e}; it is not sampled on that", self.index);
         }
-        for t in 0..self.shared.profiler.sampling().len() {
-            self.shared
-                .profiler
-                .note_trigger_fd(self.index, t, sampler.fd(t));
+        if let Some(observer) = &self.shared.observer {
+            for t in 0..self.shared.profiler.sampling().len() {
+                observer.trigger_opened(self.index, t, sampler.fd(t));
+            }
         }
         // Everything the thread sets up for itself is done: from here on it runs guest code.
         if let Err(e) = crate::seccomp::install(ThreadKind::Vcpu, self.shared.seccomp) {
@@ -228,8 +229,8 @@ impl Vcpu {
         if self.shared.stop.is_requested() {
             return State::Exited;
         }
-        if let Some(stamp) = &self.shared.entry_stamp {
-            stamp.mark();
+        if let Some(observer) = &self.shared.observer {
+            observer.entering(self.index);
         }
         let buses = Buses {
             pio: &self.shared.pio,

@@ -30,7 +30,7 @@ use crate::layout::{KVM_IDENTITY_MAP_ADDRESS, KVM_TSS_ADDRESS};
 use crate::memory::{create_guest_memory, MemoryError};
 use crate::outcome::{Blame, Fault, StopSignal};
 use crate::signals::KickTable;
-use crate::vcpu::stamp::EntryStamp;
+use crate::vcpu::observer::VcpuObserver;
 use crate::vcpu::{configure_vcpu, SetupError, SharedState, Vcpu};
 use devices::pci::{PciError, PciRoot};
 use devices::serial::SerialDevice;
@@ -169,8 +169,11 @@ fn hvprof_leaves(features: u32) -> [Leaf; 2] {
 }
 
 impl Vm {
-    /// Builds the VM described by `config`; `entry_stamp` marks every guest entry.
-    pub fn new(config: &VmConfig, entry_stamp: Option<Arc<EntryStamp>>) -> Result<Self, VmError> {
+    /// Builds the VM described by `config`; `observer`, if any, watches every vCPU thread.
+    pub fn new(
+        config: &VmConfig,
+        observer: Option<Arc<dyn VcpuObserver>>,
+    ) -> Result<Self, VmError> {
         config.validate()?;
         let kvm = Kvm::new().map_err(|e| VmError::Kvm("open /dev/kvm", e))?;
         let vm_fd = kvm
@@ -253,7 +256,7 @@ impl Vm {
             doorbell: devices.doorbell,
             profiler: profiler.clone(),
             kicks,
-            entry_stamp,
+            observer,
             seccomp: config.seccomp,
         };
 

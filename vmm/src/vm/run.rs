@@ -15,7 +15,7 @@ use crate::profiler::ObjectResult;
 use crate::profiler::Profiler;
 use crate::seccomp::{install, ThreadKind};
 use crate::signals::{self, StopSignals};
-use crate::vcpu::stamp::EntryStamp;
+use crate::vcpu::observer::VcpuObserver;
 use crate::vcpu::stats::{ExitCounters, ExitKind};
 use crate::vcpu::{Request, VcpuRequester};
 
@@ -140,8 +140,6 @@ pub struct VmControl {
     pub profiler: Arc<Profiler>,
     /// The vCPUs, to kick or signal.
     pub vcpus: Vec<VcpuRequester>,
-    /// Guest-entry stamps, when the hooks asked for them.
-    pub entry_stamp: Option<Arc<EntryStamp>>,
     /// The guest's running time; whoever pauses or resumes the vCPUs says so here.
     pub uptime: Arc<Uptime>,
 }
@@ -152,8 +150,8 @@ pub type Controller = Box<dyn FnOnce(VmControl) + Send>;
 /// Extra ways to observe and drive a run.
 #[derive(Default)]
 pub struct RunHooks {
-    /// Stamp every guest entry (benchmarks).
-    pub entry_stamp: Option<Arc<EntryStamp>>,
+    /// Watches every vCPU thread: its guest entries, its triggers' perf events (benchmarks).
+    pub observer: Option<Arc<dyn VcpuObserver>>,
     /// Each runs on its own thread once the vCPUs have started; each must return once the
     /// stop signal is requested (by itself or anything else).
     pub controllers: Vec<Controller>,
@@ -174,7 +172,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
     // Block SIGINT/SIGTERM before any thread exists, so every thread inherits the mask.
     let signals = StopSignals::block_and_open().map_err(|e| VmError::Host("a signalfd", e))?;
     signals::install_handlers()?;
-    let vm = Vm::new(config, hooks.entry_stamp.clone())?;
+    let vm = Vm::new(config, hooks.observer)?;
     let protocol = vm.boot.protocol;
     let Vm {
         vm_fd,
@@ -214,7 +212,6 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
                 stop: stop.clone(),
                 profiler: profiler.clone(),
                 vcpus: handles.iter().map(|h| h.requester()).collect(),
-                entry_stamp: hooks.entry_stamp.clone(),
                 uptime: uptime.clone(),
             };
             let seccomp = config.seccomp;

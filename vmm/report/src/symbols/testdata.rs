@@ -1,8 +1,10 @@
 //! Files for the symbol-path tests: the smallest PDB the pdb crate reads an identity from,
-//! the headers of a PE image, and scratch directories.
+//! the headers of a PE image (made by introspect's PE builder), and scratch directories.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
+
+use introspect::testimage::ImageBuilder;
 
 use super::pdb::PdbId;
 
@@ -49,14 +51,9 @@ fn guid_bytes(hex: &str) -> [u8; 16] {
 
 /// The headers of a PE32+ image with this TimeDateStamp and SizeOfImage, and nothing else.
 pub fn fake_pe(timestamp: u32, size: u32) -> Vec<u8> {
-    let mut f = vec![0u8; 0x200];
-    f[..2].copy_from_slice(b"MZ");
-    f[0x3c..0x40].copy_from_slice(&0x80u32.to_le_bytes());
-    f[0x80..0x84].copy_from_slice(b"PE\0\0");
-    f[0x88..0x8c].copy_from_slice(&timestamp.to_le_bytes());
-    f[0x98..0x9a].copy_from_slice(&0x20bu16.to_le_bytes());
-    f[0x98 + 56..0x98 + 60].copy_from_slice(&size.to_le_bytes());
-    f
+    ImageBuilder::new(size as usize)
+        .timestamp(timestamp)
+        .build_headers()
 }
 
 /// A fresh scratch directory under the system's temporary directory.

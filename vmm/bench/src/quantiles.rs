@@ -1,4 +1,4 @@
-//! Order statistics of timing samples.
+//! Medians and percentiles (nearest-rank quantiles) of timing samples.
 
 /// The `pct` percentile (0..=100) of `v` by nearest rank; 0 for an empty slice.
 pub fn percentile(v: &[u64], pct: usize) -> f64 {

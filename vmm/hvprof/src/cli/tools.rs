@@ -319,7 +319,7 @@ fn distinct_files(paths: &[std::path::PathBuf]) -> anyhow::Result<()> {
 
 /// `hvprof bench --disk`.
 fn bench_disk(a: &BenchArgs) -> ExitCode {
-    match vmm::bench::disk::run(&vmm::bench::disk::DiskBenchOptions::default()) {
+    match bench::disk::run(&bench::disk::DiskBenchOptions::default()) {
         Ok(r) if a.json => {
             println!("{}", r.to_json());
             ExitCode::SUCCESS
@@ -352,12 +352,12 @@ pub fn bench(a: &BenchArgs) -> ExitCode {
     if a.disk {
         return bench_disk(a);
     }
-    let opts = vmm::bench::BenchOptions {
+    let opts = bench::BenchOptions {
         kicks: a.kicks,
         rounds: a.rounds,
         ..Default::default()
     };
-    match vmm::bench::run(&opts) {
+    match bench::run(&opts) {
         Ok(r) if a.json => {
             println!("{}", r.to_json());
             ExitCode::SUCCESS

@@ -15,12 +15,12 @@ use std::time::Instant;
 
 use vm_memory::{GuestAddress, GuestMemoryMmap};
 
-use super::stats::median;
-use crate::config::DiskConfig;
+use crate::quantiles::median;
 use devices::virtio::block::disk::{DiskError, DiskImage};
 use devices::virtio::block::execute::execute;
 use devices::virtio::block::qcow2::create_qcow2;
 use devices::virtio::block::request::{Request, RequestKind, Segment};
+use vmm::config::DiskConfig;
 
 /// Bytes in one read.
 const READ: u64 = 4096;
