@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use vmm::profiler::walk::{translate, writable_frames, Paging, PhysRead};
+use introspect::paging::{translate, writable_frames, Paging, PhysRead};
 
 /// Guest RAM: the fuzz input, from guest-physical address 0.
 struct Ram<'a>(&'a [u8]);

@@ -21,12 +21,12 @@ use std::os::fd::FromRawFd;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context, Result};
+use introspect::paging::Paging;
 use vm_memory::{FileOffset, GuestAddress, GuestMemoryMmap};
 use vmm::devices::bus::Origin;
 use vmm::devices::doorbell::DoorbellHandle;
 use vmm::devices::BusDevice;
 use vmm::memory::memory_map;
-use vmm::profiler::walk::Paging;
 use vmm::profiler::{CpuState, Profiler};
 use vmm::sampler::probe::ProbeReport;
 use vmm::sampler::Sampling;

@@ -15,9 +15,9 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::pin::PinnedBuffer;
 use super::stats::{bump, total};
-use super::walk::{writable_frames, Paging};
 use super::{Profiler, GUEST_OWNER};
-use crate::memory::GuestRam;
+use crate::memory::{GuestPhys, GuestRam};
+use introspect::paging::{writable_frames, Paging};
 
 /// Feature flags hvprof offers (CPUID 0x40000101 ECX, QUERY_INFO).
 pub const FEATURES: u32 = abi::cpuid::FEATURE_START_GUEST_VIRTUAL
@@ -161,7 +161,8 @@ impl Profiler {
 
     /// Windows' ProbeForWrite: every page of the buffer mapped writable in the caller's space.
     fn buffer_writable(&self, cpu: &CpuState, buffer: u64, size: u32) -> bool {
-        size == 0 || writable_frames(&self.mem, &cpu.paging, buffer, u64::from(size)).is_ok()
+        size == 0
+            || writable_frames(&GuestPhys(&self.mem), &cpu.paging, buffer, u64::from(size)).is_ok()
     }
 
     fn start(
@@ -194,9 +195,13 @@ impl Profiler {
                         cr3: *cr3,
                         ..cpu.paging
                     };
-                    let frames =
-                        writable_frames(&self.mem, &paging, *va, u64::from(req.buffer_size))
-                            .map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
+                    let frames = writable_frames(
+                        &GuestPhys(&self.mem),
+                        &paging,
+                        *va,
+                        u64::from(req.buffer_size),
+                    )
+                    .map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
                     self.check_ram(frames.iter().copied())?;
                     PinnedBuffer::pin(&self.mem, frames, offset, req.buffer_size, req.counters_len)
                 }

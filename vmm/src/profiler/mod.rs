@@ -11,7 +11,6 @@ pub mod host;
 pub mod pin;
 pub mod stacks;
 pub mod stats;
-pub mod walk;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};

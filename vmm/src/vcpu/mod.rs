@@ -15,6 +15,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use introspect::paging::Paging;
 use kvm_ioctls::{SyncReg, VcpuFd};
 
 use vm_memory::GuestMemoryMmap;
@@ -23,7 +24,6 @@ use crate::devices::doorbell::DoorbellHandle;
 use crate::devices::{Bus, Origin};
 use crate::firmware::rom::ReadOnlySlot;
 use crate::outcome::{RunOutcome, StopSignal};
-use crate::profiler::walk::Paging;
 use crate::profiler::{CpuState, Profiler};
 use crate::sampler::vcpu::VcpuSampler;
 use crate::seccomp::{Seccomp, ThreadKind};
