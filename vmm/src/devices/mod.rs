@@ -5,7 +5,6 @@ pub mod bus;
 pub mod cmos;
 pub mod debug_exit;
 pub mod debugcon;
-pub mod doorbell;
 pub mod fw_cfg;
 pub mod i8042;
 pub mod pci;

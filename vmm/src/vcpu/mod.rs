@@ -1,10 +1,11 @@
 //! vCPUs: each runs on its own thread as a small state machine driven by requests and kicks.
 //!
 //! A vCPU thread loops: take pending requests, enter the guest, map the exit to an action
-//! (`exit::handle_exit`). Other threads talk to it through a [`VcpuHandle`]: a request goes on
+//! (`exit::handle_exit`; a ring of its own hypercall doorbell, `doorbell`, is one). Other threads talk to it through a [`VcpuHandle`]: a request goes on
 //! the channel, then a kick (signal + `immediate_exit`) makes KVM_RUN return so the thread
 //! sees it.
 
+pub mod doorbell;
 pub mod exit;
 mod setup;
 pub mod stamp;
@@ -20,7 +21,6 @@ use kvm_ioctls::{SyncReg, VcpuFd};
 
 use vm_memory::GuestMemoryMmap;
 
-use crate::devices::doorbell::DoorbellHandle;
 use crate::devices::{Bus, Origin};
 use crate::firmware::rom::ReadOnlySlot;
 use crate::outcome::{RunOutcome, StopSignal};
@@ -28,6 +28,7 @@ use crate::profiler::{CpuState, Profiler};
 use crate::sampler::vcpu::VcpuSampler;
 use crate::seccomp::{Seccomp, ThreadKind};
 use crate::signals::KickTable;
+use doorbell::{Doorbell, DoorbellPorts};
 use exit::{handle_exit, Buses, ExitAction};
 pub use setup::{configure_vcpu, SetupError};
 use state::State;
@@ -81,8 +82,8 @@ pub struct SharedState {
     pub mem: GuestMemoryMmap,
     /// The firmware's read-only memory, if any (also for error reports).
     pub firmware: Option<Arc<ReadOnlySlot>>,
-    /// The hypercall doorbell, whose rings the vCPU runs after the exit.
-    pub doorbell: DoorbellHandle,
+    /// The hypercall doorbell's ports, which each vCPU answers itself.
+    pub doorbell: DoorbellPorts,
     /// Profile objects, samples and hypercalls.
     pub profiler: Arc<Profiler>,
     /// Where each vCPU thread can be kicked; every vCPU thread enters its own slot.
@@ -102,6 +103,8 @@ pub struct Vcpu {
     sender: Sender<Request>,
     counters: Arc<ExitCounters>,
     sync_regs: bool,
+    /// This vCPU's side of the hypercall doorbell (its latch and last status).
+    doorbell: Doorbell,
 }
 
 impl Vcpu {
@@ -113,10 +116,12 @@ impl Vcpu {
         }
         let (sender, requests) = channel();
         let counters = Arc::new(ExitCounters::default());
+        let doorbell = Doorbell::new(shared.doorbell);
         Vcpu {
             index,
             fd,
             shared,
+            doorbell,
             requests,
             sender,
             counters,
@@ -236,7 +241,13 @@ impl Vcpu {
             mmio: &self.shared.mmio,
         };
         let action = match self.fd.run() {
-            Ok(exit) => handle_exit(exit, &buses, &Origin { vcpu: self.index }, &self.counters),
+            Ok(exit) => handle_exit(
+                exit,
+                &buses,
+                &mut self.doorbell,
+                &Origin { vcpu: self.index },
+                &self.counters,
+            ),
             Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
                 self.counters.count(stats::ExitKind::Kick);
                 ExitAction::Kicked
@@ -247,8 +258,9 @@ impl Vcpu {
             ))),
         };
         match action {
-            ExitAction::Continue => {
-                self.run_hypercall();
+            ExitAction::Continue => State::Running,
+            ExitAction::Hypercall(gpa) => {
+                self.hypercall(gpa);
                 State::Running
             }
             ExitAction::Kicked => {
@@ -302,15 +314,13 @@ impl Vcpu {
         next
     }
 
-    /// Runs a hypercall this vCPU rang during the exit just handled, before re-entering the
-    /// guest, and records its status for the doorbell's status port.
-    fn run_hypercall(&mut self) {
-        let Some(gpa) = self.shared.doorbell.take_pending(self.index) else {
-            return;
-        };
+    /// Runs the hypercall whose request block is at `gpa`, which this vCPU rang during the
+    /// exit just handled, before re-entering the guest, and records its status for the
+    /// doorbell's status port.
+    fn hypercall(&mut self, gpa: u64) {
         let cpu = self.cpu_state();
         let status = self.shared.profiler.hypercall(self.index, gpa, &cpu);
-        self.shared.doorbell.set_status(self.index, status.0);
+        self.doorbell.set_status(status.0);
     }
 
     /// The registers samples and hypercalls need, from the sync-regs area when KVM fills it.

@@ -36,6 +36,7 @@ use crate::layout::{KVM_IDENTITY_MAP_ADDRESS, KVM_TSS_ADDRESS};
 use crate::memory::{create_guest_memory, MemoryError};
 use crate::outcome::{Blame, Fault, StopSignal};
 use crate::signals::KickTable;
+use crate::vcpu::doorbell::DoorbellPorts;
 use crate::vcpu::stamp::EntryStamp;
 use crate::vcpu::{configure_vcpu, SetupError, SharedState, Vcpu};
 
@@ -256,7 +257,7 @@ impl Vm {
             stop: stop.clone(),
             mem: mem.clone(),
             firmware: firmware_slot.clone(),
-            doorbell: devices.doorbell,
+            doorbell: DoorbellPorts::ABI,
             profiler: profiler.clone(),
             kicks,
             entry_stamp,
