@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::{SerialOutput, SharedBuffer, VmConfig};
 use crate::outcome::RunOutcome;
-use crate::profiler::host::HostProfileSpec;
+use crate::profiler::host_profiles::HostProfileSpec;
 use crate::sampler::events::TASK_CLOCK;
 use crate::signals::{kick_signal, overflow_signal, tick_signal};
 use crate::vcpu::stamp::EntryStamp;
@@ -368,7 +368,7 @@ fn session(
     Ok(Session {
         timings,
         text,
-        samples: crate::profiler::stats::total(&report.profile_stats).samples,
+        samples: crate::profiler::vcpu_counters::total(&report.profile_stats).samples,
     })
 }
 

@@ -6,7 +6,7 @@
 use kvm_ioctls::VcpuExit;
 
 use super::doorbell::Doorbell;
-use super::stats::{ExitCounters, ExitKind};
+use super::exit_counters::{ExitCounters, ExitKind};
 use crate::devices::bus::{Access, Bus, Origin};
 use crate::outcome::RunOutcome;
 

@@ -7,10 +7,10 @@
 
 pub mod doorbell;
 pub mod exit;
+pub mod exit_counters;
 mod setup;
 pub mod stamp;
 mod state;
-pub mod stats;
 
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
@@ -21,18 +21,19 @@ use kvm_ioctls::{SyncReg, VcpuFd};
 
 use vm_memory::GuestMemoryMmap;
 
+use crate::arch::cpu_state::CpuState;
 use crate::devices::{Bus, Origin};
 use crate::firmware::rom::ReadOnlySlot;
 use crate::outcome::{RunOutcome, StopSignal};
-use crate::profiler::{CpuState, Profiler};
+use crate::profiler::Profiler;
 use crate::sampler::vcpu::VcpuSampler;
 use crate::seccomp::{Seccomp, ThreadKind};
 use crate::signals::KickTable;
 use doorbell::{Doorbell, DoorbellPorts};
 use exit::{handle_exit, Buses, ExitAction};
+use exit_counters::ExitCounters;
 pub use setup::{configure_vcpu, SetupError};
 use state::State;
-use stats::ExitCounters;
 
 /// KVM_MP_STATE_UNINITIALIZED: an application processor waiting for INIT/SIPI.
 pub const MP_STATE_UNINITIALIZED: u32 = 1;
@@ -249,7 +250,7 @@ impl Vcpu {
                 &self.counters,
             ),
             Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
-                self.counters.count(stats::ExitKind::Kick);
+                self.counters.count(exit_counters::ExitKind::Kick);
                 ExitAction::Kicked
             }
             Err(e) => ExitAction::Stop(RunOutcome::HostError(format!(

@@ -83,7 +83,7 @@ pub enum VmError {
     Profiler(#[from] ProfilerError),
     /// A host-side profile could not start.
     #[error("cannot start the host-side profile")]
-    HostProfile(#[source] crate::profiler::host::HostProfileError),
+    HostProfile(#[source] crate::profiler::host_profiles::HostProfileError),
     /// The serial or debugcon output file.
     #[error("cannot create {}", .0.display())]
     OutputFile(PathBuf, #[source] std::io::Error),

@@ -11,7 +11,7 @@ use introspect::pe::{CodeView, Image};
 use introspect::{ImageCache, Memory, Options, Regs, Stack, Unreadable, KERNEL_SPACE};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
-use super::calls::CpuState;
+use crate::arch::cpu_state::CpuState;
 use crate::memory::GuestPhys;
 
 /// How far below a PC the search for its PE image's header looks: more than the largest

@@ -1,0 +1,107 @@
+//! Which triggers each vCPU arms. The guest's started objects and the host-side profiles each
+//! claim a trigger on the vCPUs they sample; a vCPU arms a trigger while any claim on it
+//! stands, and re-reads its settings whenever the generation changes.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::sampler::{Sampling, TriggerId};
+use crate::signals::KickTable;
+
+/// The VM's triggers and every vCPU's claims on them.
+pub struct Triggers {
+    /// What the vCPUs sample on: ProfileTime's clock and the events present here.
+    sampling: Arc<Sampling>,
+    /// Per vCPU, per trigger: the started objects and running host profiles that sample the
+    /// vCPU on it; the vCPU arms the trigger while its count is above zero.
+    claims: Box<[Box<[AtomicU32]>]>,
+    generation: AtomicU64,
+    /// Only to make vCPUs re-read their timer settings: the profiler cannot pause or stop them.
+    kicks: Arc<KickTable>,
+    /// Per vCPU, per trigger, the descriptor of its perf event on that vCPU's thread (-1: none).
+    fds: Box<[Box<[AtomicI32]>]>,
+}
+
+impl Triggers {
+    /// `sampling`'s triggers on one vCPU per slot of `kicks`, none claimed.
+    pub fn new(sampling: Arc<Sampling>, kicks: Arc<KickTable>) -> Self {
+        let (vcpus, triggers) = (kicks.len(), sampling.len());
+        Triggers {
+            claims: (0..vcpus)
+                .map(|_| (0..triggers).map(|_| AtomicU32::new(0)).collect())
+                .collect(),
+            fds: (0..vcpus)
+                .map(|_| (0..triggers).map(|_| AtomicI32::new(-1)).collect())
+                .collect(),
+            generation: AtomicU64::new(0),
+            sampling,
+            kicks,
+        }
+    }
+
+    /// The VM's triggers.
+    pub fn sampling(&self) -> &Sampling {
+        &self.sampling
+    }
+
+    /// Number of vCPUs.
+    pub fn vcpu_count(&self) -> usize {
+        self.claims.len()
+    }
+
+    /// True while something claims trigger `t` on vCPU `v`.
+    pub fn is_sampled(&self, v: usize, t: TriggerId) -> bool {
+        self.claims
+            .get(v)
+            .and_then(|c| c.get(t))
+            .is_some_and(|c| c.load(Ordering::Acquire) > 0)
+    }
+
+    /// Changes whenever the triggers' settings change.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Tells every vCPU to re-read its timer setting. A vCPU reads the generation before each
+    /// `KVM_RUN`; one inside `KVM_RUN` is kicked out, and one not yet in the kick table has not
+    /// entered the guest yet, so none misses the change.
+    pub fn changed(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.kicks.kick_all();
+    }
+
+    /// Adds or removes one claim on trigger `t` of the vCPUs `covers` selects, and has the
+    /// vCPUs whose need changed re-arm it.
+    pub fn claim(&self, t: TriggerId, covers: impl Fn(usize) -> bool, add: bool) {
+        let mut changed = false;
+        for (_, claims) in self.claims.iter().enumerate().filter(|(v, _)| covers(*v)) {
+            let Some(count) = claims.get(t) else {
+                continue;
+            };
+            // The trigger's need changes exactly when the count leaves or reaches zero; one
+            // atomic read-modify-write decides it, whichever lock the caller holds.
+            changed |= if add {
+                count.fetch_add(1, Ordering::AcqRel) == 0
+            } else {
+                count.fetch_sub(1, Ordering::AcqRel) == 1
+            };
+        }
+        if changed {
+            self.changed();
+        }
+    }
+
+    /// Records, from vCPU `v`'s thread, the descriptor of its perf event for trigger `t`.
+    pub fn note_fd(&self, v: usize, t: TriggerId, fd: Option<RawFd>) {
+        if let Some(slot) = self.fds.get(v).and_then(|s| s.get(t)) {
+            slot.store(fd.unwrap_or(-1), Ordering::Release);
+        }
+    }
+
+    /// The descriptor of vCPU `v`'s perf event for trigger `t`, once its thread opened it.
+    pub fn fd(&self, v: usize, t: TriggerId) -> Option<RawFd> {
+        let fd = self.fds.get(v)?.get(t)?.load(Ordering::Acquire);
+        (fd >= 0).then_some(fd)
+    }
+}
