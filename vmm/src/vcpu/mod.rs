@@ -1,9 +1,9 @@
 //! vCPUs: each runs on its own thread as a small state machine driven by requests and kicks.
 //!
 //! A vCPU thread loops: take pending requests, enter the guest, map the exit to an action
-//! (`exit::handle_exit`; a ring of its own hypercall doorbell, `doorbell`, is one). Other threads talk to it through a [`VcpuHandle`]: a request goes on
-//! the channel, then a kick (signal + `immediate_exit`) makes KVM_RUN return so the thread
-//! sees it.
+//! (`exit::handle_exit`; a ring of the vCPU's own hypercall doorbell, `doorbell`, is one).
+//! Other threads talk to it through a [`VcpuHandle`]: a request goes on the channel, then a
+//! kick (signal + `immediate_exit`) makes KVM_RUN return so the thread sees it.
 
 pub mod doorbell;
 pub mod exit;
