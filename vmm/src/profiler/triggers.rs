@@ -105,3 +105,48 @@ impl Triggers {
         (fd >= 0).then_some(fd)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn triggers(vcpus: usize) -> Triggers {
+        Triggers::new(
+            Arc::new(Sampling::timer_only()),
+            Arc::new(KickTable::new(vcpus)),
+        )
+    }
+
+    #[test]
+    fn a_vcpu_re_arms_only_when_a_trigger_s_first_claim_comes_or_last_goes() {
+        let t = triggers(2);
+        let g = t.generation();
+        t.claim(0, |v| v == 1, true);
+        assert!(t.is_sampled(1, 0) && !t.is_sampled(0, 0));
+        assert_eq!(t.generation(), g + 1);
+        t.claim(0, |v| v == 1, true);
+        assert_eq!(t.generation(), g + 1, "a second claim changes no setting");
+        t.claim(0, |v| v == 1, false);
+        assert!(t.is_sampled(1, 0));
+        assert_eq!(t.generation(), g + 1);
+        t.claim(0, |v| v == 1, false);
+        assert!(!t.is_sampled(1, 0));
+        assert_eq!(t.generation(), g + 2);
+        assert!(
+            !t.is_sampled(2, 0) && !t.is_sampled(0, 1),
+            "no such vCPU or trigger"
+        );
+    }
+
+    #[test]
+    fn perf_event_descriptors_are_kept_per_vcpu_and_trigger() {
+        let t = triggers(2);
+        assert_eq!(t.fd(1, 0), None);
+        t.note_fd(1, 0, Some(7));
+        assert_eq!((t.fd(1, 0), t.fd(0, 0)), (Some(7), None));
+        t.note_fd(1, 0, None);
+        assert_eq!(t.fd(1, 0), None);
+        t.note_fd(5, 0, Some(3));
+        assert_eq!(t.fd(5, 0), None);
+    }
+}
