@@ -2,8 +2,8 @@
 //! it must never panic, and a translation must come from the bytes it was given.
 #![no_main]
 
+use introspect::paging::{translate, writable_frames, Paging, PhysRead};
 use libfuzzer_sys::fuzz_target;
-use vmm::profiler::walk::{translate, writable_frames, Paging, PhysRead};
 
 /// Guest RAM: the fuzz input, from guest-physical address 0.
 struct Ram<'a>(&'a [u8]);

@@ -1,6 +1,6 @@
 //! The guest's view of the whole device model: the port and MMIO buses of a firmware boot
 //! (legacy devices, fw_cfg with the real firmware items, pflash VARS, the PCI root with a
-//! virtio-blk disk and its MSI-X table, the hypercall doorbell) driven by a stream of
+//! virtio-blk disk and its MSI-X table) driven by a stream of
 //! accesses the fuzz input chooses, as vCPU exits would make them, with guest RAM stores in between (descriptor
 //! tables, DMA control blocks) and turns of the event loop that serves the queue eventfds.
 //!
@@ -111,8 +111,7 @@ fuzz_target!(|data: &[u8]| {
     let mut mmio = Bus::new("MMIO");
     let mem_size = 256 << 20;
     // The firmware is told of more RAM than is mapped: DMA beyond the 1 MiB fails cleanly.
-    let _doorbell =
-        insert_port_devices(&mut pio, &stop, Box::new(|_| {}), mem_size, CPUS, None).unwrap();
+    insert_port_devices(&mut pio, &stop, Box::new(|_| {}), mem_size, CPUS, None).unwrap();
     let fw = FirmwareConfig {
         cpus: CPUS,
         mem_size,

@@ -21,6 +21,7 @@ const FUZZ_TARGETS: &[(&str, &[&str])] = &[
     ("nt_modules", &["introspect"]),
     ("pe_image", &["introspect"]),
     ("stack_walk", &["introspect"]),
+    ("page_walk", &["introspect"]),
     ("profile_json", &["report"]),
     ("symbol_files", &["report"]),
     // The control API's HTTP parser, and the kernel loaders, are the VMM library's.
@@ -28,8 +29,6 @@ const FUZZ_TARGETS: &[(&str, &[&str])] = &[
     ("kernel_elf", &["vmm"]),
     ("kernel_load", &["vmm"]),
     ("multiboot_header", &["vmm"]),
-    // Still the VMM's until the page-table walker moves to introspect.
-    ("page_walk", &["vmm"]),
     // Device code: the devices crate.
     ("qcow2_header", &["devices"]),
     ("qcow2_refcounts", &["devices"]),

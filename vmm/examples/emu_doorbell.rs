@@ -1,6 +1,7 @@
 //! The VMM's side of the doorbell for guest-agent/windows/emulator, the emulated NT kernel that
-//! runs hvprof.sys: the real doorbell device and the real hypercall handling (profile-core's
-//! object manager behind `vmm::profiler::Profiler`) over guest RAM that the emulator shares.
+//! runs hvprof.sys: the real doorbell (a vCPU's, `vmm::vcpu::doorbell`) and the real hypercall
+//! handling (profile-core's object manager behind `vmm::profiler::Profiler`) over guest RAM
+//! that the emulator shares.
 //!
 //! The emulator creates a memfd of `--ram-mib` MiB, passes it as descriptor `--ram-fd`, maps it
 //! into its CPU; this program maps the same file as guest RAM (one region at guest-physical 0),
@@ -18,19 +19,18 @@
 use std::fs::File;
 use std::io::{BufRead, Write};
 use std::os::fd::FromRawFd;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use devices::bus::Origin;
-use devices::BusDevice;
+use introspect::paging::Paging;
 use vm_memory::{FileOffset, GuestAddress, GuestMemoryMmap};
-use vmm::devices::doorbell::DoorbellHandle;
+use vmm::arch::cpu_state::CpuState;
 use vmm::memory::memory_map;
-use vmm::profiler::walk::Paging;
-use vmm::profiler::{CpuState, Profiler};
+use vmm::profiler::Profiler;
 use vmm::sampler::probe::ProbeReport;
 use vmm::sampler::Sampling;
 use vmm::signals::KickTable;
+use vmm::vcpu::doorbell::{Doorbell, DoorbellPorts};
 
 /// CR0.PE | CR0.WP | CR0.PG: a Windows kernel's paging mode.
 const CR0: u64 = 0x8001_0001;
@@ -94,9 +94,8 @@ fn main() -> Result<()> {
         Arc::new(Sampling::timer_only()),
         Arc::new(ProbeReport { events: Vec::new() }),
     )?;
-    let doorbell = DoorbellHandle::new(1);
-    let device: Arc<Mutex<_>> = doorbell.device();
-    let origin = Origin { vcpu: 0 };
+    // vCPU 0's doorbell: the command's OFFSET is relative to its ports.
+    let mut doorbell = Doorbell::new(DoorbellPorts::ABI);
 
     let stdin = std::io::stdin();
     let mut out = std::io::stdout().lock();
@@ -105,29 +104,23 @@ fn main() -> Result<()> {
         let mut words = line.split_whitespace();
         let answer = match words.next() {
             Some("out") => {
-                let offset = number(words.next())?;
+                // Beyond the ports, as any offset past 7: ignored, or all ones.
+                let offset = u16::try_from(number(words.next())?).unwrap_or(u16::MAX);
                 let value = u32::try_from(number(words.next())?).context("OUT value")?;
                 let cr3 = number(words.next())?;
-                device
-                    .lock()
-                    .map_err(|_| anyhow::anyhow!("doorbell lock poisoned"))?
-                    .write(offset, &value.to_le_bytes(), &origin);
-                match doorbell.take_pending(0) {
+                match doorbell.write(offset, &value.to_le_bytes()) {
                     Some(gpa) => {
                         let status = profiler.hypercall(0, gpa, &cpu(cr3, 0));
-                        doorbell.set_status(0, status.0);
+                        doorbell.set_status(status.0);
                         format!("ring {:#x}", status.0)
                     }
                     None => "ok".to_string(),
                 }
             }
             Some("in") => {
-                let offset = number(words.next())?;
+                let offset = u16::try_from(number(words.next())?).unwrap_or(u16::MAX);
                 let mut data = [0u8; 4];
-                device
-                    .lock()
-                    .map_err(|_| anyhow::anyhow!("doorbell lock poisoned"))?
-                    .read(offset, &mut data, &origin);
+                doorbell.read(offset, &mut data);
                 format!("{:#x}", u32::from_le_bytes(data))
             }
             Some("tick") => {

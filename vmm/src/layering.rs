@@ -20,8 +20,6 @@ const FLOORS: &[(&str, u8)] = &[
     ("refguest", 3),
     // The machine.
     ("arch", 4),
-    // Only the hypercall doorbell: the devices are a crate of their own (vmm/devices).
-    ("devices", 4),
     ("acpi", 5),
     ("firmware", 6),
     // Profiling.

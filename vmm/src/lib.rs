@@ -11,7 +11,6 @@ pub mod arch;
 pub mod boot;
 pub mod clock;
 pub mod config;
-pub mod devices;
 pub mod firmware;
 pub mod layout;
 pub mod memory;

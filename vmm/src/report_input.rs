@@ -13,9 +13,9 @@ use report::{KernelImage, Module, Profile, ReportError, RunInfo, SymbolSpec, Sym
 
 use crate::boot::KernelSpec;
 use crate::config::VmConfig;
-use crate::profiler::host::StackCounts;
-use crate::profiler::stacks::FoundModule;
-use crate::profiler::stats::StatsSnapshot;
+use crate::profiler::host_profiles::FoundModule;
+use crate::profiler::host_profiles::StackCounts;
+use crate::profiler::vcpu_counters::StatsSnapshot;
 use crate::vm::RunReport;
 
 /// What a [`RunReport`] does not know about its run.
@@ -241,7 +241,7 @@ mod tests {
     use super::*;
     use crate::boot::Protocol;
     use crate::outcome::RunOutcome;
-    use crate::profiler::host::{HostProfileResult, HostProfileSpec};
+    use crate::profiler::host_profiles::{HostProfileResult, HostProfileSpec};
     use crate::profiler::ObjectResult;
     use crate::vm::VcpuSummary;
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use crate::config::VmConfig;
 use crate::outcome::RunOutcome;
-use crate::profiler::host::HostProfileSpec;
-use crate::profiler::stats::total;
+use crate::profiler::host_profiles::HostProfileSpec;
+use crate::profiler::vcpu_counters::total;
 use crate::vm::{run_with, RunHooks, RunReport, VmControl, VmError};
 
 /// How long to profile.

@@ -14,7 +14,7 @@
 //! the rule to each. Both call the same [`CounterSink`]; the order of the calls is unspecified.
 
 pub(crate) mod index;
-mod naive;
+pub(crate) mod naive;
 mod procmap;
 mod stab;
 
@@ -54,48 +54,47 @@ pub const fn bucket_offset(pc: u64, base: u64, bucket_size: u32) -> u64 {
     ((pc - base) >> bucket_size) << 2
 }
 
-impl<P> ObjectManager<P> {
-    /// Counts `sample` into every started object that matches it; returns how many counted.
-    ///
-    /// Takes `&self`: call it from any number of vCPU threads at once (under the read side of
-    /// the lock whose write side `start`/`stop`/`close` take).
-    #[inline]
-    pub fn record<S: CounterSink<P>>(&self, sample: &Sample, sink: &mut S) -> u32 {
-        let mut counted = 0;
-        self.index.candidates(sample.pc, sample.process, |r| {
-            counted += self.count_one(r, sample, sink);
-        });
-        counted
-    }
+/// [`ObjectManager::record`]: the index's candidates for the PC, each checked against the rule.
+#[inline]
+pub(crate) fn record<P, S: CounterSink<P>>(
+    manager: &ObjectManager<P>,
+    sample: &Sample,
+    sink: &mut S,
+) -> u32 {
+    let mut counted = 0;
+    manager.index.candidates(sample.pc, sample.process, |r| {
+        counted += count_one(manager, r, sample, sink);
+    });
+    counted
+}
 
-    /// Applies the rule to one candidate; counts and returns 1 if it matches.
-    fn count_one<S: CounterSink<P>>(
-        &self,
-        r: &index::Rec<P>,
-        sample: &Sample,
-        sink: &mut S,
-    ) -> u32 {
-        let pc = sample.pc;
-        // The index yields only records whose range holds the PC; the range is checked again
-        // here so that the offset below is in bounds by this function alone.
-        if !(r.source == sample.source && pc >= r.base && pc < r.end) {
-            return 0;
-        }
-        let in_affinity = if sample.vcpu < 64 {
-            r.group0 >> sample.vcpu & 1 != 0
-        } else {
-            r.higher_groups
-                && matches!(self.slots().get(r.slot as usize),
-                    Some(Some(o)) if o.config().affinity.contains(sample.vcpu))
-        };
-        if !in_affinity {
-            return 0;
-        }
-        let offset = bucket_offset(pc, r.base, u32::from(r.shift));
-        if offset >= r.counters_len {
-            return 0; // cannot happen for a validated object; never write past the buffer
-        }
-        sink.increment(&r.pin, r.id, offset);
-        1
+/// Applies the rule to one candidate; counts and returns 1 if it matches.
+fn count_one<P, S: CounterSink<P>>(
+    manager: &ObjectManager<P>,
+    r: &index::Rec<P>,
+    sample: &Sample,
+    sink: &mut S,
+) -> u32 {
+    let pc = sample.pc;
+    // The index yields only records whose range holds the PC; the range is checked again
+    // here so that the offset below is in bounds by this function alone.
+    if !(r.source == sample.source && pc >= r.base && pc < r.end) {
+        return 0;
     }
+    let in_affinity = if sample.vcpu < 64 {
+        r.group0 >> sample.vcpu & 1 != 0
+    } else {
+        r.higher_groups
+            && matches!(manager.slots().get(r.slot as usize),
+                Some(Some(o)) if o.config().affinity.contains(sample.vcpu))
+    };
+    if !in_affinity {
+        return 0;
+    }
+    let offset = bucket_offset(pc, r.base, u32::from(r.shift));
+    if offset >= r.counters_len {
+        return 0; // cannot happen for a validated object; never write past the buffer
+    }
+    sink.increment(&r.pin, r.id, offset);
+    1
 }

@@ -9,6 +9,7 @@ use super::{
 };
 use crate::affinity::{GroupAffinity, KAffinity, MAX_GROUPS, PROCESSORS_PER_GROUP};
 use crate::attribution::index::Index;
+use crate::attribution::{self, CounterSink, Sample};
 use crate::handle::{AccessMask, Handle, ObjectId, Owner};
 use crate::source::ProfileSource;
 use crate::NtStatus;
@@ -350,6 +351,22 @@ impl<P> ObjectManager<P> {
     /// (0 if none) for ProfileAlignmentFixup.
     pub fn query_interval(&self, source: ProfileSource) -> u32 {
         self.intervals.query(source)
+    }
+    /// Counts `sample` into every started object that matches it; returns how many counted.
+    /// The rule and the index that finds the candidates are [`crate::attribution`]'s.
+    ///
+    /// Takes `&self`: call it from any number of vCPU threads at once (under the read side of
+    /// the lock whose write side `start`/`stop`/`close` take).
+    #[inline]
+    pub fn record<S: CounterSink<P>>(&self, sample: &Sample, sink: &mut S) -> u32 {
+        attribution::record(self, sample, sink)
+    }
+
+    /// Counts `sample` like [`ObjectManager::record`] but by walking every started object and
+    /// applying the rule to each from the object's own configuration: O(n). The model the
+    /// index is tested and benchmarked against.
+    pub fn record_naive<S: CounterSink<P>>(&self, sample: &Sample, sink: &mut S) -> u32 {
+        attribution::naive::record(self, sample, sink)
     }
 
     pub(crate) fn slots(&self) -> &[Option<ProfileObject>] {

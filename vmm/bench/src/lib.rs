@@ -36,7 +36,7 @@ use observer::EntryObserver;
 use quantiles::{median, percentile};
 use vmm::config::{SerialOutput, SharedBuffer, VmConfig};
 use vmm::outcome::RunOutcome;
-use vmm::profiler::host::HostProfileSpec;
+use vmm::profiler::host_profiles::HostProfileSpec;
 use vmm::sampler::events::TASK_CLOCK;
 use vmm::signals::{kick_signal, overflow_signal, tick_signal};
 use vmm::vm::{run_with, RunHooks, VmControl, VmError};
@@ -369,7 +369,7 @@ fn session(
     Ok(Session {
         timings,
         text,
-        samples: vmm::profiler::stats::total(&report.profile_stats).samples,
+        samples: vmm::profiler::vcpu_counters::total(&report.profile_stats).samples,
     })
 }
 

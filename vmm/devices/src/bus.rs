@@ -9,9 +9,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 
-/// Who made an access. Devices that need more of the caller's state (the hypercall doorbell)
-/// latch the access and let the vCPU finish it once the exit is handled, when its registers
-/// can be read.
+/// Who made an access.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Origin {
     /// vCPU index.

@@ -10,6 +10,9 @@
 //!
 //! Windows kernels: [`nt`] finds ntoskrnl in guest memory and walks its loaded-module list.
 //!
+//! Address spaces: [`paging`] walks the guest's own page tables (every x86 paging mode) from
+//! guest-physical memory, to translate a guest-virtual address or find a buffer's frames.
+//!
 //! The guest controls every byte read: each read is bounded and checked, every loop has a
 //! fixed bound, nothing is allocated by a size the guest chose, and a walk that cannot go on
 //! ends with the frames it has and the reason it stopped ([`End`]).
@@ -18,6 +21,7 @@ pub mod fp;
 mod images;
 pub mod mem;
 pub mod nt;
+pub mod paging;
 pub mod pe;
 mod regs;
 mod walk;

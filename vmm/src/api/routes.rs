@@ -11,8 +11,8 @@ use super::addr;
 use super::http::{Request, Response};
 use super::serve::Handler;
 use crate::outcome::RunOutcome;
-use crate::profiler::host::{HostProfileError, HostProfileSpec};
-use crate::profiler::stats::{total, StatsSnapshot};
+use crate::profiler::host_profiles::{HostProfileError, HostProfileSpec};
+use crate::profiler::vcpu_counters::{total, StatsSnapshot};
 use crate::vcpu::Request as VcpuRequest;
 use crate::vm::VmControl;
 

@@ -1,7 +1,9 @@
 //! Guest RAM: regions split around the PCI hole, and the memory map the guest sees.
 
+mod phys;
 mod ram;
 
+pub use phys::GuestPhys;
 pub use ram::GuestRam;
 
 use vm_memory::{GuestAddress, GuestMemoryMmap};

@@ -1,37 +1,39 @@
 //! vCPUs: each runs on its own thread as a small state machine driven by requests and kicks.
 //!
 //! A vCPU thread loops: take pending requests, enter the guest, map the exit to an action
-//! (`exit::handle_exit`). Other threads talk to it through a [`VcpuHandle`]: a request goes on
-//! the channel, then a kick (signal + `immediate_exit`) makes KVM_RUN return so the thread
-//! sees it.
+//! (`exit::handle_exit`; a ring of the vCPU's own hypercall doorbell, `doorbell`, is one).
+//! Other threads talk to it through a [`VcpuHandle`]: a request goes on the channel, then a
+//! kick (signal + `immediate_exit`) makes KVM_RUN return so the thread sees it.
 
+pub mod doorbell;
 pub mod exit;
+pub mod exit_counters;
 pub mod observer;
 mod setup;
 mod state;
-pub mod stats;
 
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use introspect::paging::Paging;
 use kvm_ioctls::{SyncReg, VcpuFd};
 
 use vm_memory::GuestMemoryMmap;
 
-use crate::devices::doorbell::DoorbellHandle;
+use crate::arch::cpu_state::CpuState;
 use crate::firmware::rom::ReadOnlySlot;
 use crate::outcome::{RunOutcome, StopSignal};
-use crate::profiler::walk::Paging;
-use crate::profiler::{CpuState, Profiler};
+use crate::profiler::Profiler;
 use crate::sampler::vcpu::VcpuSampler;
 use crate::seccomp::{Seccomp, ThreadKind};
 use crate::signals::KickTable;
 use devices::{Bus, Origin};
+use doorbell::{Doorbell, DoorbellPorts};
 use exit::{handle_exit, Buses, ExitAction};
+use exit_counters::ExitCounters;
 pub use setup::{configure_vcpu, SetupError};
 use state::State;
-use stats::ExitCounters;
 
 /// KVM_MP_STATE_UNINITIALIZED: an application processor waiting for INIT/SIPI.
 pub const MP_STATE_UNINITIALIZED: u32 = 1;
@@ -81,8 +83,8 @@ pub struct SharedState {
     pub mem: GuestMemoryMmap,
     /// The firmware's read-only memory, if any (also for error reports).
     pub firmware: Option<Arc<ReadOnlySlot>>,
-    /// The hypercall doorbell, whose rings the vCPU runs after the exit.
-    pub doorbell: DoorbellHandle,
+    /// The hypercall doorbell's ports, which each vCPU answers itself.
+    pub doorbell: DoorbellPorts,
     /// Profile objects, samples and hypercalls.
     pub profiler: Arc<Profiler>,
     /// Where each vCPU thread can be kicked; every vCPU thread enters its own slot.
@@ -103,6 +105,8 @@ pub struct Vcpu {
     sender: Sender<Request>,
     counters: Arc<ExitCounters>,
     sync_regs: bool,
+    /// This vCPU's side of the hypercall doorbell (its latch and last status).
+    doorbell: Doorbell,
 }
 
 impl Vcpu {
@@ -114,10 +118,12 @@ impl Vcpu {
         }
         let (sender, requests) = channel();
         let counters = Arc::new(ExitCounters::default());
+        let doorbell = Doorbell::new(shared.doorbell);
         Vcpu {
             index,
             fd,
             shared,
+            doorbell,
             requests,
             sender,
             counters,
@@ -237,9 +243,15 @@ impl Vcpu {
             mmio: &self.shared.mmio,
         };
         let action = match self.fd.run() {
-            Ok(exit) => handle_exit(exit, &buses, &Origin { vcpu: self.index }, &self.counters),
+            Ok(exit) => handle_exit(
+                exit,
+                &buses,
+                &mut self.doorbell,
+                &Origin { vcpu: self.index },
+                &self.counters,
+            ),
             Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
-                self.counters.count(stats::ExitKind::Kick);
+                self.counters.count(exit_counters::ExitKind::Kick);
                 ExitAction::Kicked
             }
             Err(e) => ExitAction::Stop(RunOutcome::HostError(format!(
@@ -248,8 +260,9 @@ impl Vcpu {
             ))),
         };
         match action {
-            ExitAction::Continue => {
-                self.run_hypercall();
+            ExitAction::Continue => State::Running,
+            ExitAction::Hypercall(gpa) => {
+                self.hypercall(gpa);
                 State::Running
             }
             ExitAction::Kicked => {
@@ -303,15 +316,13 @@ impl Vcpu {
         next
     }
 
-    /// Runs a hypercall this vCPU rang during the exit just handled, before re-entering the
-    /// guest, and records its status for the doorbell's status port.
-    fn run_hypercall(&mut self) {
-        let Some(gpa) = self.shared.doorbell.take_pending(self.index) else {
-            return;
-        };
+    /// Runs the hypercall whose request block is at `gpa`, which this vCPU rang during the
+    /// exit just handled, before re-entering the guest, and records its status for the
+    /// doorbell's status port.
+    fn hypercall(&mut self, gpa: u64) {
         let cpu = self.cpu_state();
         let status = self.shared.profiler.hypercall(self.index, gpa, &cpu);
-        self.shared.doorbell.set_status(self.index, status.0);
+        self.doorbell.set_status(status.0);
     }
 
     /// The registers samples and hypercalls need, from the sync-regs area when KVM fills it.

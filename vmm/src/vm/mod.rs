@@ -30,6 +30,7 @@ use crate::layout::{KVM_IDENTITY_MAP_ADDRESS, KVM_TSS_ADDRESS};
 use crate::memory::{create_guest_memory, MemoryError};
 use crate::outcome::{Blame, Fault, StopSignal};
 use crate::signals::KickTable;
+use crate::vcpu::doorbell::DoorbellPorts;
 use crate::vcpu::observer::VcpuObserver;
 use crate::vcpu::{configure_vcpu, SetupError, SharedState, Vcpu};
 use devices::pci::{PciError, PciRoot};
@@ -77,7 +78,7 @@ pub enum VmError {
     Profiler(#[from] ProfilerError),
     /// A host-side profile could not start.
     #[error("cannot start the host-side profile")]
-    HostProfile(#[source] crate::profiler::host::HostProfileError),
+    HostProfile(#[source] crate::profiler::host_profiles::HostProfileError),
     /// The serial or debugcon output file.
     #[error("cannot create {}", .0.display())]
     OutputFile(PathBuf, #[source] std::io::Error),
@@ -253,7 +254,7 @@ impl Vm {
             stop: stop.clone(),
             mem: mem.clone(),
             firmware: firmware_slot.clone(),
-            doorbell: devices.doorbell,
+            doorbell: DoorbellPorts::ABI,
             profiler: profiler.clone(),
             kicks,
             observer,

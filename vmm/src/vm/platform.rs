@@ -6,13 +6,11 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use kvm_ioctls::VmFd;
-use profile_core::abi::{DOORBELL_PORT_BASE, DOORBELL_PORT_COUNT};
 use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use super::VmError;
 use crate::config::{SerialOutput, VmConfig};
-use crate::devices::doorbell::DoorbellHandle;
 use crate::firmware::pflash::Pflash;
 use crate::layout::{
     ACPI_GPE0_BLK, ACPI_GPE0_LEN, ACPI_PM_BASE, ACPI_PM_LEN, ACPI_SCI_IRQ, FW_CFG_LEN, FW_CFG_PORT,
@@ -45,8 +43,6 @@ pub struct Devices {
     pub disks: Vec<BlockAttachment>,
     /// COM1, for input from the event loop.
     pub serial: Arc<Mutex<SerialDevice>>,
-    /// The hypercall doorbell, for the vCPUs.
-    pub doorbell: DoorbellHandle,
 }
 
 /// The devices only a firmware boot has.
@@ -85,8 +81,8 @@ fn output_file(path: &std::path::Path) -> Result<Box<dyn Write + Send>, VmError>
 
 /// Puts the port devices that need nothing from KVM on `pio`: isa-debug-exit, the i8042, ACPI
 /// PM (its SCI raised through `sci`) and GPE0, port 0x92, the CMOS (RAM of `mem` bytes, `cpus`
-/// vCPUs), the debug console (to `debugcon`, if given) and the hypercall doorbell, whose
-/// handle the vCPUs need.
+/// vCPUs) and the debug console (to `debugcon`, if given). The hypercall doorbell's ports are
+/// on no bus: each vCPU answers them itself (`vcpu::doorbell`).
 pub fn insert_port_devices(
     pio: &mut Bus,
     stop: &Arc<StopSignal>,
@@ -94,7 +90,7 @@ pub fn insert_port_devices(
     mem: u64,
     cpus: usize,
     debugcon: Option<Box<dyn Write + Send>>,
-) -> Result<DoorbellHandle, BusError> {
+) -> Result<(), BusError> {
     let low = low_ram_end(mem);
     pio.insert(
         "isa-debug-exit",
@@ -144,14 +140,7 @@ pub fn insert_port_devices(
         DEBUGCON_PORT,
         1,
     )?;
-    let doorbell = DoorbellHandle::new(cpus);
-    pio.insert(
-        "hvprof-doorbell",
-        doorbell.device(),
-        u64::from(DOORBELL_PORT_BASE),
-        u64::from(DOORBELL_PORT_COUNT),
-    )?;
-    Ok(doorbell)
+    Ok(())
 }
 
 /// Puts fw_cfg on `pio` and, for OVMF, the pflash VARS device on `mmio`.
@@ -209,7 +198,7 @@ pub fn create_devices(
             log::warn!("acpi-pm: cannot set the SCI line: {e}");
         }
     });
-    let doorbell = insert_port_devices(&mut pio, &stop, sci, mem, config.cpus, debugcon)?;
+    insert_port_devices(&mut pio, &stop, sci, mem, config.cpus, debugcon)?;
     let mut mmio = Bus::new("MMIO");
     if let Some(fw) = firmware {
         insert_firmware_devices(&mut pio, &mut mmio, fw)?;
@@ -229,6 +218,5 @@ pub fn create_devices(
         pci,
         disks,
         serial,
-        doorbell,
     })
 }

@@ -9,14 +9,14 @@ use super::{Vm, VmError};
 use crate::boot::Protocol;
 use crate::config::VmConfig;
 use crate::outcome::{RunOutcome, StopSignal};
-use crate::profiler::host::{HostProfileResult, HostProfileSpec};
-use crate::profiler::stats::{total, StatsSnapshot};
+use crate::profiler::host_profiles::{HostProfileResult, HostProfileSpec};
+use crate::profiler::vcpu_counters::{total, StatsSnapshot};
 use crate::profiler::ObjectResult;
 use crate::profiler::Profiler;
 use crate::seccomp::{install, ThreadKind};
 use crate::signals::{self, StopSignals};
+use crate::vcpu::exit_counters::{ExitCounters, ExitKind};
 use crate::vcpu::observer::VcpuObserver;
-use crate::vcpu::stats::{ExitCounters, ExitKind};
 use crate::vcpu::{Request, VcpuRequester};
 
 /// One vCPU's exits.
@@ -58,7 +58,7 @@ pub struct RunReport {
     /// Every host-side profile, with its counts.
     pub host_results: Vec<HostProfileResult>,
     /// The PE images found in guest memory by host-profile sampling.
-    pub guest_modules: Vec<crate::profiler::stacks::FoundModule>,
+    pub guest_modules: Vec<crate::profiler::host_profiles::FoundModule>,
     /// The ProfileTime interval in force at the end, in 100 ns units.
     pub interval_100ns: u32,
     /// What ProfileTime ticked on.

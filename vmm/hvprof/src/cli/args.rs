@@ -8,7 +8,7 @@ use profile_core::source::ProfileSource;
 use vmm::boot::KernelSpec;
 use vmm::config::{parse_disk, BootSource, SerialOutput, VmConfig};
 use vmm::firmware::FirmwareSpec;
-use vmm::profiler::host::HostProfileSpec;
+use vmm::profiler::host_profiles::HostProfileSpec;
 
 /// Where the PDBs (and images) of PE modules are found.
 #[derive(Args)]
@@ -253,7 +253,7 @@ pub struct ProfileArgs {
     #[command(flatten)]
     pub symbol_path: SymbolArgs,
     /// Call-stack frames walked per host-side sample, the sampled PC included (0: no stacks)
-    #[arg(long, value_name = "N", default_value_t = vmm::profiler::host::DEFAULT_STACK_DEPTH)]
+    #[arg(long, value_name = "N", default_value_t = vmm::profiler::host_profiles::DEFAULT_STACK_DEPTH)]
     pub stack_depth: usize,
     /// Where profile.json, profile.pb.gz, flamegraph.svg and report.txt go.
     #[arg(long, value_name = "DIR")]

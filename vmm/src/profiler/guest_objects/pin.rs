@@ -14,8 +14,6 @@ use vm_memory::{
     GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, MemoryRegionAddress,
 };
 
-use super::walk::PhysRead;
-
 const PAGE_SIZE: u64 = 4096;
 
 /// Why a buffer cannot be pinned.
@@ -169,15 +167,6 @@ impl PinnedBuffer {
             .iter()
             .map(|c| c.load(Ordering::Relaxed))
             .collect()
-    }
-}
-
-impl PhysRead for GuestMemoryMmap {
-    fn read_u64(&self, gpa: u64) -> Option<u64> {
-        vm_memory::Bytes::read_obj::<u64>(self, GuestAddress(gpa)).ok()
-    }
-    fn read_u32(&self, gpa: u64) -> Option<u32> {
-        vm_memory::Bytes::read_obj::<u32>(self, GuestAddress(gpa)).ok()
     }
 }
 

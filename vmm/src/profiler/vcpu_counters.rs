@@ -1,4 +1,6 @@
-//! Profiling counters, per vCPU and for the VM, updated from the vCPU and sampler threads.
+//! What each vCPU's samples and hypercalls did: samples taken, counted and lost, counter
+//! increments, profile interrupts injected, hypercalls served. Updated from the vCPU threads;
+//! READ_STATS, the control API and the run's summary read them (summed for the VM).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -54,6 +56,23 @@ impl StatsSnapshot {
 }
 
 impl VcpuProfileStats {
+    /// Counts `n` lost samples (ticks coalesced into one sample, or naming no trigger).
+    pub fn lost(&self, n: u64) {
+        if n > 0 {
+            bump(&self.coalesced, n);
+        }
+    }
+
+    /// Counts one sample that made `counts` counter increments (guest objects and host
+    /// profiles together).
+    pub fn sampled(&self, counts: u64) {
+        bump(&self.samples, 1);
+        if counts > 0 {
+            bump(&self.attributed, 1);
+            bump(&self.counts, counts);
+        }
+    }
+
     /// A copy of the counters.
     pub fn snapshot(&self) -> StatsSnapshot {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);

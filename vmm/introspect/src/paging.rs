@@ -1,7 +1,8 @@
 //! Translating guest-virtual addresses by walking the guest's own page tables, as the CPU
 //! would: no paging, 32-bit (with 4 MiB pages), PAE, 4-level and 5-level long mode, with
-//! 2 MiB, 4 MiB and 1 GiB pages. Table entries come from guest memory through [`PhysRead`], so
-//! the walk is a pure function of guest bytes (and has a fuzz target).
+//! 2 MiB, 4 MiB and 1 GiB pages. Table entries come from guest-physical memory through
+//! [`PhysRead`] (the stack walkers' [`Memory`](crate::Memory) is guest-virtual: this is what
+//! gives it its pages), so the walk is a pure function of guest bytes (and has a fuzz target).
 
 /// Reads guest-physical memory for the walker.
 pub trait PhysRead {

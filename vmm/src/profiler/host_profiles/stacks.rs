@@ -2,16 +2,17 @@
 //!
 //! The walk itself (which unwinder for which frame, every bound on guest data) is the
 //! `introspect` crate's; this module gives it the sampled vCPU's address space: reads go
-//! through the guest's own page tables for the sampled CR3 ([`super::walk`]), never write,
+//! through the guest's own page tables for the sampled CR3 ([`introspect::paging`]), never write,
 //! and a page that does not translate is simply unreadable (the guest never sees a fault).
 
 use introspect::nt::Kernel;
+use introspect::paging::{translate, Paging};
 use introspect::pe::{CodeView, Image};
 use introspect::{ImageCache, Memory, Options, Regs, Stack, Unreadable, KERNEL_SPACE};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
-use super::calls::CpuState;
-use super::walk::{translate, Paging};
+use crate::arch::cpu_state::CpuState;
+use crate::memory::GuestPhys;
 
 /// How far below a PC the search for its PE image's header looks: more than the largest
 /// Windows kernel image, so a PC anywhere in ntoskrnl finds its header.
@@ -45,7 +46,10 @@ impl<'a> GuestVirt<'a> {
         if let Some(&(_, phys)) = self.tlb.iter().find(|(virt, _)| *virt == page) {
             return Some(phys);
         }
-        let phys = translate(self.mem, &self.paging, page).ok()?.gpa & !(PAGE - 1);
+        let phys = translate(&GuestPhys(self.mem), &self.paging, page)
+            .ok()?
+            .gpa
+            & !(PAGE - 1);
         self.tlb[self.used % TLB_ENTRIES] = (page, phys);
         self.used += 1;
         Some(phys)

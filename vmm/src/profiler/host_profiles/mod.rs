@@ -1,0 +1,191 @@
+//! Host-side profiles: profiles the VMM owns, which need no agent in the guest ([`profile`]:
+//! what one covers and counts), the call stack of each sample they count, walked in guest
+//! memory at sample time, and each vCPU's cache of the PE images its walks found ([`stacks`]:
+//! also the guest's modules, for the report's symbols).
+
+pub mod profile;
+pub mod stacks;
+
+use std::sync::{Arc, Mutex, RwLock};
+
+use vm_memory::GuestMemoryMmap;
+
+pub use profile::{
+    HostProfileError, HostProfileResult, HostProfileSpec, HostProfileSummary, SparseCounts,
+    StackCounts, StackKey, DEFAULT_STACK_DEPTH, MAX_STACK_DEPTH,
+};
+pub use stacks::FoundModule;
+
+use super::triggers::Triggers;
+use crate::arch::cpu_state::CpuState;
+use crate::sampler::probe::ProbeReport;
+use crate::sampler::TriggerId;
+use profile::HostProfile;
+use stacks::StackWalker;
+
+/// The VM's host-side profiles and the vCPUs' stack walkers.
+pub struct HostProfiles {
+    profiles: RwLock<Vec<HostProfile>>,
+    mem: GuestMemoryMmap,
+    /// A profile claims its trigger on the vCPUs it samples while it runs.
+    triggers: Arc<Triggers>,
+    /// The probe that found the host's events, for telling users why an event is absent.
+    probe: Arc<ProbeReport>,
+    /// Per vCPU: only that vCPU's thread walks with it; the lock is never contended.
+    walkers: Box<[Mutex<StackWalker>]>,
+}
+
+impl HostProfiles {
+    /// No profiles yet, on the vCPUs of `triggers`.
+    pub fn new(mem: GuestMemoryMmap, triggers: Arc<Triggers>, probe: Arc<ProbeReport>) -> Self {
+        let walkers = (0..triggers.vcpu_count())
+            .map(|_| Mutex::new(StackWalker::default()))
+            .collect();
+        HostProfiles {
+            profiles: RwLock::new(Vec::new()),
+            mem,
+            triggers,
+            probe,
+            walkers,
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<HostProfile>> {
+        self.profiles.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Vec<HostProfile>> {
+        self.profiles.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts a sample vCPU `v` took at `cpu` on trigger `t` in the host profiles sampling on
+    /// `t`; returns in how many it counted.
+    pub fn record(&self, v: usize, cpu: &CpuState, t: TriggerId) -> u64 {
+        let all = self.read();
+        // The host profiles sampling on this trigger (no allocation on the sample path).
+        let profiles = || all.iter().filter(|p| p.trigger == t);
+        let (cr3, cpl) = (cpu.paging.cr3, cpu.cpl);
+        // One walk serves every host profile this sample counts in, at the deepest depth any
+        // of them keeps. Without stacks, the image holding the PC is still looked for, so that
+        // the guest's modules are known.
+        let depth = profiles()
+            .map(|p| p.stack_depth(v, cpu.rip, cr3, cpl))
+            .max()
+            .unwrap_or(0);
+        let counted = depth > 0 || profiles().any(|p| p.takes(v, cpu.rip, cr3, cpl));
+        let stack = match self.walkers.get(v) {
+            Some(walker) if counted => {
+                let mut walker = walker.lock().unwrap_or_else(|e| e.into_inner());
+                if depth > 0 {
+                    Some(walker.walk(&self.mem, cpu, depth))
+                } else {
+                    walker.note_pc(&self.mem, cpu);
+                    None
+                }
+            }
+            _ => None,
+        };
+        profiles()
+            .map(|p| u64::from(p.record(v, cpu.rip, cr3, cpl, stack.as_ref())))
+            .sum()
+    }
+
+    /// Called by vCPU `v`'s thread as it leaves the guest for good: if its samples found a
+    /// Windows kernel, its module list is walked once more (drivers loaded since). The walk
+    /// reads guest memory, so it happens here, under the vCPU thread's filter, not on the
+    /// thread that collects the results.
+    pub fn vcpu_exiting(&self, v: usize) {
+        if let Some(walker) = self.walkers.get(v) {
+            let mut walker = walker.lock().unwrap_or_else(|e| e.into_inner());
+            walker.refresh_kernel_modules(&self.mem);
+        }
+    }
+
+    /// The PE images the vCPUs found in guest memory while sampling for host profiles, and
+    /// the modules on the Windows kernel's list if a sample found the kernel, each once, in the
+    /// order found.
+    pub fn guest_modules(&self) -> Vec<FoundModule> {
+        let mut all: Vec<FoundModule> = Vec::new();
+        for walker in self.walkers.iter() {
+            let walker = walker.lock().unwrap_or_else(|e| e.into_inner());
+            for m in walker.modules() {
+                if !all.iter().any(|a| a.process == m.process && a.is(&m.image)) {
+                    all.push(m.clone());
+                }
+            }
+        }
+        all
+    }
+
+    /// Starts a host-side profile; returns its id.
+    pub fn start(&self, spec: HostProfileSpec) -> Result<u32, HostProfileError> {
+        spec.validate()?;
+        let trigger = self
+            .triggers
+            .sampling()
+            .for_event(spec.event.as_deref(), &self.probe)
+            .map_err(HostProfileError::Event)?;
+        let mut host = self.write();
+        let id = u32::try_from(host.len() + 1).unwrap_or(u32::MAX);
+        let profile = HostProfile::new(id, spec, self.walkers.len(), trigger);
+        self.triggers
+            .claim(trigger, |v| profile.samples_vcpu(v), true);
+        host.push(profile);
+        Ok(id)
+    }
+
+    /// Stops host profile `id`; its counts stay readable.
+    pub fn stop(&self, id: u32) -> Result<(), HostProfileError> {
+        let mut host = self.write();
+        let p = host
+            .iter_mut()
+            .find(|p| p.id == id)
+            .ok_or(HostProfileError::Unknown(id))?;
+        if !p.running {
+            return Err(HostProfileError::Stopped(id));
+        }
+        self.triggers.claim(p.trigger, |v| p.samples_vcpu(v), false);
+        p.running = false;
+        Ok(())
+    }
+
+    /// Stops every running host profile (VM exit).
+    pub fn stop_all(&self) {
+        let ids: Vec<u32> = self
+            .read()
+            .iter()
+            .filter(|p| p.running)
+            .map(|p| p.id)
+            .collect();
+        for id in ids {
+            let _ = self.stop(id);
+        }
+    }
+
+    /// Every host profile's counts so far.
+    pub fn results(&self) -> Vec<HostProfileResult> {
+        self.read().iter().map(HostProfile::result).collect()
+    }
+
+    /// Host profile `id`'s counts so far (copying only that profile's), or None when there is
+    /// no such profile.
+    pub fn result(&self, id: u32) -> Option<HostProfileResult> {
+        self.read()
+            .iter()
+            .find(|p| p.id == id)
+            .map(HostProfile::result)
+    }
+
+    /// Every host profile's id, spec, state and sample total, without copying its counts.
+    pub fn summaries(&self) -> Vec<HostProfileSummary> {
+        self.read()
+            .iter()
+            .map(|p| HostProfileSummary {
+                id: p.id,
+                spec: p.spec.clone(),
+                running: p.running,
+                total: p.total(),
+            })
+            .collect()
+    }
+}
