@@ -24,6 +24,3 @@ pub mod session;
 pub mod signals;
 pub mod vcpu;
 pub mod vm;
-
-#[cfg(test)]
-mod layering;

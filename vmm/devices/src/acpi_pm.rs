@@ -107,7 +107,7 @@ impl AcpiPm {
 
 impl BusDevice for AcpiPm {
     fn read(&mut self, offset: u64, data: &mut [u8], _origin: &Origin) {
-        super::read_padded(&self.registers(), offset, data);
+        crate::bytes::read_padded(&self.registers(), offset, data);
     }
 
     fn write(&mut self, offset: u64, data: &[u8], _origin: &Origin) {
@@ -138,7 +138,7 @@ pub struct Gpe0 {
 
 impl BusDevice for Gpe0 {
     fn read(&mut self, offset: u64, data: &mut [u8], _origin: &Origin) {
-        super::read_padded(&self.regs, offset, data);
+        crate::bytes::read_padded(&self.regs, offset, data);
     }
 
     fn write(&mut self, offset: u64, data: &[u8], _origin: &Origin) {

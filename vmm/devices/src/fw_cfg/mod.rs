@@ -245,7 +245,7 @@ impl BusDevice for FwCfg {
                 }
             }
             OFF_DMA..=11 => {
-                super::read_padded(&DMA_SIGNATURE.to_be_bytes(), offset - OFF_DMA, data);
+                crate::bytes::read_padded(&DMA_SIGNATURE.to_be_bytes(), offset - OFF_DMA, data);
             }
             _ => data.fill(0),
         }

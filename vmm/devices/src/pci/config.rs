@@ -250,7 +250,7 @@ impl ConfigSpace {
 
     /// Reads `data.len()` bytes at `offset`; bytes past the end read as zero.
     pub fn read(&self, offset: usize, data: &mut [u8]) {
-        crate::read_padded(&self.data, offset as u64, data);
+        crate::bytes::read_padded(&self.data, offset as u64, data);
     }
 
     /// Writes `data` at `offset` through the write masks; bytes past the end are dropped.

@@ -248,7 +248,7 @@ impl Msix {
 
     /// Reads the table at `offset`; bytes past its end read as zero.
     pub fn read_table(&self, offset: u64, data: &mut [u8]) {
-        crate::read_padded(&self.table, offset, data);
+        crate::bytes::read_padded(&self.table, offset, data);
     }
 
     /// Writes the table at `offset` (any width; bytes past its end are dropped), then sends
@@ -278,7 +278,7 @@ impl Msix {
         for (v, _) in self.pending.iter().enumerate().filter(|(_, p)| **p) {
             pba[v / 8] |= 1 << (v % 8);
         }
-        crate::read_padded(&pba, offset, data);
+        crate::bytes::read_padded(&pba, offset, data);
     }
 
     /// What was sent and held.

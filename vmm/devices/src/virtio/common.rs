@@ -173,7 +173,7 @@ impl CommonConfig {
 
     /// Reads at `offset`; bytes past the structure read as zero.
     pub fn read(&self, offset: u64, data: &mut [u8]) {
-        crate::read_padded(&self.image(), offset, data);
+        crate::bytes::read_padded(&self.image(), offset, data);
     }
 
     /// Writes at `offset`: every field the write touches takes its new value (partial

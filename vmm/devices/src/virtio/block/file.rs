@@ -10,7 +10,7 @@ use std::path::Path;
 use super::disk::DiskError;
 use super::qcow2_header::{self, QCOW2_MAGIC};
 use super::qcow2_refcounts;
-use crate::blocking;
+use crate::files::blocking;
 
 /// Opens `path` (for writing if `writable`) and checks that it is a regular file or block
 /// device. The open does not block: it is non-blocking until the check has passed, so a

@@ -339,7 +339,7 @@ impl VirtioDevice for BlockDevice {
     }
 
     fn read_config(&self, offset: u64, data: &mut [u8]) {
-        crate::read_padded(&self.config_bytes(), offset, data);
+        crate::bytes::read_padded(&self.config_bytes(), offset, data);
     }
 
     fn process_queue(
