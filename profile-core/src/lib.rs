@@ -3,11 +3,14 @@
 //!
 //! * [`object`]: [`ObjectManager`], Windows 10's NtCreateProfile(Ex), NtStartProfile,
 //!   NtStopProfile, close, NtSetIntervalProfile and NtQueryIntervalProfile, with their checks in
-//!   Windows' order and their exact [`NtStatus`] values.
-//! * [`attribution`]: [`ObjectManager::record`] counts a [`Sample`] into every matching started
-//!   object through a [`CounterSink`], via one stabbing table of started objects per process
-//!   plus one for global objects.
-//! * [`abi`]: the versioned hypercall ABI shared by the VMM and the guest agents.
+//!   Windows' order and their exact [`NtStatus`] values; [`ObjectManager::record`] counts a
+//!   [`Sample`] into every matching started object through a [`CounterSink`], via the manager's
+//!   index of started objects (one stabbing table per process plus one for global objects);
+//!   and the decoded requests of the ABI as the manager's parameters.
+//! * [`attribution`]: what a count is made of, below the manager: the [`Sample`], the
+//!   [`CounterSink`], the counter's byte offset and the process key.
+//! * [`abi`]: the versioned hypercall ABI shared by the VMM and the guest agents (it knows
+//!   nothing of the manager).
 //!
 //! Features: `alloc` (default) enables the object manager and attribution. Without it only the
 //! ABI, statuses, sources and affinity types remain, needing neither `alloc` nor `std`: what a

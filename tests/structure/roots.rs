@@ -203,24 +203,16 @@ const PROFILE_CORE: Root = Root {
         ("source", 0),
         ("status", 0),
         ("affinity", 1),
-        // The wire format (what a `no_std` driver links, without `alloc`).
+        // The wire format (what a `no_std` driver links, without `alloc`); it knows nothing of
+        // the object manager.
         ("abi", 2),
-        // The index of started objects, the sample, the counter sink.
+        // What a count is made of: the sample, the counter sink, the bucket offset.
         ("attribution", 3),
-        // The object manager: holds the index and applies the NT semantics.
+        // The object manager: the NT semantics, its index of started objects, the counting
+        // (`record`, `record_naive`) and the wire format's requests as its parameters.
         ("object", 4),
     ],
-    // `ObjectManager::record`/`record_naive` live in attribution, away from their struct, and
-    // the index takes the object's `ObjectConfig`; the wire format's conversion to the object
-    // manager's parameters (abi/convert.rs) sits below the object manager it calls.
-    known: &[
-        "profile-core/src/abi/convert.rs: abi (floor 2) uses crate::object::CallerRights (floor 4)",
-        "profile-core/src/abi/convert.rs: abi (floor 2) uses crate::object::CreateParams (floor 4)",
-        "profile-core/src/abi/convert.rs: abi (floor 2) uses crate::object::ObjectManager (floor 4)",
-        "profile-core/src/attribution/index.rs: attribution (floor 3) uses crate::object::ObjectConfig (floor 4)",
-        "profile-core/src/attribution/mod.rs: attribution (floor 3) uses crate::object::ObjectManager (floor 4)",
-        "profile-core/src/attribution/naive.rs: attribution (floor 3) uses crate::object::ObjectManager (floor 4)",
-    ],
+    known: &[],
 };
 
 /// The guest side of the ABI (guest-agent).

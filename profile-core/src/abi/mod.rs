@@ -17,8 +17,6 @@
 //! length: it is what the VMM runs on guest memory and what the fuzz targets exercise.
 
 mod codec;
-#[cfg(feature = "alloc")]
-mod convert;
 pub mod cpuid;
 mod page_list;
 mod requests;
@@ -28,13 +26,11 @@ pub use codec::{
     decode_header, decode_reply, decode_request, encode_create_ex, encode_reply, encode_request,
     encode_start_page_list, min_length, reply_size, request_size, GroupList, Request, StartBuffer,
 };
-#[cfg(feature = "alloc")]
-pub use convert::{caller_rights, supported_sources_mask};
 pub use page_list::{pages_spanned, PageList, PAGE_SHIFT, PAGE_SIZE};
 pub use requests::{
-    CreateExRequest, CreateFields, CreateReply, CreateRequest, Empty, HandleRequest, Header,
-    InfoReply, IntervalReply, PageListHeader, QueryIntervalRequest, SetInterruptRequest,
-    SetIntervalRequest, StartReply, StartRequest, StatsReply,
+    supported_sources_mask, CreateExRequest, CreateFields, CreateReply, CreateRequest, Empty,
+    HandleRequest, Header, InfoReply, IntervalReply, PageListHeader, QueryIntervalRequest,
+    SetInterruptRequest, SetIntervalRequest, StartReply, StartRequest, StatsReply,
 };
 pub use wire::Wire;
 

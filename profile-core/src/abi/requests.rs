@@ -5,6 +5,7 @@
 
 use super::wire::Wire;
 use crate::affinity::GroupAffinity;
+use crate::source::SourceInfo;
 use crate::wire_struct;
 
 wire_struct! {
@@ -275,6 +276,14 @@ wire_struct! {
         /// Reserved, 0.
         pub reserved: u32,
     }
+}
+
+/// Bit `i` set for each supported source `i < 64`: [`InfoReply::supported_sources`].
+pub fn supported_sources_mask(sources: &[SourceInfo]) -> u64 {
+    sources
+        .iter()
+        .filter(|s| s.source.0 < 64)
+        .fold(0, |m, s| m | 1u64 << s.source.0)
 }
 
 wire_struct! {

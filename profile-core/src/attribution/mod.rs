@@ -6,20 +6,18 @@
 //! the sample's process. The counter is the `ULONG` at byte offset
 //! `((PC - Base) >> BucketSize) * 4` of the object's buffer. Overlapping objects all count.
 //!
-//! [`ObjectManager::record`] finds the objects whose range holds the PC through an index of
-//! one stabbing table per process plus one for global objects (see `index.rs`), in
-//! O(log n + hits) for n objects in the tables consulted, plus a scan of the few objects
-//! started or stopped since a table was last rebuilt; it then checks source and affinity.
-//! [`ObjectManager::record_naive`] is the reference model: it walks every object and applies
-//! the rule to each. Both call the same [`CounterSink`]; the order of the calls is unspecified.
-
-pub(crate) mod index;
-pub(crate) mod naive;
-mod procmap;
-mod stab;
+//! This module holds what counting is made of, below the object manager: the [`Sample`], the
+//! [`CounterSink`] counts go to, the counter's [`bucket_offset`] and the [`process_key`] a
+//! sample names its process by. The counting itself is the manager's, beside the objects it
+//! counts into: [`crate::object::ObjectManager::record`] finds the objects whose range holds
+//! the PC through the manager's index of started objects (one stabbing table per process plus
+//! one for global objects, see `object/index/`), in O(log n + hits) for n objects in the
+//! tables consulted, plus a scan of the few objects started or stopped since a table was last
+//! rebuilt; it then checks source and affinity. [`crate::object::ObjectManager::record_naive`]
+//! is the reference model: it walks every object and applies the rule to each. Both call the
+//! same [`CounterSink`]; the order of the calls is unspecified.
 
 use crate::handle::ObjectId;
-use crate::object::ObjectManager;
 use crate::source::ProfileSource;
 
 pub use crate::abi::{process_key, CR3_KEY_MASK};
@@ -52,49 +50,4 @@ pub trait CounterSink<P> {
 #[inline]
 pub const fn bucket_offset(pc: u64, base: u64, bucket_size: u32) -> u64 {
     ((pc - base) >> bucket_size) << 2
-}
-
-/// [`ObjectManager::record`]: the index's candidates for the PC, each checked against the rule.
-#[inline]
-pub(crate) fn record<P, S: CounterSink<P>>(
-    manager: &ObjectManager<P>,
-    sample: &Sample,
-    sink: &mut S,
-) -> u32 {
-    let mut counted = 0;
-    manager.index.candidates(sample.pc, sample.process, |r| {
-        counted += count_one(manager, r, sample, sink);
-    });
-    counted
-}
-
-/// Applies the rule to one candidate; counts and returns 1 if it matches.
-fn count_one<P, S: CounterSink<P>>(
-    manager: &ObjectManager<P>,
-    r: &index::Rec<P>,
-    sample: &Sample,
-    sink: &mut S,
-) -> u32 {
-    let pc = sample.pc;
-    // The index yields only records whose range holds the PC; the range is checked again
-    // here so that the offset below is in bounds by this function alone.
-    if !(r.source == sample.source && pc >= r.base && pc < r.end) {
-        return 0;
-    }
-    let in_affinity = if sample.vcpu < 64 {
-        r.group0 >> sample.vcpu & 1 != 0
-    } else {
-        r.higher_groups
-            && matches!(manager.slots().get(r.slot as usize),
-                Some(Some(o)) if o.config().affinity.contains(sample.vcpu))
-    };
-    if !in_affinity {
-        return 0;
-    }
-    let offset = bucket_offset(pc, r.base, u32::from(r.shift));
-    if offset >= r.counters_len {
-        return 0; // cannot happen for a validated object; never write past the buffer
-    }
-    sink.increment(&r.pin, r.id, offset);
-    1
 }

@@ -3,19 +3,19 @@
 use alloc::vec::Vec;
 
 use super::checks::validate_create;
+use super::index::{Index, Rec};
 use super::intervals::Intervals;
 use super::{
     AffinityArg, CallerRights, CreateParams, ObjectConfig, PinRequest, PlatformInfo, Started,
 };
 use crate::affinity::{GroupAffinity, KAffinity, MAX_GROUPS, PROCESSORS_PER_GROUP};
-use crate::attribution::index::Index;
-use crate::attribution::{self, CounterSink, Sample};
+use crate::attribution::{bucket_offset, CounterSink, Sample};
 use crate::handle::{AccessMask, Handle, ObjectId, Owner};
 use crate::source::ProfileSource;
 use crate::NtStatus;
 
 /// One profile object: its configuration and whether it is started. (While it is started the
-/// VMM's pin token lives in the attribution index, beside the fields a sample reads.)
+/// VMM's pin token lives in the index of started objects, beside the fields a sample reads.)
 #[derive(Debug)]
 pub struct ProfileObject {
     id: ObjectId,
@@ -63,7 +63,7 @@ pub struct ObjectManager<P> {
     next_id: u64,
     started: u64,
     started_per_source: Vec<(ProfileSource, u32)>,
-    pub(crate) index: Index<P>,
+    index: Index<P>,
 }
 
 impl<P> ObjectManager<P> {
@@ -352,24 +352,85 @@ impl<P> ObjectManager<P> {
     pub fn query_interval(&self, source: ProfileSource) -> u32 {
         self.intervals.query(source)
     }
-    /// Counts `sample` into every started object that matches it; returns how many counted.
-    /// The rule and the index that finds the candidates are [`crate::attribution`]'s.
+    /// Counts `sample` into every started object that matches it; returns how many counted:
+    /// the index's candidates for the PC, each checked against the rule of
+    /// [`crate::attribution`].
     ///
     /// Takes `&self`: call it from any number of vCPU threads at once (under the read side of
     /// the lock whose write side `start`/`stop`/`close` take).
     #[inline]
     pub fn record<S: CounterSink<P>>(&self, sample: &Sample, sink: &mut S) -> u32 {
-        attribution::record(self, sample, sink)
+        let mut counted = 0;
+        self.index.candidates(sample.pc, sample.process, |r| {
+            counted += self.count_one(r, sample, sink);
+        });
+        counted
+    }
+
+    /// Applies the rule to one candidate; counts and returns 1 if it matches.
+    fn count_one<S: CounterSink<P>>(&self, r: &Rec<P>, sample: &Sample, sink: &mut S) -> u32 {
+        let pc = sample.pc;
+        // The index yields only records whose range holds the PC; the range is checked again
+        // here so that the offset below is in bounds by this function alone.
+        if !(r.source == sample.source && pc >= r.base && pc < r.end) {
+            return 0;
+        }
+        let in_affinity = if sample.vcpu < 64 {
+            r.group0 >> sample.vcpu & 1 != 0
+        } else {
+            r.higher_groups
+                && matches!(self.slots.get(r.slot as usize),
+                    Some(Some(o)) if o.config().affinity.contains(sample.vcpu))
+        };
+        if !in_affinity {
+            return 0;
+        }
+        let offset = bucket_offset(pc, r.base, u32::from(r.shift));
+        if offset >= r.counters_len {
+            return 0; // cannot happen for a validated object; never write past the buffer
+        }
+        sink.increment(&r.pin, r.id, offset);
+        1
     }
 
     /// Counts `sample` like [`ObjectManager::record`] but by walking every started object and
     /// applying the rule to each from the object's own configuration: O(n). The model the
-    /// index is tested and benchmarked against.
+    /// index is tested and benchmarked against. (It reaches the started objects through the
+    /// index's records, where the pin tokens live, but uses none of the records' copied fields
+    /// and no stabbing structure.)
     pub fn record_naive<S: CounterSink<P>>(&self, sample: &Sample, sink: &mut S) -> u32 {
-        attribution::naive::record(self, sample, sink)
-    }
-
-    pub(crate) fn slots(&self) -> &[Option<ProfileObject>] {
-        &self.slots
+        let mut counted = 0;
+        let slots = &self.slots;
+        debug_assert_eq!(
+            self.index.len() as u64,
+            self.started_count(),
+            "every started object is in the index exactly once"
+        );
+        for entry in self.index.records() {
+            let object = match slots.get(entry.slot as usize) {
+                Some(Some(object)) if object.is_started() && object.id() == entry.id => object,
+                _ => continue,
+            };
+            let pin = &entry.pin;
+            let c = object.config();
+            let process_matches = match c.process {
+                None => true,
+                Some(key) => sample.process == Some(key),
+            };
+            if process_matches
+                && c.source == sample.source
+                && c.affinity.contains(sample.vcpu)
+                && c.base <= sample.pc
+                && sample.pc < c.end()
+            {
+                sink.increment(
+                    pin,
+                    object.id(),
+                    bucket_offset(sample.pc, c.base, c.bucket_size),
+                );
+                counted += 1;
+            }
+        }
+        counted
     }
 }

@@ -17,11 +17,14 @@
 //!   the manager, so the VMM may unpin the pages at once.
 
 mod checks;
+mod from_wire;
+mod index;
 mod intervals;
 mod manager;
 #[cfg(test)]
 mod tests;
 
+pub use from_wire::caller_rights;
 pub use manager::{ObjectManager, ProfileObject};
 
 use alloc::vec::Vec;

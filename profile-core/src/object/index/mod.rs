@@ -1,5 +1,6 @@
-//! The attribution index: one table of started objects for each profiled process and one for
-//! global objects, each with a [`Stab`] over its objects' ranges.
+//! The index of started objects, the object manager's own data structure: one table of started
+//! objects for each profiled process and one for global objects, each with a [`Stab`] over its
+//! objects' ranges. [`super::ObjectManager::record`] asks it for the candidates of a sample.
 //!
 //! A sample looks up its process's table (one hash probe in a [`ProcMap`]) and the global
 //! table; each stabbing query yields exactly the objects whose range holds the PC, in
@@ -17,12 +18,15 @@
 //! or stop instead of O(n log n). [`Stab`]'s Tree layout keeps memory O(n log n) whatever
 //! ranges a guest picks.
 
+mod procmap;
+mod stab;
+
 use alloc::vec::Vec;
 
-use super::procmap::ProcMap;
-use super::stab::Stab;
+use self::procmap::ProcMap;
+use self::stab::Stab;
+use super::ObjectConfig;
 use crate::handle::ObjectId;
-use crate::object::ObjectConfig;
 use crate::source::ProfileSource;
 
 /// Starts and stops a table takes before it rebuilds its stabbing structure: bounds both the

@@ -1,18 +1,19 @@
-//! Conversions between decoded requests and the object manager's types (needs `alloc`).
+//! From the wire format to the manager: the decoded requests of [`crate::abi`] as the
+//! manager's [`CreateParams`] and [`CallerRights`], and the info reply a manager gives. The
+//! wire format knows nothing of the manager; the manager's side of each call is here.
 
 use alloc::vec::Vec;
 
-use super::codec::GroupList;
-use super::cpuid::FEATURES_KNOWN;
-use super::requests::{CreateExRequest, CreateRequest, InfoReply, SetIntervalRequest};
-use super::{
-    process_key, ABI_VERSION, CALLER_RESTRICTED, CALLER_SYSTEM_PROFILE_PRIVILEGE,
+use super::{CallerRights, CreateParams, ObjectManager};
+use crate::abi::cpuid::FEATURES_KNOWN;
+use crate::abi::{
+    process_key, supported_sources_mask, CreateExRequest, CreateRequest, GroupList, InfoReply,
+    SetIntervalRequest, ABI_VERSION, CALLER_RESTRICTED, CALLER_SYSTEM_PROFILE_PRIVILEGE,
     CREATE_PER_PROCESS, MAX_PAGE_COUNT, MAX_REQUEST_LEN,
 };
 use crate::affinity::{GroupAffinity, MAX_GROUPS};
 use crate::handle::{AccessMask, Owner};
-use crate::object::{CallerRights, CreateParams, ObjectManager};
-use crate::source::{ProfileSource, SourceInfo};
+use crate::source::ProfileSource;
 
 /// The caller rights `CALLER_*` flags state.
 pub fn caller_rights(flags: u32) -> CallerRights {
@@ -83,14 +84,6 @@ impl GroupList<'_> {
     pub fn to_vec(&self) -> Vec<GroupAffinity> {
         self.iter().collect()
     }
-}
-
-/// Bit `i` set for each supported source `i < 64`.
-pub fn supported_sources_mask(sources: &[SourceInfo]) -> u64 {
-    sources
-        .iter()
-        .filter(|s| s.source.0 < 64)
-        .fold(0, |m, s| m | 1u64 << s.source.0)
 }
 
 impl InfoReply {

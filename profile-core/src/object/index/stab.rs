@@ -1,6 +1,6 @@
 //! A static stabbing-query structure over half-open ranges `[start, end)`: given a point, yield
-//! every range that contains it in O(log n + k). The attribution index keeps one per table of
-//! started objects (see [`super::index`]).
+//! every range that contains it in O(log n + k). The index of started objects keeps one per
+//! table (see [`super`]).
 //!
 //! The range endpoints cut the address space into elementary segments; a binary search finds
 //! the segment holding the point. Two layouts answer from there:
