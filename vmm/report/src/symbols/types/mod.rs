@@ -38,7 +38,7 @@ use introspect::os::{LinuxLayout, WindowsLayout};
 /// typedef / const / volatile / forward-reference links a reader follows.
 pub const MAX_DEPTH: usize = 32;
 
-/// The most members a reader keeps of one structure.
+/// The most members a reader reads for one structure, its anonymous members' included.
 pub const MAX_MEMBERS: usize = 1 << 16;
 
 /// Why no layout could be read.

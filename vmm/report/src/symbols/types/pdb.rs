@@ -15,6 +15,7 @@
 //! Symbols: `S_PUB32` publics (data as well as functions) and `S_GDATA32` globals, as RVAs
 //! through the PDB's address map. lld-link writes both; Microsoft's public PDBs have publics.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::io::Cursor;
 use std::rc::Rc;
@@ -111,6 +112,9 @@ pub struct PdbTypes<'t> {
     by_name: HashMap<String, TypeIndex>,
     /// Records already read, by name.
     cache: HashMap<String, Option<Rc<Record>>>,
+    /// Members left to read for the current top-level record (bounds anonymous members that
+    /// contain themselves several times, which the depth bound alone lets cost exponential time).
+    budget: Cell<usize>,
 }
 
 impl<'t> PdbTypes<'t> {
@@ -141,6 +145,7 @@ impl<'t> PdbTypes<'t> {
             lists: fields::Lists::new(raw),
             by_name,
             cache: HashMap::new(),
+            budget: Cell::new(0),
         })
     }
 
@@ -166,9 +171,11 @@ impl<'t> PdbTypes<'t> {
                 break;
             };
             for m in members {
-                if rec.members.len() >= MAX_MEMBERS {
+                let left = self.budget.get();
+                if left == 0 {
                     return Err(TypeError::TooBig(format!("type {index}")));
                 }
+                self.budget.set(left - 1);
                 let Ok(offset) = u32::try_from(m.offset) else {
                     continue;
                 };
@@ -256,7 +263,10 @@ impl Records for PdbTypes<'_> {
             return Ok(r.clone());
         }
         let rec = match self.by_name.get(name) {
-            Some(&index) => Some(Rc::new(self.read(index, 0)?)),
+            Some(&index) => {
+                self.budget.set(MAX_MEMBERS);
+                Some(Rc::new(self.read(index, 0)?))
+            }
             None => None,
         };
         self.cache.insert(name.to_string(), rec.clone());
