@@ -1,6 +1,21 @@
 //! The member resolver on hand-made records: paths, anonymous members, depth bounds.
 
+use std::path::Path;
+
 use super::*;
+
+/// The `#define NAME 0xVALUE` lines of a fixture header.
+pub(super) fn defines(header: &Path) -> HashMap<String, u32> {
+    let text = std::fs::read_to_string(header).unwrap();
+    text.lines()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("#define ")?.split_whitespace();
+            let (name, value) = (w.next()?, w.next()?);
+            let v = u32::from_str_radix(value.strip_prefix("0x")?, 16).ok()?;
+            Some((name.to_string(), v))
+        })
+        .collect()
+}
 
 struct Map(HashMap<String, Rc<Record>>);
 

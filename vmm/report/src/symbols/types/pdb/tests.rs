@@ -2,12 +2,12 @@
 //! (Debian's `clang` and `lld`; without them the test fails and says so), against the offsets
 //! of tests/fixtures/pe/ntproc.h.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::*;
 use crate::symbols::types::field;
+use crate::symbols::types::tests::defines;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/pe")
@@ -64,19 +64,6 @@ fn ntproc_pdb() -> Vec<u8> {
     let bytes = std::fs::read(&pdb).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     bytes
-}
-
-/// The `#define NAME 0xVALUE` lines of a fixture header.
-pub(crate) fn defines(header: &Path) -> HashMap<String, u32> {
-    let text = std::fs::read_to_string(header).unwrap();
-    text.lines()
-        .filter_map(|l| {
-            let mut w = l.strip_prefix("#define ")?.split_whitespace();
-            let (name, value) = (w.next()?, w.next()?);
-            let v = u32::from_str_radix(value.strip_prefix("0x")?, 16).ok()?;
-            Some((name.to_string(), v))
-        })
-        .collect()
 }
 
 #[test]
