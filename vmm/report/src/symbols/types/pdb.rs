@@ -42,7 +42,20 @@ fn pdb_err(e: pdb::Error) -> TypeError {
 }
 
 /// Reads ntoskrnl's [`WindowsLayout`] from its PDB's bytes.
+///
+/// pdb 0.8 panics on some malformed records in builds with debug assertions (an
+/// `unreachable!` on an unknown numeric leaf, a `debug_assert!` on a record's length) where a
+/// release build returns an error: such a panic is caught and returned as [`TypeError::Pdb`]. (A
+/// panic hook that aborts, as libFuzzer's does, still sees it.)
 pub fn windows_layout(bytes: &[u8]) -> Result<WindowsLayout, TypeError> {
+    std::panic::catch_unwind(|| read_layout(bytes)).unwrap_or_else(|_| {
+        Err(TypeError::Pdb(
+            "malformed type records (the pdb crate panicked)".into(),
+        ))
+    })
+}
+
+fn read_layout(bytes: &[u8]) -> Result<WindowsLayout, TypeError> {
     let mut pdb = pdb::PDB::open(Cursor::new(bytes)).map_err(pdb_err)?;
     let raw = pdb
         .raw_stream(pdb::StreamIndex(2))

@@ -283,3 +283,25 @@ fn missing_members_are_named() {
     let err = linux_layout(&b.build()).unwrap_err();
     assert_eq!(err.to_string(), "task_struct has no member tgid");
 }
+
+#[test]
+fn mutated_blobs_are_errors_or_valid_layouts() {
+    let good = kernel().build();
+    let mut x = 0x0bad_cafe_f00d_d00du64;
+    let mut rnd = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for _ in 0..20_000 {
+        let mut b = good.clone();
+        for _ in 0..(1 + rnd() % 4) {
+            let at = usize::try_from(rnd() % b.len() as u64).unwrap();
+            b[at] = rnd().to_le_bytes()[0];
+        }
+        if let Ok(l) = linux_layout(&b) {
+            assert!(l.validate().is_ok());
+        }
+    }
+}

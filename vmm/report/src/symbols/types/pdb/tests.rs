@@ -25,9 +25,10 @@ fn run(tool: &str, package: &str, args: &[&str]) {
     );
 }
 
-/// Builds ntproc.c into a DLL and its PDB; returns the PDB's bytes.
-fn ntproc_pdb() -> Vec<u8> {
-    let dir = std::env::temp_dir().join(format!("hvprof-ntproc-{}", std::process::id()));
+/// Builds ntproc.c into a DLL and its PDB; returns the PDB's bytes. `tag` keeps parallel
+/// tests' directories apart.
+fn ntproc_pdb(tag: &str) -> Vec<u8> {
+    let dir = std::env::temp_dir().join(format!("hvprof-ntproc-{}-{tag}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let src = fixtures().join("ntproc.c");
     let obj = dir.join("ntproc.obj");
@@ -68,7 +69,7 @@ fn ntproc_pdb() -> Vec<u8> {
 
 #[test]
 fn reads_the_stand_in_kernels_layout_from_its_pdb() {
-    let bytes = ntproc_pdb();
+    let bytes = ntproc_pdb("layout");
     let d = defines(&fixtures().join("ntproc.h"));
     let h = |n: &str| *d.get(n).unwrap_or_else(|| panic!("ntproc.h defines {n}"));
     let l = windows_layout(&bytes).unwrap();
@@ -170,5 +171,26 @@ fn garbage_is_an_error_not_a_panic() {
         &[0xffu8; 4096],
     ] {
         assert!(windows_layout(bytes).is_err());
+    }
+}
+#[test]
+fn mutated_pdbs_are_errors_or_valid_layouts() {
+    let good = ntproc_pdb("mutated");
+    let mut x = 0x1234_5678_9abc_def0u64;
+    let mut rnd = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for _ in 0..300 {
+        let mut b = good.clone();
+        for _ in 0..(1 + rnd() % 8) {
+            let at = usize::try_from(rnd() % b.len() as u64).unwrap();
+            b[at] = rnd().to_le_bytes()[0];
+        }
+        if let Ok(l) = windows_layout(&b) {
+            assert!(l.validate().is_ok());
+        }
     }
 }
