@@ -305,3 +305,28 @@ fn mutated_blobs_are_errors_or_valid_layouts() {
         }
     }
 }
+
+/// The host kernel's own BTF, where it has one (`/sys/kernel/btf/vmlinux`, CONFIG_DEBUG_INFO_BTF):
+/// real data from pahole, every kind in use. Skipped, saying so, on a host without it.
+#[test]
+fn reads_the_host_kernels_btf() {
+    let Ok(blob) = std::fs::read("/sys/kernel/btf/vmlinux") else {
+        eprintln!("no /sys/kernel/btf/vmlinux on this host: skipped");
+        return;
+    };
+    let l = linux_layout(&blob).unwrap();
+    eprintln!("{l:#x?}");
+    let t = &l.task_struct;
+    // Sanity only (offsets differ per build): pid and tgid are adjacent ints, comm is 16
+    // bytes, and everything lies inside the structure.
+    assert_eq!(t.tgid, t.pid + 4);
+    let mut btf = Btf::parse(&blob).unwrap();
+    let comm = field(&mut btf, "task_struct", "comm").unwrap().unwrap();
+    assert_eq!(comm.size, 16);
+    let pgd = field(&mut btf, "mm_struct", "pgd").unwrap().unwrap();
+    assert_eq!(pgd.size, 8);
+    // 6.2 and later: pcpu_hot holds current_task (until 6.15 moved it out again).
+    if let Some(hot) = l.pcpu_hot {
+        assert!(hot.current_task < hot.size);
+    }
+}

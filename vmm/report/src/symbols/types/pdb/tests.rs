@@ -2,6 +2,7 @@
 //! (Debian's `clang` and `lld`; without them the test fails and says so), against the offsets
 //! of tests/fixtures/pe/ntproc.h.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -25,9 +26,9 @@ fn run(tool: &str, package: &str, args: &[&str]) {
     );
 }
 
-/// Builds ntproc.c into a DLL and its PDB; returns the PDB's bytes. `tag` keeps parallel
-/// tests' directories apart.
-fn ntproc_pdb(tag: &str) -> Vec<u8> {
+/// Builds ntproc.c into a DLL and its PDB; returns the PDB's and the DLL's bytes. `tag` keeps
+/// parallel tests' directories apart.
+fn ntproc(tag: &str) -> (Vec<u8>, Vec<u8>) {
     let dir = std::env::temp_dir().join(format!("hvprof-ntproc-{}-{tag}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let src = fixtures().join("ntproc.c");
@@ -62,14 +63,34 @@ fn ntproc_pdb(tag: &str) -> Vec<u8> {
             &s(&obj),
         ],
     );
-    let bytes = std::fs::read(&pdb).unwrap();
+    let bytes = (std::fs::read(&pdb).unwrap(), std::fs::read(&dll).unwrap());
     let _ = std::fs::remove_dir_all(&dir);
     bytes
 }
 
+/// The RVA of each of the DLL's exports, by name: an independent witness for the symbols.
+fn exports(dll: &[u8]) -> HashMap<String, u32> {
+    use object::Object;
+    let file = object::File::parse(dll).unwrap();
+    let base = file.relative_address_base();
+    file.exports()
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.unwrap();
+            let (object::NameOrOrdinal::Name(name), object::ExportTarget::Address { address }) =
+                (e.name(), e.target())
+            else {
+                return None;
+            };
+            let rva = u32::try_from(address - base).unwrap();
+            Some((String::from_utf8_lossy(name).into_owned(), rva))
+        })
+        .collect()
+}
+
 #[test]
 fn reads_the_stand_in_kernels_layout_from_its_pdb() {
-    let bytes = ntproc_pdb("layout");
+    let (bytes, dll) = ntproc("layout");
     let d = defines(&fixtures().join("ntproc.h"));
     let h = |n: &str| *d.get(n).unwrap_or_else(|| panic!("ntproc.h defines {n}"));
     let l = windows_layout(&bytes).unwrap();
@@ -117,12 +138,16 @@ fn reads_the_stand_in_kernels_layout_from_its_pdb() {
     assert_eq!(l.unicode_string.buffer, h("UNICODE_STRING_BUFFER"));
     assert!(l.validate().is_ok());
 
-    // The symbols are in the image: RVAs in the DLL's data and text.
+    // The symbols' RVAs are the DLL's exports'.
     let s = &l.symbols;
-    assert_ne!(s.ps_active_process_head, 0);
-    assert_ne!(s.ps_loaded_module_list, s.ps_active_process_head);
-    assert!(s.ki_system_call64.is_some());
-    assert!(s.ps_initial_system_process.is_some());
+    let x = exports(&dll);
+    assert_eq!(s.ps_active_process_head, x["PsActiveProcessHead"]);
+    assert_eq!(s.ps_loaded_module_list, x["PsLoadedModuleList"]);
+    assert_eq!(s.ki_system_call64, Some(x["KiSystemCall64"]));
+    assert_eq!(
+        s.ps_initial_system_process,
+        Some(x["PsInitialSystemProcess"])
+    );
     assert_eq!(s.ki_system_call64_shadow, None);
 
     // Members past the field list's continuations, bitfields and arrays.
@@ -175,7 +200,7 @@ fn garbage_is_an_error_not_a_panic() {
 }
 #[test]
 fn mutated_pdbs_are_errors_or_valid_layouts() {
-    let good = ntproc_pdb("mutated");
+    let (good, _) = ntproc("mutated");
     let mut x = 0x1234_5678_9abc_def0u64;
     let mut rnd = || {
         x ^= x << 13;
