@@ -108,11 +108,13 @@ fn symbols<'s, S: pdb::Source<'s> + 's>(
 /// A member type's size, bitfield (position, width) and kind.
 type Described = (u32, Option<(u8, u8)>, Ty);
 
-/// Is `name` what compilers call an anonymous structure or union?
+/// Is `name` what compilers call an anonymous structure or union (MSVC `<unnamed-tag>`, clang
+/// `_EPROCESS::<unnamed-tag>`, older `__unnamed`)? Many types share such a name, so they are
+/// never looked up by it.
 fn anonymous(name: &str) -> bool {
     name.is_empty()
-        || name.starts_with("<unnamed")
-        || name.starts_with("<anonymous")
+        || name.contains("<unnamed")
+        || name.contains("<anonymous")
         || name.starts_with("__unnamed")
 }
 
@@ -147,7 +149,7 @@ impl<'t> PdbTypes<'t> {
                 Ok(TypeData::Union(u)) => (u.name, u.properties.forward_reference()),
                 _ => continue,
             };
-            if !forward {
+            if !forward && !anonymous(&name.to_string()) {
                 by_name
                     .entry(name.to_string().into_owned())
                     .or_insert(t.index());
@@ -249,6 +251,14 @@ impl<'t> PdbTypes<'t> {
         index: TypeIndex,
         depth: usize,
     ) -> Result<Described, TypeError> {
+        if anonymous(&name) {
+            if depth >= MAX_DEPTH {
+                return Err(TypeError::TooBig(format!("type {index}")));
+            }
+            let inner = self.read(index, depth + 1)?;
+            let size = u32::try_from(size).unwrap_or(u32::MAX);
+            return Ok((size, None, Ty::Anon(Rc::new(inner))));
+        }
         let full = self.by_name.get(name.as_ref()).copied();
         let size = match (size, full) {
             (0, Some(full)) => match self.parse(full) {
@@ -259,14 +269,7 @@ impl<'t> PdbTypes<'t> {
             _ => size,
         };
         let size = u32::try_from(size).unwrap_or(u32::MAX);
-        if !anonymous(&name) {
-            return Ok((size, None, Ty::Named(name.into_owned())));
-        }
-        if depth >= MAX_DEPTH {
-            return Err(TypeError::TooBig(format!("type {index}")));
-        }
-        let inner = self.read(full.unwrap_or(index), depth + 1)?;
-        Ok((size, None, Ty::Anon(Rc::new(inner))))
+        Ok((size, None, Ty::Named(name.into_owned())))
     }
 }
 

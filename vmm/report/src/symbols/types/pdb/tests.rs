@@ -169,6 +169,8 @@ fn reads_the_stand_in_kernels_layout_from_its_pdb() {
             size: 4
         }
     );
+    let high = field(&mut t, "_KPRCB", "Mixed.High").unwrap().unwrap();
+    assert_eq!((high.offset, high.size), (h("KPRCB_MIXED_HIGH"), 4));
     let name = field(&mut t, "_EPROCESS", "ImageFileName")
         .unwrap()
         .unwrap();
