@@ -100,3 +100,46 @@ fn a_missing_mandatory_member_is_named() {
     let err = read!(&mut empty, MmStruct).unwrap_err();
     assert!(matches!(err, TypeError::MissingStruct("mm_struct")));
 }
+
+#[test]
+fn a_pcpu_hot_without_current_task_is_none() {
+    let rec = |members| {
+        Rc::new(Record {
+            size: 0x100,
+            members,
+        })
+    };
+    let task = [
+        "pid",
+        "tgid",
+        "comm",
+        "mm",
+        "group_leader",
+        "flags",
+        "start_time",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, n)| member(n, 8 * u32::try_from(i).unwrap(), Ty::Other))
+    .collect();
+    let mut m = Map(HashMap::from([
+        ("task_struct".to_string(), rec(task)),
+        (
+            "mm_struct".to_string(),
+            rec(vec![member("pgd", 0x50, Ty::Other)]),
+        ),
+        (
+            "pcpu_hot".to_string(),
+            rec(vec![member("cpu_number", 0, Ty::Other)]),
+        ),
+    ]));
+    let l = linux_structures(&mut m).unwrap();
+    assert_eq!(l.pcpu_hot, None);
+    assert_eq!(l.task_struct.start_time, 0x30);
+    m.0.insert(
+        "pcpu_hot".to_string(),
+        rec(vec![member("current_task", 0, Ty::Other)]),
+    );
+    let l = linux_structures(&mut m).unwrap();
+    assert_eq!(l.pcpu_hot.map(|p| p.current_task), Some(0));
+}
