@@ -5,7 +5,7 @@
 //! clang emit `struct _KPROCESS` as a forward record before its definition), so a member's
 //! structure type is kept by name and resolved through the index, as Volatility and vminer do.
 //! A field list continues through `LF_INDEX` records past 0xFF00 bytes; at most
-//! [`MAX_CONTINUATIONS`] links are followed. Field lists are read by [`fields`] from the raw
+//! [`MAX_CONTINUATIONS`] links are followed. Field lists are read by `fields` from the raw
 //! stream: pdb 0.8 misreads `LF_INDEX` (it skips no padding before the index), so every
 //! continued list fails to parse there. Anonymous unions and structs are flattened into their
 //! parent's list by MSVC and clang; an `<unnamed-tag>` member is still recursed into. Bitfields
@@ -134,7 +134,7 @@ pub struct PdbTypes<'t> {
 
 impl<'t> PdbTypes<'t> {
     /// Indexes `tpi`'s structures and unions by name; `raw` is the same type stream's bytes
-    /// (stream 2), whose field lists are read by [`fields`].
+    /// (stream 2), whose field lists are read by `fields`.
     pub fn new(tpi: &'t TypeInformation<'_>, raw: &'t [u8]) -> Result<Self, TypeError> {
         let mut finder = tpi.finder();
         let mut by_name = HashMap::new();
