@@ -185,6 +185,8 @@ const INTROSPECT: Root = Root {
         ("paging", 0),
         // The PE image builder for tests and the bench (feature test-support).
         ("testimage", 0),
+        // Guest kernels' structure layouts: plain data.
+        ("os", 0),
         ("fp", 1),
         ("pe", 1),
         ("images", 2),

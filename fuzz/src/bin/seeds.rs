@@ -407,9 +407,55 @@ fn qcow2_small() -> Vec<u8> {
     f
 }
 
+/// A BTF blob (after the guest_types target's selector byte 1) with an `int`, an `mm_struct`
+/// whose `pgd` lies in an anonymous struct, and a `task_struct` with a bitfield.
+fn guest_types_btf() -> Vec<u8> {
+    let mut strings = b"\0int\0mm_struct\0pgd\0task_struct\0pid\0tgid\0comm\0mm\0group_leader\0flags\0start_time\0x\0".to_vec();
+    let at = |s: &[u8], name: &str| -> u32 {
+        let needle = [name.as_bytes(), b"\0"].concat();
+        s.windows(needle.len()).position(|w| w == needle).unwrap() as u32
+    };
+    let mut types: Vec<u32> = Vec::new();
+    // 1: int; 2: pointer to void; 3: anonymous struct { pgd }; 4: mm_struct { anon }.
+    types.extend([at(&strings, "int"), 1 << 24, 4, 32]);
+    types.extend([0, 2 << 24, 0]);
+    types.extend([0, (4 << 24) | 1, 16, at(&strings, "pgd"), 2, 64]);
+    types.extend([at(&strings, "mm_struct"), (4 << 24) | 1, 64, 0, 3, 128]);
+    // 5: task_struct, kind_flag bitfields on.
+    let members = [
+        ("flags", 1, 0),
+        ("x", 1, (1 << 24) | 35),
+        ("pid", 1, 64),
+        ("tgid", 1, 96),
+        ("mm", 2, 128),
+        ("group_leader", 2, 192),
+        ("start_time", 2, 256),
+        ("comm", 2, 320),
+    ];
+    types.extend([at(&strings, "task_struct"), (1 << 31) | (4 << 24) | 8, 64]);
+    for (name, ty, off) in members {
+        types.extend([at(&strings, name), ty, off]);
+    }
+    let types: Vec<u8> = types.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let mut b = vec![1u8];
+    for w in [
+        0x0001_eb9fu32,
+        24,
+        0,
+        types.len() as u32,
+        types.len() as u32,
+        strings.len() as u32,
+    ] {
+        b.extend(w.to_le_bytes());
+    }
+    b.extend(types);
+    b.append(&mut strings);
+    b
+}
+
 fn main() -> std::io::Result<()> {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
-    let seeds: [(&str, &str, Vec<u8>); 14] = [
+    let seeds: [(&str, &str, Vec<u8>); 15] = [
         ("platform_io", "virtio-ioeventfd", virtio(true, false)),
         ("platform_io", "virtio-exits", virtio(false, false)),
         ("platform_io", "virtio-ring", virtio(true, true)),
@@ -428,6 +474,7 @@ fn main() -> std::io::Result<()> {
         ),
         ("qcow2_header", "qemu-img", qcow2_header()),
         ("qcow2_refcounts", "small", qcow2_small()),
+        ("guest_types", "btf", guest_types_btf()),
     ];
     for (target, name, bytes) in seeds {
         let at = Path::new(&dir).join(target);

@@ -10,6 +10,9 @@
 //!
 //! Windows kernels: [`nt`] finds ntoskrnl in guest memory and walks its loaded-module list.
 //!
+//! Guest kernels' structures: [`os::layout`] holds the member offsets of Windows' and Linux's
+//! process and thread structures (read from their debug information by the report crate).
+//!
 //! Address spaces: [`paging`] walks the guest's own page tables (every x86 paging mode) from
 //! guest-physical memory, to translate a guest-virtual address or find a buffer's frames.
 //!
@@ -21,6 +24,7 @@ pub mod fp;
 mod images;
 pub mod mem;
 pub mod nt;
+pub mod os;
 pub mod paging;
 pub mod pe;
 mod regs;

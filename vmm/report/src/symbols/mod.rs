@@ -9,6 +9,9 @@
 //! own ([`pdb`]: public symbols and procedures). PDBs and images are found by identity through
 //! a [`SymbolPath`] ([`path`]: `_NT_SYMBOL_PATH` syntax) by a [`Finder`] ([`find`]), in local
 //! stores ([`store`]) and on HTTP(S) symbol servers ([`server`]).
+//!
+//! Guest kernels' structure layouts (for naming processes and threads) come from the same files'
+//! type information: [`types`] (PDB type streams, BTF, DWARF).
 
 pub mod elf;
 pub mod find;
@@ -20,6 +23,7 @@ pub mod server;
 pub mod store;
 #[cfg(test)]
 pub(crate) mod testdata;
+pub mod types;
 
 use std::path::PathBuf;
 

@@ -1,0 +1,262 @@
+//! Guest kernels' structure layouts from their debug information.
+//!
+//! The walkers that name a sample's process and thread need the offsets of a few members of the
+//! kernel's own structures ([`introspect::os::layout`]). They differ between every Windows build
+//! and every Linux configuration, so they are read from the kernel's debug information, never
+//! from a table in the code:
+//!
+//! - Windows: ntoskrnl's PDB ([`pdb`]): the type stream (TPI) through the `pdb` crate, plus the
+//!   data publics and `S_GDATA32` globals for `PsActiveProcessHead` and the other symbols.
+//! - Linux: a vmlinux's `.BTF` section or a raw BTF blob ([`btf`], a parser of our own), else its
+//!   DWARF ([`dwarf`], through gimli); the per-CPU and kernel symbols from its symbol table.
+//!
+//! Each reader turns the structures it finds into [`Record`]s, and one resolver here looks
+//! members up by path: `Pcb.DirectoryTableBase` goes through the member `Pcb`'s type (by name, so
+//! a forward reference resolves to the full definition), and a member inside an anonymous union
+//! or struct is found as if it were its parent's (as C names it), however deep (up to
+//! [`MAX_DEPTH`] levels). A missing structure or mandatory member is an error naming it; a
+//! missing optional member is `None`.
+//!
+//! Everything read is hostile input (a guest's kernel, or whoever put a file on the symbol path):
+//! every count and length is checked against the bytes there are and against fixed bounds, type
+//! chains are followed a bounded number of steps, and nothing panics.
+
+pub mod btf;
+pub mod dwarf;
+pub mod pdb;
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use introspect::os::layout::{
+    Eprocess, Ethread, Field, Kpcr, Kprcb, Kthread, LayoutError, LdrDataTableEntry, MmStruct,
+    PcpuHot, Peb, PebLdrData, TaskStruct, UnicodeString,
+};
+use introspect::os::{LinuxLayout, WindowsLayout};
+
+/// How deep member lookup goes through anonymous members and member paths, and how many
+/// typedef / const / volatile / forward-reference links a reader follows.
+pub const MAX_DEPTH: usize = 32;
+
+/// The most members a reader reads for one structure, its anonymous members' included.
+pub const MAX_MEMBERS: usize = 1 << 16;
+
+/// Why no layout could be read.
+#[derive(Debug, thiserror::Error)]
+pub enum TypeError {
+    /// The PDB could not be read.
+    #[error("PDB: {0}")]
+    Pdb(String),
+    /// The BTF could not be read.
+    #[error("BTF: {0}")]
+    Btf(#[from] btf::BtfError),
+    /// The DWARF could not be read.
+    #[error("DWARF: {0}")]
+    Dwarf(String),
+    /// The ELF file could not be read.
+    #[error("ELF: {0}")]
+    Elf(String),
+    /// Neither BTF nor DWARF.
+    #[error("the file has neither a .BTF section nor DWARF debug information")]
+    NoTypes,
+    /// A structure the layout needs is not there.
+    #[error("no structure {0} in the type information")]
+    MissingStruct(&'static str),
+    /// A symbol the layout needs is not there.
+    #[error("no symbol {0}")]
+    MissingSymbol(&'static str),
+    /// A member is missing or out of bounds.
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    /// A structure has more members than [`MAX_MEMBERS`], or its members nest deeper than
+    /// [`MAX_DEPTH`].
+    #[error("{0}: too many members or too deep")]
+    TooBig(String),
+}
+
+/// What a member's type is, as far as path lookup cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ty {
+    /// A named structure or union (looked up by name: forward references resolve).
+    Named(String),
+    /// An anonymous structure or union, inline.
+    Anon(Rc<Record>),
+    /// Anything else.
+    Other,
+}
+
+/// One member of a structure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// Its name (empty for an anonymous member).
+    pub name: String,
+    /// Where it lies.
+    pub field: Field,
+    /// Its type.
+    pub ty: Ty,
+}
+
+/// A structure or union as a reader found it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Record {
+    /// Size in bytes.
+    pub size: u32,
+    /// Members in declaration order.
+    pub members: Vec<Member>,
+}
+
+/// A source of records by name (a reader's type information).
+pub trait Records {
+    /// The complete (not forward) structure or union called `name`, if there is one.
+    fn record(&mut self, name: &str) -> Result<Option<Rc<Record>>, TypeError>;
+}
+
+/// Finds `name` among `rec`'s members, looking through anonymous members; returns it with the
+/// offset of the member from `rec`'s start.
+fn find_member<'r>(rec: &'r Record, name: &str, depth: usize) -> Option<(Field, &'r Ty)> {
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    if let Some(m) = rec.members.iter().find(|m| m.name == name) {
+        return Some((m.field, &m.ty));
+    }
+    for m in rec.members.iter().filter(|m| m.name.is_empty()) {
+        if let Ty::Anon(inner) = &m.ty {
+            if let Some((mut f, ty)) = find_member(inner, name, depth + 1) {
+                f.offset = f.offset.checked_add(m.field.offset)?;
+                return Some((f, ty));
+            }
+        }
+    }
+    None
+}
+
+/// The member at `path` (`a.b.c`) of the structure `structure`: its offset from the
+/// structure's start, bits and size.
+pub fn field(
+    src: &mut impl Records,
+    structure: &str,
+    path: &str,
+) -> Result<Option<Field>, TypeError> {
+    let Some(mut rec) = src.record(structure)? else {
+        return Ok(None);
+    };
+    let mut base = 0u32;
+    let mut segments = path.split('.').peekable();
+    for _ in 0..MAX_DEPTH {
+        let Some(seg) = segments.next() else { break };
+        let Some((f, ty)) = find_member(&rec, seg, 0) else {
+            return Ok(None);
+        };
+        let Some(offset) = base.checked_add(f.offset) else {
+            return Ok(None);
+        };
+        if segments.peek().is_none() {
+            return Ok(Some(Field { offset, ..f }));
+        }
+        base = offset;
+        let next = match ty {
+            Ty::Anon(r) => r.clone(),
+            Ty::Named(n) => match src.record(&n.clone())? {
+                Some(r) => r,
+                None => return Ok(None),
+            },
+            Ty::Other => return Ok(None),
+        };
+        rec = next;
+    }
+    Ok(None)
+}
+
+/// Builds one structure's offsets: `build` is the layout type's `build`, `mandatory` and
+/// `optional` its member paths.
+fn structure<T>(
+    src: &mut impl Records,
+    name: &'static str,
+    paths: [&'static [&'static str]; 2],
+    build: impl FnOnce(u32, &mut dyn FnMut(&'static str) -> Option<u32>) -> Result<T, LayoutError>,
+) -> Result<T, TypeError> {
+    let Some(rec) = src.record(name)? else {
+        return Err(TypeError::MissingStruct(name));
+    };
+    let mut found = HashMap::new();
+    for path in paths.into_iter().flatten() {
+        if let Some(f) = field(src, name, path)? {
+            found.insert(*path, f.offset);
+        }
+    }
+    Ok(build(rec.size, &mut |p| found.get(p).copied())?)
+}
+
+macro_rules! read {
+    ($src:expr, $t:ty) => {
+        structure(
+            $src,
+            <$t>::NAME,
+            [<$t>::MANDATORY, <$t>::OPTIONAL],
+            |s, f| <$t>::build(s, f),
+        )
+    };
+}
+
+/// Reads a [`WindowsLayout`]'s structures from `src`; the symbols are the caller's.
+pub fn windows_structures(src: &mut impl Records) -> Result<WindowsLayout, TypeError> {
+    Ok(WindowsLayout {
+        kpcr: read!(src, Kpcr)?,
+        kprcb: read!(src, Kprcb)?,
+        ethread: read!(src, Ethread)?,
+        kthread: read!(src, Kthread)?,
+        eprocess: read!(src, Eprocess)?,
+        peb: read!(src, Peb)?,
+        peb_ldr_data: read!(src, PebLdrData)?,
+        ldr_data_table_entry: read!(src, LdrDataTableEntry)?,
+        unicode_string: read!(src, UnicodeString)?,
+        symbols: Default::default(),
+    })
+}
+
+/// Reads a [`LinuxLayout`]'s structures from `src` (`pcpu_hot` only where it is and holds
+/// `current_task`: 6.2 to 6.14); the symbols are the caller's.
+pub fn linux_structures(src: &mut impl Records) -> Result<LinuxLayout, TypeError> {
+    let pcpu_hot = match src.record(PcpuHot::NAME)? {
+        Some(_) => read!(src, PcpuHot).ok(),
+        None => None,
+    };
+    Ok(LinuxLayout {
+        task_struct: read!(src, TaskStruct)?,
+        mm_struct: read!(src, MmStruct)?,
+        pcpu_hot,
+        symbols: Default::default(),
+    })
+}
+
+/// Reads a vmlinux's [`LinuxLayout`]: structures from its `.BTF` section, else its DWARF;
+/// symbols from its symbol table.
+pub fn linux_layout_from_elf(bytes: &[u8]) -> Result<LinuxLayout, TypeError> {
+    use object::{Object, ObjectSection, ObjectSymbol};
+    let file = object::File::parse(bytes).map_err(|e| TypeError::Elf(e.to_string()))?;
+    let mut layout = match file.section_by_name(".BTF") {
+        Some(s) => {
+            let data = s.data().map_err(|e| TypeError::Elf(e.to_string()))?;
+            btf::linux_layout(data)?
+        }
+        None => dwarf::linux_layout(&file)?,
+    };
+    let s = &mut layout.symbols;
+    for sym in file.symbols() {
+        let Ok(name) = sym.name() else { continue };
+        let slot = match name {
+            "current_task" => &mut s.current_task,
+            "pcpu_hot" => &mut s.pcpu_hot,
+            "this_cpu_off" => &mut s.this_cpu_off,
+            "__per_cpu_offset" => &mut s.per_cpu_offset,
+            "init_task" => &mut s.init_task,
+            _ => continue,
+        };
+        slot.get_or_insert(sym.address());
+    }
+    Ok(layout)
+}
+
+#[cfg(test)]
+mod tests;
