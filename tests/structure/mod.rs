@@ -10,7 +10,7 @@ mod roots;
 use std::path::{Path, PathBuf};
 
 /// The repository's top folder: the nearest folder above the package that declares this test
-/// binary (vmm/ today) that holds tests/main.rs, wherever that package moves.
+/// binary (vmm/hvprof today) that holds tests/main.rs, wherever that package moves.
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()

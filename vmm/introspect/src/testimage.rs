@@ -1,7 +1,8 @@
 //! Hand-made PE32+ images and unwind info: the one PE builder of the workspace, for the unit
 //! tests here and in the report crate (a symbol store's identity files) and for `hvprof
 //! bench` (the image its guest spins in, which the Windows x64 unwinder walks). Behind the
-//! `test-support` feature: a production build of this crate does not contain it.
+//! `test-support` feature: the default build of this crate (what vmm, report and the fuzz
+//! targets link) does not contain it; the `hvprof` binary does, through the bench crate.
 
 // Test images are small: every length and offset fits the PE fields.
 #![allow(clippy::cast_possible_truncation)]
