@@ -173,24 +173,23 @@ impl Graph {
 
     /// Every package `package` depends on, directly or not, through normal dependencies.
     fn closure(&self, package: &str) -> BTreeSet<String> {
-        let mut seen = BTreeSet::new();
-        let mut todo: Vec<&str> = self.direct(package).iter().map(String::as_str).collect();
-        while let Some(p) = todo.pop() {
-            if seen.insert(p.to_string()) {
-                todo.extend(self.direct(p).iter().map(String::as_str));
-            }
-        }
-        seen
+        self.reach(package, |_| true)
     }
 
     /// What is linked into `package`: its dependencies, direct or not, without what only a
     /// procedural macro depends on (anyhow reaches report through prost-derive, a compiler
     /// plug-in, and is not in the library).
     fn linked(&self, package: &str) -> BTreeSet<String> {
+        self.reach(package, |p| !self.proc_macros.contains(p))
+    }
+
+    /// The packages reachable from `package`, following a package's own dependencies only
+    /// where `descend` says so.
+    fn reach(&self, package: &str, descend: impl Fn(&str) -> bool) -> BTreeSet<String> {
         let mut seen = BTreeSet::new();
         let mut todo: Vec<&str> = self.direct(package).iter().map(String::as_str).collect();
         while let Some(p) = todo.pop() {
-            if seen.insert(p.to_string()) && !self.proc_macros.contains(p) {
+            if seen.insert(p.to_string()) && descend(p) {
                 todo.extend(self.direct(p).iter().map(String::as_str));
             }
         }
