@@ -116,13 +116,19 @@ pub fn profile(report: &RunReport, meta: &RunMetadata) -> Profile {
                 counts: &h.counts,
                 stacks,
                 stacks_dropped: h.stacks.dropped,
+                threads: &NO_THREADS,
                 source: host_source(h.spec.event.as_deref()).0,
                 source_name: host_source(h.spec.event.as_deref()).1,
             })
             .collect(),
         guest_modules: report.guest_modules.iter().map(guest_module).collect(),
+        processes: Vec::new(),
+        threads: Vec::new(),
     })
 }
+
+static NO_THREADS: std::collections::BTreeMap<u32, std::collections::BTreeMap<u64, u64>> =
+    std::collections::BTreeMap::new();
 
 /// The source a host profile's samples stand for and its name: ProfileTime's clock by
 /// default, a PMU source's event, or a software clock (source 0, named as perf names it).

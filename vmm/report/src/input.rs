@@ -27,6 +27,47 @@ pub struct RunInput<'a> {
     pub host: Vec<HostObject<'a>>,
     /// The PE images found in guest memory.
     pub guest_modules: Vec<GuestModule>,
+    /// The guest's processes the samples ran in, keyed by [`ProcessInput::key`].
+    pub processes: Vec<ProcessInput>,
+    /// The guest's threads the samples ran in, keyed by [`ThreadInput::key`].
+    pub threads: Vec<ThreadInput>,
+}
+
+/// A guest process host-side samples ran in, as the VMM named it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessInput {
+    /// Its key in this run (unique; what threads refer to).
+    pub key: u32,
+    /// The guest's process id (None for a process hvprof could not identify).
+    pub pid: Option<u64>,
+    /// Its name: the kernel's (ImageFileName, comm), or `[cr3 0x..]` for samples whose process
+    /// could not be identified, named by their address space.
+    pub name: String,
+    /// The executable's full path, when known.
+    pub path: Option<String>,
+    /// Its page-table roots (page-aligned).
+    pub cr3s: Vec<u64>,
+    /// Seconds from the run's start to its first and last sample.
+    pub first_seen_s: f64,
+    /// See `first_seen_s`.
+    pub last_seen_s: f64,
+    /// True for the kernel's own process (Windows System or Idle, Linux kernel threads).
+    pub kernel: bool,
+    /// True when the guest kernel's structures named it; false for a `[cr3 ..]` row.
+    pub identified: bool,
+}
+
+/// A guest thread host-side samples ran in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadInput {
+    /// Its key in this run (unique; what stacks and per-thread counts refer to).
+    pub key: u32,
+    /// Its process's key.
+    pub process: u32,
+    /// The guest's thread id (None when not identified).
+    pub tid: Option<u64>,
+    /// Its name, when the guest gave it one.
+    pub name: Option<String>,
 }
 
 /// A guest agent's profile object as the run left it.
@@ -61,6 +102,9 @@ pub struct HostObject<'a> {
     pub stacks: &'a [StackCount],
     /// Samples whose stack was not kept.
     pub stacks_dropped: u64,
+    /// Per thread key: bucket index -> samples (empty when the run named no threads). Sums
+    /// to `counts`.
+    pub threads: &'a BTreeMap<u32, BTreeMap<u64, u64>>,
     /// The profile source its samples stand for (0, ProfileTime, for the clocks).
     pub source: u32,
     /// The name of what took its samples: the source's, or the software clock's.
@@ -233,6 +277,7 @@ mod tests {
     #[test]
     fn a_whole_space_host_profile_spans_every_bucket_on_every_vcpu() {
         let counts = BTreeMap::from([(0x100, 3), (u64::MAX >> 4, 1)]);
+        let no_threads = BTreeMap::new();
         let stacks = [
             StackCount::new([0x1008, 0x2000], false, 1),
             StackCount::new([0x1000, 0x2000], false, 3),
@@ -247,6 +292,7 @@ mod tests {
             counts: &counts,
             stacks: &stacks,
             stacks_dropped: 0,
+            threads: &no_threads,
             source: 0x13,
             source_name: "ProfileTotalCycles",
         };
@@ -299,6 +345,7 @@ mod tests {
         let run = sample_profile(0).run;
         let config = config();
         let counts = BTreeMap::from([(1, 1)]);
+        let no_threads = BTreeMap::new();
         let p = Profile::from_run(RunInput {
             hvprof_version: "9.9.9",
             run: run.clone(),
@@ -318,10 +365,13 @@ mod tests {
                 counts: &counts,
                 stacks: &[],
                 stacks_dropped: 0,
+                threads: &no_threads,
                 source: 0,
                 source_name: "ProfileTime",
             }],
             guest_modules: Vec::new(),
+            processes: Vec::new(),
+            threads: Vec::new(),
         });
         let owners: Vec<ObjectOwner> = p.objects.iter().map(|o| o.owner).collect();
         assert_eq!(owners, [ObjectOwner::Guest, ObjectOwner::Host]);

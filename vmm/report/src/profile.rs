@@ -271,6 +271,10 @@ pub struct StackCount {
     /// Samples.
     #[serde(with = "super::hex::big")]
     pub count: u64,
+    /// The thread (a key of the profile's thread table) the samples ran in; None when the
+    /// run named no threads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread: Option<u32>,
 }
 
 impl StackCount {
@@ -280,6 +284,7 @@ impl StackCount {
             pcs: pcs.into_iter().map(Hex).collect(),
             truncated,
             count,
+            thread: None,
         }
     }
 }
