@@ -12,6 +12,7 @@ pub mod boot;
 pub mod clock;
 pub mod config;
 pub mod firmware;
+pub mod guest_types;
 pub mod layout;
 pub mod memory;
 pub mod outcome;

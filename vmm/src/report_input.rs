@@ -6,13 +6,14 @@
 use std::time::SystemTime;
 
 use report::hex::{Hex, OptHex};
-use report::input::{GuestObject, HostObject, RunInput};
+use report::input::{GuestObject, HostObject, ProcessInput, RunInput, ThreadInput};
 use report::profile::{GuestModule, GuestPdb, StackCount};
 use report::symbols::{elf, Finder};
 use report::{KernelImage, Module, Profile, ReportError, RunInfo, SymbolSpec, Symbols, VcpuStats};
 
 use crate::boot::KernelSpec;
 use crate::config::VmConfig;
+use crate::profiler::host_profiles::processes::{ProcessRow, ThreadRow};
 use crate::profiler::host_profiles::FoundModule;
 use crate::profiler::host_profiles::StackCounts;
 use crate::profiler::vcpu_counters::StatsSnapshot;
@@ -116,19 +117,16 @@ pub fn profile(report: &RunReport, meta: &RunMetadata) -> Profile {
                 counts: &h.counts,
                 stacks,
                 stacks_dropped: h.stacks.dropped,
-                threads: &NO_THREADS,
+                threads: &h.threads,
                 source: host_source(h.spec.event.as_deref()).0,
                 source_name: host_source(h.spec.event.as_deref()).1,
             })
             .collect(),
         guest_modules: report.guest_modules.iter().map(guest_module).collect(),
-        processes: Vec::new(),
-        threads: Vec::new(),
+        processes: processes(&report.processes),
+        threads: threads(&report.threads),
     })
 }
-
-static NO_THREADS: std::collections::BTreeMap<u32, std::collections::BTreeMap<u64, u64>> =
-    std::collections::BTreeMap::new();
 
 /// The source a host profile's samples stand for and its name: ProfileTime's clock by
 /// default, a PMU source's event, or a software clock (source 0, named as perf names it).
@@ -167,7 +165,41 @@ fn guest_module(m: &FoundModule) -> GuestModule {
 fn stack_counts(s: &StackCounts) -> Vec<StackCount> {
     s.stacks
         .iter()
-        .map(|(k, count)| StackCount::new(k.pcs.iter().copied(), k.truncated, *count))
+        .map(|(k, count)| StackCount {
+            thread: k.thread,
+            ..StackCount::new(k.pcs.iter().copied(), k.truncated, *count)
+        })
+        .collect()
+}
+
+/// The run's process rows as the report's process table (keys are row indexes).
+fn processes(rows: &[ProcessRow]) -> Vec<ProcessInput> {
+    (0..)
+        .zip(rows)
+        .map(|(key, p)| ProcessInput {
+            key,
+            pid: p.pid,
+            name: p.name.clone(),
+            path: p.path.clone(),
+            cr3s: p.cr3s.clone(),
+            first_seen_s: p.first_seen_s,
+            last_seen_s: p.last_seen_s,
+            kernel: p.kernel,
+            identified: p.key.is_some(),
+        })
+        .collect()
+}
+
+/// The run's thread rows as the report's thread table.
+fn threads(rows: &[ThreadRow]) -> Vec<ThreadInput> {
+    (0..)
+        .zip(rows)
+        .map(|(key, t)| ThreadInput {
+            key,
+            process: t.process,
+            tid: t.tid,
+            name: t.name.clone(),
+        })
         .collect()
 }
 
@@ -378,7 +410,30 @@ mod tests {
                 },
                 running: false,
                 counts: BTreeMap::from([(0x100, 5)]),
+                threads: BTreeMap::from([(0, BTreeMap::from([(0x100, 5)]))]),
                 stacks: Default::default(),
+            }],
+            processes: vec![ProcessRow {
+                key: Some(introspect::os::ProcessKey {
+                    object: 0xffff_8880_0100_0000,
+                    id: 57,
+                    created: 1234,
+                    space: 0xffff_8880_0200_0000,
+                }),
+                pid: Some(57),
+                name: "awk".into(),
+                path: None,
+                cr3s: vec![0x7000],
+                first_seen_s: 0.25,
+                last_seen_s: 1.5,
+                kernel: false,
+                peb: 0,
+            }],
+            threads: vec![ThreadRow {
+                key: None,
+                process: 0,
+                tid: Some(57),
+                name: Some("awk".into()),
             }],
             guest_modules: vec![FoundModule {
                 process: Some(0x7000),

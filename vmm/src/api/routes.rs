@@ -31,6 +31,9 @@ struct HostProfileBody {
     cpl: Option<u8>,
     stack_depth: Option<usize>,
     event: Option<String>,
+    /// Guest process names (`["awk"]`).
+    #[serde(default)]
+    process: Vec<String>,
 }
 
 fn start<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -176,7 +179,7 @@ impl ApiState {
                     "start": Hex(r.spec.start), "last": Hex(r.spec.last),
                     "bucket_shift": r.spec.bucket_shift, "cr3": OptHex(r.spec.cr3),
                     "vcpus": r.spec.vcpus, "stack_depth": r.spec.stack_depth,
-                    "event": r.spec.event,
+                    "event": r.spec.event, "process": r.spec.process,
                 })
             })
             .collect();
@@ -198,6 +201,7 @@ impl ApiState {
             cpl: b.cpl,
             stack_depth: b.stack_depth.unwrap_or(whole.stack_depth),
             event: b.event,
+            process: b.process,
         };
         if let Some(bad) = spec
             .vcpus

@@ -15,4 +15,14 @@ pub struct CpuState {
     pub cpl: u8,
     /// Paging registers.
     pub paging: Paging,
+    /// The GS segment's base (free: it is in the same sync-regs area as the rest). At CPL0 a
+    /// Windows or Linux kernel keeps its per-CPU area there.
+    pub gs_base: u64,
+    /// IA32_KERNEL_GS_BASE, read (one KVM_GET_MSRS) only at the samples whose caller asked
+    /// for it ([`crate::profiler::Profiler::wants_kernel_gs_base`]): at CPL3 it holds the
+    /// kernel's per-CPU base.
+    pub kernel_gs_base: Option<u64>,
 }
+
+/// IA32_KERNEL_GS_BASE: the GS base SWAPGS exchanges with the current one.
+pub const MSR_KERNEL_GS_BASE: u32 = 0xc000_0102;

@@ -105,6 +105,12 @@ impl Profiler {
         })
     }
 
+    /// True when vCPU `v`'s next sample should read IA32_KERNEL_GS_BASE (the guest kernel's
+    /// per-CPU base, which a user-mode sample does not show in GS).
+    pub fn wants_kernel_gs_base(&self, v: usize) -> bool {
+        self.host.guest().wants_kernel_gs_base(v)
+    }
+
     /// Counts `n` samples vCPU `v` lost (signals that named none of its triggers).
     pub fn count_lost(&self, v: usize, n: u32) {
         if let Some(c) = self.counters.get(v) {
@@ -153,6 +159,12 @@ impl Profiler {
     /// order found.
     pub fn guest_modules(&self) -> Vec<FoundModule> {
         self.host.guest_modules()
+    }
+
+    /// The guest's processes and threads host-side samples found: the layout they are read
+    /// with, the vCPUs' contexts and the run's rows.
+    pub fn guest(&self) -> &host_profiles::guest_os::GuestAwareness {
+        self.host.guest()
     }
 
     /// Starts a host-side profile; returns its id.

@@ -272,7 +272,13 @@ impl Vcpu {
                 let profiler = &self.shared.profiler;
                 let mut cpu = None;
                 let stray = sampler.take(|t| {
-                    let cpu = *cpu.get_or_insert_with(|| self.cpu_state());
+                    let cpu = *cpu.get_or_insert_with(|| {
+                        let mut cpu = self.cpu_state();
+                        if profiler.wants_kernel_gs_base(self.index) {
+                            cpu.kernel_gs_base = self.kernel_gs_base();
+                        }
+                        cpu
+                    });
                     profiler.on_tick(self.index, &cpu, t.trigger, t.ticks, t.folded);
                 });
                 if stray > 0 {
@@ -355,6 +361,21 @@ impl Vcpu {
                 cr4: sregs.cr4,
                 efer: sregs.efer,
             },
+            gs_base: sregs.gs.base,
+            kernel_gs_base: None,
+        }
+    }
+
+    /// IA32_KERNEL_GS_BASE, by one KVM_GET_MSRS (None if KVM refuses it).
+    fn kernel_gs_base(&self) -> Option<u64> {
+        let mut msrs = kvm_bindings::Msrs::from_entries(&[kvm_bindings::kvm_msr_entry {
+            index: crate::arch::cpu_state::MSR_KERNEL_GS_BASE,
+            ..Default::default()
+        }])
+        .ok()?;
+        match self.fd.get_msrs(&mut msrs) {
+            Ok(1) => Some(msrs.as_slice()[0].data),
+            _ => None,
         }
     }
 

@@ -9,6 +9,7 @@ use super::{Vm, VmError};
 use crate::boot::Protocol;
 use crate::config::VmConfig;
 use crate::outcome::{RunOutcome, StopSignal};
+use crate::profiler::host_profiles::guest_os::GuestTypes;
 use crate::profiler::host_profiles::{HostProfileResult, HostProfileSpec};
 use crate::profiler::vcpu_counters::{total, StatsSnapshot};
 use crate::profiler::ObjectResult;
@@ -59,6 +60,10 @@ pub struct RunReport {
     pub host_results: Vec<HostProfileResult>,
     /// The PE images found in guest memory by host-profile sampling.
     pub guest_modules: Vec<crate::profiler::host_profiles::FoundModule>,
+    /// The guest's processes host-side samples ran in (rows of the run's process table).
+    pub processes: Vec<crate::profiler::host_profiles::processes::ProcessRow>,
+    /// The guest's threads host-side samples ran in.
+    pub threads: Vec<crate::profiler::host_profiles::processes::ThreadRow>,
     /// The ProfileTime interval in force at the end, in 100 ns units.
     pub interval_100ns: u32,
     /// What ProfileTime ticked on.
@@ -159,6 +164,9 @@ pub struct RunHooks {
     pub host_profiles: Vec<HostProfileSpec>,
     /// A source's interval to set before the guest runs (its unit: 100 ns for ProfileTime).
     pub interval: Option<(profile_core::ProfileSource, u32)>,
+    /// Where the guest kernel's structure layout comes from, to name the processes and
+    /// threads host-side samples ran in.
+    pub guest_types: GuestTypes,
 }
 
 /// Builds the VM for `config`, runs it until it ends, and reports how it went.
@@ -185,6 +193,24 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
         ..
     } = vm;
 
+    // Before any vCPU runs: the layout, or the thread that will look it up once a sample has
+    // found the guest's kernel (it reads symbol files and servers, so it is filtered as the
+    // results thread is).
+    let lookup = profiler
+        .guest()
+        .set_types(hooks.guest_types)
+        .map(|(lookup, found)| {
+            let profiler = profiler.clone();
+            let seccomp = config.seccomp;
+            std::thread::Builder::new()
+                .name("guest-types".into())
+                .spawn(move || match install(ThreadKind::Results, seccomp) {
+                    Ok(()) => profiler.guest().serve_lookup(lookup, found),
+                    Err(e) => log::warn!("guest processes are not named: {e}"),
+                })
+        })
+        .transpose()
+        .map_err(|e| VmError::Host("the guest-types thread", e))?;
     let mut handles = Vec::with_capacity(vcpus.len());
     let mut start_error = None;
     for vcpu in vcpus {
@@ -281,6 +307,13 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
     }
     // Every vCPU has stopped: release every pinned buffer and keep the objects' counts.
     profiler.close_all();
+    profiler.guest().close();
+    if let Some(t) = lookup {
+        if t.join().is_err() {
+            log::error!("the guest-types thread panicked");
+        }
+    }
+    let (processes, threads) = profiler.guest().table().rows();
     let profile_stats = profiler.stats();
     let results = profiler.results();
     let host_results = profiler.host_results();
@@ -306,6 +339,8 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
         results,
         host_results,
         guest_modules,
+        processes,
+        threads,
         interval_100ns,
         clock,
     })

@@ -242,13 +242,27 @@ pub struct ProfileArgs {
     #[arg(long, default_value_t = 4)]
     pub bucket: u32,
     /// Host-side profile of only this process (CR3).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "process")]
     pub cr3: Option<String>,
+    /// Host-side profile of only the guest processes of this name (the kernel's name:
+    /// ImageFileName, comm; ASCII case ignored); repeatable. Resolved as processes appear:
+    /// needs the guest kernel's layout (see --guest-os).
+    #[arg(long, value_name = "NAME")]
+    pub process: Vec<String>,
+    /// Which guest kernel's processes and threads to name: auto, windows, linux or off
+    /// (auto: Linux from a --kernel vmlinux with BTF or DWARF, else Windows when a symbol
+    /// path is given, its kernel's PDB looked up once a sample finds the kernel).
+    #[arg(long, value_name = "OS", default_value = "auto")]
+    pub guest_os: vmm::guest_types::GuestOsChoice,
+    /// The guest kernel's type information: a PDB (ntkrnlmp.pdb), a vmlinux, or raw BTF
+    /// (such as a guest's /sys/kernel/btf/vmlinux).
+    #[arg(long, value_name = "FILE")]
+    pub guest_types: Option<PathBuf>,
     /// Host-side profile of only samples at this privilege level (3: user mode, 0: kernel).
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=3))]
     pub cpl: Option<u8>,
     /// No host-side profile: collect only the guest agent's objects.
-    #[arg(long, conflicts_with_all = ["range", "bucket", "cr3", "cpl", "stack_depth"])]
+    #[arg(long, conflicts_with_all = ["range", "bucket", "cr3", "cpl", "stack_depth", "process"])]
     pub no_host_profile: bool,
     #[command(flatten)]
     pub symbol_path: SymbolArgs,
@@ -477,6 +491,7 @@ impl ProfileArgs {
         spec.cpl = self.cpl;
         spec.stack_depth = self.stack_depth;
         spec.event = self.event.clone();
+        spec.process.clone_from(&self.process);
         spec.validate().map_err(|e| e.to_string())?;
         Ok(Some(spec))
     }

@@ -39,7 +39,7 @@ enum Command {
     /// For regression runs give the guest's system disk as `--disk IMAGE,snapshot`: the image
     /// is opened read-only and the guest's writes go to a temporary overlay discarded when the
     /// run ends, so every run starts from the same golden image and the image never changes.
-    Profile(ProfileArgs),
+    Profile(Box<ProfileArgs>),
     /// Reprint the report of a saved profile.json, optionally with disassembly.
     Report(ReportArgs),
     /// Compare two profiles; exit status 1 on a significant regression above the threshold.
@@ -107,7 +107,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Run(a) => run::run(a),
         Command::Demo(a) => run::demo(a),
-        Command::Profile(a) => run::profile(a),
+        Command::Profile(a) => run::profile(*a),
         Command::Report(a) => tools::report(&a),
         Command::Compare(a) => tools::compare(&a),
         Command::Merge(a) => tools::merge(&a),

@@ -193,11 +193,22 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
             Err(e) => return fail(e, STATUS_CONFIG_ERROR),
         }
     }
+    let types = vmm::guest_types::guest_types(
+        a.guest_os,
+        a.guest_types.as_deref(),
+        boot.kernel.as_deref(),
+        finder.as_ref().map(|f| f.path().clone()),
+    );
+    let guest_types = match types {
+        Ok(t) => t,
+        Err(e) => return fail(e, STATUS_CONFIG_ERROR),
+    };
     let default = vmm::refguest::kernel_spec(vmm::refguest::DEFAULT_CMDLINE);
-    let (config, hooks, _api) = match config(a.vm, boot, Some(default)) {
+    let (config, mut hooks, _api) = match config(a.vm, boot, Some(default)) {
         Ok(c) => c,
         Err(code) => return code,
     };
+    hooks.guest_types = guest_types;
     let opts = SessionOptions {
         span,
         interval: interval.map(|(_, i)| i),

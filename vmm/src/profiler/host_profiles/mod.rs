@@ -3,16 +3,19 @@
 //! memory at sample time, and each vCPU's cache of the PE images its walks found ([`stacks`]:
 //! also the guest's modules, for the report's symbols).
 
+pub mod guest_os;
+pub mod processes;
 pub mod profile;
 pub mod stacks;
 
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
 
 use vm_memory::GuestMemoryMmap;
 
 pub use profile::{
-    HostProfileError, HostProfileResult, HostProfileSpec, HostProfileSummary, SparseCounts,
-    StackCounts, StackKey, DEFAULT_STACK_DEPTH, MAX_STACK_DEPTH,
+    HostProfileError, HostProfileResult, HostProfileSpec, HostProfileSummary, SampleAt,
+    SparseCounts, StackCounts, StackKey, DEFAULT_STACK_DEPTH, MAX_STACK_DEPTH,
 };
 pub use stacks::FoundModule;
 
@@ -20,6 +23,7 @@ use super::triggers::Triggers;
 use crate::arch::cpu_state::CpuState;
 use crate::sampler::probe::ProbeReport;
 use crate::sampler::TriggerId;
+use guest_os::GuestAwareness;
 use profile::HostProfile;
 use stacks::StackWalker;
 
@@ -33,6 +37,8 @@ pub struct HostProfiles {
     probe: Arc<ProbeReport>,
     /// Per vCPU: only that vCPU's thread walks with it; the lock is never contended.
     walkers: Box<[Mutex<StackWalker>]>,
+    /// The guest's processes and threads.
+    guest: GuestAwareness,
 }
 
 impl HostProfiles {
@@ -43,11 +49,17 @@ impl HostProfiles {
             .collect();
         HostProfiles {
             profiles: RwLock::new(Vec::new()),
+            guest: GuestAwareness::new(triggers.vcpu_count(), Instant::now()),
             mem,
             triggers,
             probe,
             walkers,
         }
+    }
+
+    /// The guest's processes and threads, as the samples found them.
+    pub fn guest(&self) -> &GuestAwareness {
+        &self.guest
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<HostProfile>> {
@@ -64,29 +76,45 @@ impl HostProfiles {
         let all = self.read();
         // The host profiles sampling on this trigger (no allocation on the sample path).
         let profiles = || all.iter().filter(|p| p.trigger == t);
-        let (cr3, cpl) = (cpu.paging.cr3, cpu.cpl);
+        if !profiles().any(|p| p.samples_vcpu(v)) {
+            return 0;
+        }
+        // The guest thread it ran in, once for every profile.
+        let mut guest = self.guest.vcpu(v);
+        let who = guest
+            .as_deref_mut()
+            .and_then(|g| self.guest.identify(v, g, &self.mem, cpu))
+            .map(|w| (w.at, w.process_name.as_str()));
+        let at = SampleAt {
+            v,
+            pc: cpu.rip,
+            cr3: cpu.paging.cr3,
+            cpl: cpu.cpl,
+            who,
+        };
         // One walk serves every host profile this sample counts in, at the deepest depth any
         // of them keeps. Without stacks, the image holding the PC is still looked for, so that
         // the guest's modules are known.
-        let depth = profiles()
-            .map(|p| p.stack_depth(v, cpu.rip, cr3, cpl))
-            .max()
-            .unwrap_or(0);
-        let counted = depth > 0 || profiles().any(|p| p.takes(v, cpu.rip, cr3, cpl));
+        let depth = profiles().map(|p| p.stack_depth(&at)).max().unwrap_or(0);
+        let counted = depth > 0 || profiles().any(|p| p.takes(&at));
         let stack = match self.walkers.get(v) {
             Some(walker) if counted => {
                 let mut walker = walker.lock().unwrap_or_else(|e| e.into_inner());
-                if depth > 0 {
+                let stack = if depth > 0 {
                     Some(walker.walk(&self.mem, cpu, depth))
                 } else {
                     walker.note_pc(&self.mem, cpu);
                     None
+                };
+                if let Some((base, codeview)) = walker.take_new_kernel() {
+                    self.guest.kernel_found(base, codeview);
                 }
+                stack
             }
             _ => None,
         };
         profiles()
-            .map(|p| u64::from(p.record(v, cpu.rip, cr3, cpl, stack.as_ref())))
+            .map(|p| u64::from(p.record(&at, stack.as_ref())))
             .sum()
     }
 
@@ -95,6 +123,7 @@ impl HostProfiles {
     /// reads guest memory, so it happens here, under the vCPU thread's filter, not on the
     /// thread that collects the results.
     pub fn vcpu_exiting(&self, v: usize) {
+        self.guest.vcpu_exiting(v);
         if let Some(walker) = self.walkers.get(v) {
             let mut walker = walker.lock().unwrap_or_else(|e| e.into_inner());
             walker.refresh_kernel_modules(&self.mem);

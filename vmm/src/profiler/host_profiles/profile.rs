@@ -9,6 +9,7 @@ use std::sync::Mutex;
 
 use introspect::Stack;
 
+use super::processes::ThreadRef;
 use crate::outcome::{Blame, Fault};
 use profile_core::attribution::process_key;
 
@@ -32,7 +33,16 @@ pub struct HostProfileSpec {
     /// The perf event whose overflows take the samples (`hvprof events` lists them); None:
     /// ProfileTime's clock.
     pub event: Option<String>,
+    /// Only samples in a guest process of one of these names (empty: any): matched against
+    /// the process's name as the guest kernel keeps it (ImageFileName, comm), ignoring ASCII
+    /// case, as processes appear. A sample whose process is not named does not count.
+    pub process: Vec<String>,
 }
+
+/// Process names a profile may be restricted to.
+pub const MAX_PROCESS_NAMES: usize = 64;
+/// The longest process name accepted, in bytes.
+pub const MAX_PROCESS_NAME: usize = 255;
 
 /// Frames kept per sample unless the user says otherwise.
 pub const DEFAULT_STACK_DEPTH: usize = 64;
@@ -54,6 +64,7 @@ impl HostProfileSpec {
             cpl: None,
             stack_depth: DEFAULT_STACK_DEPTH,
             event: None,
+            process: Vec::new(),
         }
     }
 
@@ -71,11 +82,35 @@ impl HostProfileSpec {
         if self.stack_depth > MAX_STACK_DEPTH {
             return Err(HostProfileError::StackDepth(self.stack_depth));
         }
+        if !self.process.is_empty() && self.cr3.is_some() {
+            return Err(HostProfileError::ProcessAndCr3);
+        }
+        if self.process.len() > MAX_PROCESS_NAMES
+            || self
+                .process
+                .iter()
+                .any(|n| n.is_empty() || n.len() > MAX_PROCESS_NAME)
+        {
+            return Err(HostProfileError::ProcessName);
+        }
         Ok(())
+    }
+
+    /// True if a sample in the process named `name` (None: not named) may count.
+    fn covers_process(&self, name: Option<&str>) -> bool {
+        self.process.is_empty()
+            || name.is_some_and(|n| self.process.iter().any(|p| names_match(p, n)))
     }
 
     fn covers_vcpu(&self, v: usize) -> bool {
         self.vcpus.as_ref().is_none_or(|set| set.contains(&v))
+    }
+
+    fn bucket_at(&self, at: &SampleAt) -> Option<u64> {
+        if !self.covers_process(at.who.map(|(_, name)| name)) {
+            return None;
+        }
+        self.bucket(at.pc, at.cr3, at.cpl)
     }
 
     fn bucket(&self, pc: u64, cr3: u64, cpl: u8) -> Option<u64> {
@@ -107,6 +142,14 @@ pub enum HostProfileError {
     /// A stack depth above [`MAX_STACK_DEPTH`].
     #[error("stack depth {0} is over {MAX_STACK_DEPTH}")]
     StackDepth(usize),
+    /// Both a process name and a CR3.
+    #[error("a host profile is restricted by process name or by CR3, not both")]
+    ProcessAndCr3,
+    /// An empty or too long process name, or too many.
+    #[error(
+        "process names must be 1 to {MAX_PROCESS_NAME} bytes, at most {MAX_PROCESS_NAMES} of them"
+    )]
+    ProcessName,
     /// No such profile.
     #[error("no host profile {0}")]
     Unknown(u32),
@@ -126,11 +169,40 @@ impl Blame for HostProfileError {
             | HostProfileError::BucketShift(_)
             | HostProfileError::Cpl
             | HostProfileError::StackDepth(_)
+            | HostProfileError::ProcessAndCr3
+            | HostProfileError::ProcessName
             | HostProfileError::Unknown(_)
             | HostProfileError::Stopped(_)
             | HostProfileError::Event(_) => Fault::User,
         }
     }
+}
+
+/// True if the filter `want` names the process `name`: equal ignoring ASCII case, or, for a
+/// name the kernel truncated (Windows keeps 14 characters of ImageFileName, Linux 15 of comm),
+/// its start.
+pub fn names_match(want: &str, name: &str) -> bool {
+    want.eq_ignore_ascii_case(name)
+        || (name.len() >= 14
+            && want.len() > name.len()
+            && want
+                .get(..name.len())
+                .is_some_and(|w| w.eq_ignore_ascii_case(name)))
+}
+
+/// A sample as the host profiles see it.
+#[derive(Clone, Copy, Debug)]
+pub struct SampleAt<'a> {
+    /// The vCPU.
+    pub v: usize,
+    /// The sampled PC.
+    pub pc: u64,
+    /// CR3.
+    pub cr3: u64,
+    /// The privilege level.
+    pub cpl: u8,
+    /// The guest thread it ran in and its process's name, when guest awareness is on.
+    pub who: Option<(ThreadRef, &'a str)>,
 }
 
 /// A host profile's counts: bucket index -> samples.
@@ -144,6 +216,8 @@ pub struct StackKey {
     pub pcs: Box<[u64]>,
     /// The walk ended early (depth limit, unreadable or implausible frame).
     pub truncated: bool,
+    /// The guest thread (a row of the run's process table) it ran in.
+    pub thread: Option<u32>,
 }
 
 /// Call stacks and their sample counts, and what could not be kept.
@@ -161,6 +235,8 @@ pub struct StackCounts {
 #[derive(Default)]
 struct VcpuCounts {
     counts: SparseCounts,
+    /// (thread row, bucket) -> samples, for samples whose thread is known.
+    threads: HashMap<(u32, u64), u64>,
     total: u64,
     stacks: HashMap<StackKey, u64>,
     stack_frames: usize,
@@ -170,11 +246,12 @@ struct VcpuCounts {
 
 impl VcpuCounts {
     /// Counts one sample's stack, cut to `depth` frames.
-    fn count_stack(&mut self, stack: &Stack, depth: usize) {
+    fn count_stack(&mut self, stack: &Stack, depth: usize, thread: Option<u32>) {
         let keep = stack.pcs.len().min(depth);
         let key = StackKey {
             pcs: stack.pcs[..keep].into(),
             truncated: stack.truncated() || keep < stack.pcs.len(),
+            thread,
         };
         self.truncated += u64::from(key.truncated);
         if let Some(n) = self.stacks.get_mut(&key) {
@@ -221,45 +298,52 @@ impl HostProfile {
         self.running && self.spec.covers_vcpu(v)
     }
 
-    /// True if a sample of vCPU `v` at `pc` counts in this profile.
-    pub(super) fn takes(&self, v: usize, pc: u64, cr3: u64, cpl: u8) -> bool {
-        self.samples_vcpu(v) && self.spec.bucket(pc, cr3, cpl).is_some()
+    /// True if the sample `at` counts in this profile.
+    pub(super) fn takes(&self, at: &SampleAt) -> bool {
+        self.samples_vcpu(at.v) && self.spec.bucket_at(at).is_some()
     }
 
-    /// The stack depth a sample of vCPU `v` at `pc` needs for this profile: 0 if the
-    /// sample does not count here or the profile keeps no stacks.
-    pub(super) fn stack_depth(&self, v: usize, pc: u64, cr3: u64, cpl: u8) -> usize {
-        if self.takes(v, pc, cr3, cpl) {
+    /// The stack depth the sample `at` needs for this profile: 0 if the sample does not
+    /// count here or the profile keeps no stacks.
+    pub(super) fn stack_depth(&self, at: &SampleAt) -> usize {
+        if self.takes(at) {
             self.spec.stack_depth
         } else {
             0
         }
     }
 
-    /// Counts a sample of vCPU `v` at privilege level `cpl`, and its call stack if one was
-    /// walked; true if it fell in the profile.
-    pub(super) fn record(
-        &self,
-        v: usize,
-        pc: u64,
-        cr3: u64,
-        cpl: u8,
-        stack: Option<&Stack>,
-    ) -> bool {
-        let (Some(bucket), Some(map)) = (self.spec.bucket(pc, cr3, cpl), self.per_vcpu.get(v))
-        else {
+    /// Counts the sample `at`, and its call stack if one was walked; true if it fell in the
+    /// profile.
+    pub(super) fn record(&self, at: &SampleAt, stack: Option<&Stack>) -> bool {
+        let (Some(bucket), Some(map)) = (self.spec.bucket_at(at), self.per_vcpu.get(at.v)) else {
             return false;
         };
-        if !self.samples_vcpu(v) {
+        if !self.samples_vcpu(at.v) {
             return false;
         }
+        let thread = at.who.map(|(w, _)| w.thread);
         let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
         *map.counts.entry(bucket).or_default() += 1;
+        if let Some(t) = thread {
+            *map.threads.entry((t, bucket)).or_default() += 1;
+        }
         map.total += 1;
         if let Some(stack) = stack.filter(|_| self.spec.stack_depth > 0) {
-            map.count_stack(stack, self.spec.stack_depth);
+            map.count_stack(stack, self.spec.stack_depth, thread);
         }
         true
+    }
+
+    /// All vCPUs' per-thread counts merged: thread row -> bucket -> samples.
+    pub(super) fn thread_counts(&self) -> BTreeMap<u32, SparseCounts> {
+        let mut all: BTreeMap<u32, SparseCounts> = BTreeMap::new();
+        for m in &self.per_vcpu {
+            for ((t, b), c) in &m.lock().unwrap_or_else(|e| e.into_inner()).threads {
+                *all.entry(*t).or_default().entry(*b).or_default() += c;
+            }
+        }
+        all
     }
 
     /// All vCPUs' stacks merged.
@@ -294,6 +378,7 @@ impl HostProfile {
             spec: self.spec.clone(),
             running: self.running,
             counts: self.counts(),
+            threads: self.thread_counts(),
             stacks: self.stacks(),
         }
     }
@@ -332,6 +417,9 @@ pub struct HostProfileResult {
     pub running: bool,
     /// Bucket index -> samples.
     pub counts: SparseCounts,
+    /// Per guest thread (a row of the run's process table): bucket index -> samples. Empty
+    /// when the run did not name threads; else it sums to `counts`.
+    pub threads: BTreeMap<u32, SparseCounts>,
     /// The samples' call stacks (empty with a stack depth of 0).
     pub stacks: StackCounts,
 }
@@ -347,12 +435,22 @@ impl HostProfileResult {
 mod tests {
     use super::*;
 
+    fn at(v: usize, pc: u64, cr3: u64, cpl: u8) -> SampleAt<'static> {
+        SampleAt {
+            v,
+            pc,
+            cr3,
+            cpl,
+            who: None,
+        }
+    }
+
     #[test]
     fn whole_space_counts_every_pc_per_bucket() {
         let p = HostProfile::new(1, HostProfileSpec::whole_space(), 2, 0);
-        assert!(p.record(0, 0x1000, 0, 3, None));
-        assert!(p.record(1, 0x100f, 0, 0, None));
-        assert!(p.record(1, u64::MAX, 0, 3, None));
+        assert!(p.record(&at(0, 0x1000, 0, 3), None));
+        assert!(p.record(&at(1, 0x100f, 0, 0), None));
+        assert!(p.record(&at(1, u64::MAX, 0, 3), None));
         let c = p.counts();
         assert_eq!(c.get(&0x100), Some(&2));
         assert_eq!(c.get(&(u64::MAX >> 4)), Some(&1));
@@ -364,9 +462,9 @@ mod tests {
         let p = HostProfile::new(1, HostProfileSpec::whole_space(), 3, 0);
         assert_eq!(p.total(), 0);
         for (v, pc) in [(0, 0x10), (0, 0x10), (1, 0x20), (2, 0x10), (2, u64::MAX)] {
-            assert!(p.record(v, pc, 0, 0, None));
+            assert!(p.record(&at(v, pc, 0, 0), None));
         }
-        assert!(!p.record(3, 0x10, 0, 0, None), "no such vCPU");
+        assert!(!p.record(&at(3, 0x10, 0, 0), None), "no such vCPU");
         assert_eq!(p.total(), 5);
         assert_eq!(p.counts().values().sum::<u64>(), 5);
     }
@@ -374,8 +472,8 @@ mod tests {
     #[test]
     fn result_is_the_merged_counts_with_id_spec_and_state() {
         let mut p = HostProfile::new(7, HostProfileSpec::whole_space(), 2, 0);
-        assert!(p.record(0, 0xffff_ffff_8100_0000, 0, 0, None));
-        assert!(p.record(1, 0xffff_ffff_8100_0008, 0, 0, None));
+        assert!(p.record(&at(0, 0xffff_ffff_8100_0000, 0, 0), None));
+        assert!(p.record(&at(1, 0xffff_ffff_8100_0008, 0, 0), None));
         p.running = false;
         let r = p.result();
         assert_eq!((r.id, r.running), (7, false));
@@ -398,17 +496,18 @@ mod tests {
             cpl: Some(3),
             stack_depth: 0,
             event: None,
+            process: Vec::new(),
         };
         let p = HostProfile::new(1, spec, 2, 0);
-        assert!(!p.record(1, 0x3fff_ffff, 0x1000, 3, None));
-        assert!(!p.record(1, 0x4000_1000, 0x1000, 3, None));
-        assert!(!p.record(1, 0x4000_0010, 0x2000, 3, None));
-        assert!(!p.record(0, 0x4000_0010, 0x1000, 3, None));
+        assert!(!p.record(&at(1, 0x3fff_ffff, 0x1000, 3), None));
+        assert!(!p.record(&at(1, 0x4000_1000, 0x1000, 3), None));
+        assert!(!p.record(&at(1, 0x4000_0010, 0x2000, 3), None));
+        assert!(!p.record(&at(0, 0x4000_0010, 0x1000, 3), None));
         assert!(
-            !p.record(1, 0x4000_0010, 0x1003, 0, None),
+            !p.record(&at(1, 0x4000_0010, 0x1003, 0), None),
             "kernel-mode samples are filtered"
         );
-        assert!(p.record(1, 0x4000_0010, 0x1003, 3, None));
+        assert!(p.record(&at(1, 0x4000_0010, 0x1003, 3), None));
         assert_eq!(p.counts(), SparseCounts::from([(1, 1)]));
         assert_eq!(p.total(), 1, "filtered samples are not counted");
     }
@@ -427,25 +526,26 @@ mod tests {
         spec.stack_depth = 2;
         let p = HostProfile::new(1, spec, 2, 0);
         let whole = stack(&[0x10, 0x20], End::Complete);
-        assert_eq!(p.stack_depth(0, 0x10, 0, 3), 2);
-        assert!(p.record(0, 0x10, 0, 3, Some(&whole)));
-        assert!(p.record(1, 0x10, 0, 3, Some(&whole)));
+        assert_eq!(p.stack_depth(&at(0, 0x10, 0, 3)), 2);
+        assert!(p.record(&at(0, 0x10, 0, 3), Some(&whole)));
+        assert!(p.record(&at(1, 0x10, 0, 3), Some(&whole)));
         // Deeper than the profile keeps: cut, and marked.
         assert!(p.record(
-            1,
-            0x10,
-            0,
-            3,
+            &at(1, 0x10, 0, 3),
             Some(&stack(&[0x10, 0x20, 0x30], End::Complete))
         ));
         // A walk that stopped early.
-        assert!(p.record(0, 0x10, 0, 3, Some(&stack(&[0x10], End::Unreadable(8)))));
+        assert!(p.record(
+            &at(0, 0x10, 0, 3),
+            Some(&stack(&[0x10], End::Unreadable(8)))
+        ));
         // No stack walked (depth 0 elsewhere): the flat count only.
-        assert!(p.record(0, 0x10, 0, 3, None));
+        assert!(p.record(&at(0, 0x10, 0, 3), None));
         let s = p.stacks();
         let key = |pcs: &[u64], truncated| StackKey {
             pcs: pcs.into(),
             truncated,
+            thread: None,
         };
         assert_eq!(
             s.stacks,
@@ -464,11 +564,11 @@ mod tests {
     fn a_full_stack_table_drops_new_stacks_but_counts_known_ones() {
         use introspect::End;
         let mut c = VcpuCounts::default();
-        c.count_stack(&stack(&[1, 2], End::Complete), 64);
+        c.count_stack(&stack(&[1, 2], End::Complete), 64, None);
         c.stack_frames = MAX_STACK_FRAMES - 1;
-        c.count_stack(&stack(&[3, 4], End::Complete), 64);
-        c.count_stack(&stack(&[1, 2], End::Complete), 64);
-        c.count_stack(&stack(&[5], End::Complete), 64);
+        c.count_stack(&stack(&[3, 4], End::Complete), 64, None);
+        c.count_stack(&stack(&[1, 2], End::Complete), 64, None);
+        c.count_stack(&stack(&[5], End::Complete), 64, None);
         assert_eq!((c.stacks.len(), c.dropped), (2, 1));
         assert_eq!(c.stacks.values().sum::<u64>(), 3);
     }
@@ -488,5 +588,57 @@ mod tests {
             s.validate(),
             Err(HostProfileError::StackDepth(MAX_STACK_DEPTH + 1))
         );
+    }
+
+    #[test]
+    fn process_names_match_ignoring_case_and_the_kernels_truncation() {
+        assert!(names_match("AWK", "awk"));
+        assert!(!names_match("awk", "gawk"));
+        // ImageFileName keeps 14 characters: a longer wanted name matches its start.
+        assert!(names_match("VeryLongProcessName.exe", "VeryLongProces"));
+        assert!(!names_match("VeryLongProcessName.exe", "VeryLong"));
+    }
+
+    #[test]
+    fn a_process_filter_counts_only_named_samples_of_that_process_per_thread() {
+        let spec = HostProfileSpec {
+            process: vec!["awk".into()],
+            stack_depth: 2,
+            ..HostProfileSpec::whole_space()
+        };
+        spec.validate().unwrap();
+        let p = HostProfile::new(1, spec, 1, 0);
+        let awk = ThreadRef {
+            thread: 3,
+            process: 1,
+        };
+        let seq = ThreadRef {
+            thread: 4,
+            process: 2,
+        };
+        let named = |who| SampleAt {
+            who,
+            ..at(0, 0x10, 0x1000, 3)
+        };
+        let whole = stack(&[0x10, 0x20], introspect::End::Complete);
+        assert!(p.record(&named(Some((awk, "AWK"))), Some(&whole)));
+        assert!(p.record(&named(Some((awk, "awk"))), None));
+        assert!(!p.record(&named(Some((seq, "seq"))), None));
+        assert!(!p.record(&named(None), None), "not identified: not counted");
+        let r = p.result();
+        assert_eq!(r.total(), 2);
+        assert_eq!(
+            r.threads,
+            BTreeMap::from([(3, SparseCounts::from([(1, 2)]))])
+        );
+        let keys: Vec<_> = r.stacks.stacks.keys().map(|k| k.thread).collect();
+        assert_eq!(keys, [Some(3)]);
+        let mut both = HostProfileSpec::whole_space();
+        both.process = vec!["awk".into()];
+        both.cr3 = Some(0x1000);
+        assert_eq!(both.validate(), Err(HostProfileError::ProcessAndCr3));
+        both.cr3 = None;
+        both.process = vec![String::new()];
+        assert_eq!(both.validate(), Err(HostProfileError::ProcessName));
     }
 }

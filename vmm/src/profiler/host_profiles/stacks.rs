@@ -107,6 +107,8 @@ pub struct StackWalker {
     modules: Vec<FoundModule>,
     /// The Windows kernel, once found, and the page tables it was found through.
     kernel: Option<(Paging, Kernel)>,
+    /// The kernel's base and CodeView record, from when it was found until taken.
+    new_kernel: Option<(u64, Option<CodeView>)>,
 }
 
 impl Default for StackWalker {
@@ -115,6 +117,7 @@ impl Default for StackWalker {
             images: ImageCache::new(IMAGE_SCAN_LIMIT),
             modules: Vec::new(),
             kernel: None,
+            new_kernel: None,
         }
     }
 }
@@ -133,6 +136,11 @@ impl StackWalker {
         self.collect(&mut virt);
     }
 
+    /// The Windows kernel's base and CodeView record, once, after a sample found it.
+    pub fn take_new_kernel(&mut self) -> Option<(u64, Option<CodeView>)> {
+        self.new_kernel.take()
+    }
+
     /// The Windows kernel this vCPU's samples found, if any.
     pub fn kernel(&self) -> Option<&Kernel> {
         self.kernel.as_ref().map(|(_, k)| k)
@@ -149,6 +157,7 @@ impl StackWalker {
             if space == KERNEL_SPACE && self.kernel.is_none() {
                 if let Some(kernel) = Kernel::of(virt, &image) {
                     log::info!("Windows kernel found at {:#x}", image.base);
+                    self.new_kernel = Some((image.base, image.codeview(virt)));
                     self.kernel = Some((virt.paging, kernel));
                     self.add_kernel_modules(virt);
                 }
@@ -299,6 +308,7 @@ mod tests {
             gpr,
             cpl: 3,
             paging,
+            ..CpuState::default()
         };
         let s = StackWalker::default().walk(&mem, &cpu, 64);
         assert_eq!(s.pcs, [0x40_0010, 0x40_0111, 0x40_0222]);

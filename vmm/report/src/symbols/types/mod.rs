@@ -59,6 +59,9 @@ pub enum TypeError {
     /// Neither BTF nor DWARF.
     #[error("the file has neither a .BTF section nor DWARF debug information")]
     NoTypes,
+    /// Not a PDB, an ELF file or BTF.
+    #[error("not a PDB, an ELF file or BTF")]
+    UnknownFormat,
     /// A structure the layout needs is not there.
     #[error("no structure {0} in the type information")]
     MissingStruct(&'static str),
@@ -260,3 +263,22 @@ pub fn linux_layout_from_elf(bytes: &[u8]) -> Result<LinuxLayout, TypeError> {
 
 #[cfg(test)]
 mod tests;
+
+/// The guest kernel layout in a file the user gave (`--guest-types`): a PDB (Windows; its
+/// symbols are RVAs), a vmlinux ELF (BTF or DWARF and its symbol table) or a raw BTF blob
+/// (such as /sys/kernel/btf/vmlinux or pahole's detached output: structures only).
+pub fn layout_from_file(bytes: &[u8]) -> Result<introspect::os::OsLayout, TypeError> {
+    const MSF7: &[u8] = b"Microsoft C/C++ MSF 7.00\r\n\x1aDS\0\0\0";
+    const ELF: &[u8] = b"\x7fELF";
+    const BTF: &[u8] = &[0x9f, 0xeb];
+    use introspect::os::OsLayout;
+    if bytes.starts_with(MSF7) {
+        Ok(OsLayout::Windows(pdb::windows_layout(bytes)?))
+    } else if bytes.starts_with(ELF) {
+        Ok(OsLayout::Linux(linux_layout_from_elf(bytes)?))
+    } else if bytes.starts_with(BTF) {
+        Ok(OsLayout::Linux(btf::linux_layout(bytes)?))
+    } else {
+        Err(TypeError::UnknownFormat)
+    }
+}

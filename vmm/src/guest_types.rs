@@ -1,0 +1,186 @@
+//! Where a run learns the guest kernel's structure layout, from what the user gave: a file
+//! (`--guest-types`: a PDB, a vmlinux or raw BTF), the vmlinux it boots (its BTF or DWARF), or,
+//! for a Windows guest, the kernel's PDB looked up on the symbol path once a sample has found
+//! the kernel in guest memory. Without any, samples are split by address space.
+
+use std::path::{Path, PathBuf};
+
+use introspect::os::OsLayout;
+use introspect::pe::CodeView;
+use report::bounded;
+use report::symbols::path::SymbolPath;
+use report::symbols::pdb::PdbId;
+use report::symbols::types::{layout_from_file, linux_layout_from_elf, pdb::windows_layout};
+use report::symbols::Finder;
+
+use crate::outcome::{Blame, Fault};
+use crate::profiler::host_profiles::guest_os::GuestTypes;
+
+/// Which guest kernel to read processes and threads from (`--guest-os`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GuestOsChoice {
+    /// Linux when the booted vmlinux has type information, else Windows when a symbol path
+    /// is given, else none (samples split by address space).
+    #[default]
+    Auto,
+    /// A Windows kernel: its layout from `--guest-types` or its PDB on the symbol path.
+    Windows,
+    /// A Linux kernel: its layout from `--guest-types` or the booted vmlinux.
+    Linux,
+    /// Do not name processes and threads.
+    Off,
+}
+
+impl std::str::FromStr for GuestOsChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(GuestOsChoice::Auto),
+            "windows" => Ok(GuestOsChoice::Windows),
+            "linux" => Ok(GuestOsChoice::Linux),
+            "off" => Ok(GuestOsChoice::Off),
+            _ => Err(format!(
+                "--guest-os takes auto, windows, linux or off, not {s:?}"
+            )),
+        }
+    }
+}
+
+/// The layout the user asked for cannot be had.
+#[derive(Debug, thiserror::Error)]
+pub enum GuestTypesError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: report::bounded::InputError,
+    },
+    /// The file holds no usable layout.
+    #[error("{path}: {source}")]
+    Types {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: report::symbols::types::TypeError,
+    },
+    /// The file is for the other kernel.
+    #[error("{path} describes a {found} kernel, but --guest-os {wanted} was given")]
+    WrongOs {
+        /// The file.
+        path: PathBuf,
+        /// What it holds.
+        found: &'static str,
+        /// What was asked for.
+        wanted: &'static str,
+    },
+    /// A Windows guest without a symbol path or a types file.
+    #[error("--guest-os windows needs --symbol-path (to find the kernel's PDB) or --guest-types")]
+    NoWindowsSource,
+    /// A Linux guest without a vmlinux or a types file.
+    #[error("--guest-os linux needs --kernel vmlinux (with BTF or DWARF) or --guest-types")]
+    NoLinuxSource,
+}
+
+impl Blame for GuestTypesError {
+    /// Every one is about a file or an option the user gave.
+    fn fault(&self) -> Fault {
+        Fault::User
+    }
+}
+
+/// The layout source for a run: `choice` (`--guest-os`), `file` (`--guest-types`), the
+/// `kernel` it boots (if it boots one) and, for the Windows lookup, the user's symbol path
+/// (searched on a thread of its own during the run, without a progress bar).
+pub fn guest_types(
+    choice: GuestOsChoice,
+    file: Option<&Path>,
+    kernel: Option<&Path>,
+    symbol_path: Option<SymbolPath>,
+) -> Result<GuestTypes, GuestTypesError> {
+    if choice == GuestOsChoice::Off {
+        return Ok(GuestTypes::Off);
+    }
+    if let Some(path) = file {
+        let bytes =
+            bounded::read(path, bounded::SYMBOLS).map_err(|source| GuestTypesError::Read {
+                path: path.into(),
+                source,
+            })?;
+        let layout = layout_from_file(&bytes).map_err(|source| GuestTypesError::Types {
+            path: path.into(),
+            source,
+        })?;
+        return match (layout, choice) {
+            (OsLayout::Windows(l), GuestOsChoice::Auto | GuestOsChoice::Windows) => {
+                Ok(GuestTypes::Windows(l))
+            }
+            (OsLayout::Linux(l), GuestOsChoice::Auto | GuestOsChoice::Linux) => {
+                Ok(GuestTypes::Linux(l))
+            }
+            (layout, _) => Err(GuestTypesError::WrongOs {
+                path: path.into(),
+                found: if matches!(layout, OsLayout::Windows(_)) {
+                    "Windows"
+                } else {
+                    "Linux"
+                },
+                wanted: if choice == GuestOsChoice::Windows {
+                    "windows"
+                } else {
+                    "linux"
+                },
+            }),
+        };
+    }
+    if matches!(choice, GuestOsChoice::Auto | GuestOsChoice::Linux) {
+        if let Some(kernel) = kernel {
+            match vmlinux_layout(kernel) {
+                Ok(l) => return Ok(GuestTypes::Linux(l)),
+                Err(e) if choice == GuestOsChoice::Linux => return Err(e),
+                // Not a vmlinux with types (a bzImage, a PVH kernel without debug
+                // information): nothing to say unless the user asked for Linux.
+                Err(e) => log::info!("guest processes are not named from the kernel: {e}"),
+            }
+        } else if choice == GuestOsChoice::Linux {
+            return Err(GuestTypesError::NoLinuxSource);
+        }
+    }
+    match (choice, symbol_path) {
+        (GuestOsChoice::Auto | GuestOsChoice::Windows, Some(path)) => {
+            Ok(GuestTypes::WindowsLookup(windows_lookup(path)))
+        }
+        (GuestOsChoice::Windows, None) => Err(GuestTypesError::NoWindowsSource),
+        _ => Ok(GuestTypes::AddressSpaces),
+    }
+}
+
+/// The layout in the vmlinux at `path`.
+fn vmlinux_layout(path: &Path) -> Result<introspect::os::LinuxLayout, GuestTypesError> {
+    let bytes = bounded::read(path, bounded::KERNEL).map_err(|source| GuestTypesError::Read {
+        path: path.into(),
+        source,
+    })?;
+    linux_layout_from_elf(&bytes).map_err(|source| GuestTypesError::Types {
+        path: path.into(),
+        source,
+    })
+}
+
+/// Looks the Windows kernel's PDB up on the symbol path `path` and reads its layout.
+fn windows_lookup(path: SymbolPath) -> crate::profiler::host_profiles::guest_os::WindowsLookup {
+    Box::new(move |cv: &CodeView| {
+        let mut finder = Finder::new(path);
+        let id = PdbId {
+            guid: cv.guid.clone(),
+            age: cv.age,
+        };
+        let path = finder
+            .find_pdb("ntoskrnl", &cv.pdb, &id)
+            .ok_or_else(|| format!("not on the symbol path (GUID {} age {})", cv.guid, cv.age))?;
+        let bytes = bounded::read(&path, bounded::SYMBOLS).map_err(|e| e.to_string())?;
+        windows_layout(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+    })
+}

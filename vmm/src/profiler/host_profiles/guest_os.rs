@@ -1,0 +1,346 @@
+//! Which guest process and thread each host-side sample ran in.
+//!
+//! The guest kernel's structures are read by `introspect::os` (one [`GuestContext`] per vCPU:
+//! its per-CPU base, the current thread pointer in it, the thread's identity read once per
+//! thread change); their layout comes from the kernel's own debug information ([`GuestTypes`]):
+//! a Linux vmlinux's BTF or DWARF before the run, a Windows kernel's PDB once a sample has
+//! found the kernel in guest memory (looked up on a thread of its own, so a symbol server's
+//! latency never stalls a vCPU). Until a layout is known, and for samples whose thread cannot
+//! be named, samples are split by address space (`[cr3 ..]` rows).
+//!
+//! The per-sample cost with a layout is one 8-byte read through the kernel's page tables and a
+//! comparison with the vCPU's last thread; the shared [`ProcessTable`] is locked only when a
+//! vCPU's thread changes.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Mutex, MutexGuard, RwLock};
+use std::time::Instant;
+
+use introspect::os::{
+    GuestContext, GuestOs, IdentifyError, LinuxLayout, OsLayout, SampleRegs, ThreadKey,
+    WindowsLayout,
+};
+use introspect::paging::Paging;
+use introspect::pe::CodeView;
+use vm_memory::GuestMemoryMmap;
+
+use super::processes::{ProcessTable, ThreadRef};
+use super::stacks::GuestVirt;
+use crate::arch::cpu_state::CpuState;
+
+/// Looks a Windows kernel's structure layout up from the PDB its CodeView record names (the
+/// caller's symbol path).
+pub type WindowsLookup = Box<dyn FnOnce(&CodeView) -> Result<WindowsLayout, String> + Send>;
+
+/// Where the run learns the guest kernel's structure layout from.
+#[derive(Default)]
+pub enum GuestTypes {
+    /// Processes and threads are not named: samples carry no thread at all.
+    Off,
+    /// No layout: samples are split by address space only (`[cr3 ..]` rows).
+    #[default]
+    AddressSpaces,
+    /// A Linux kernel's layout, read from its vmlinux before the run.
+    Linux(LinuxLayout),
+    /// A Windows kernel's layout, given before the run; used once a sample finds the kernel.
+    Windows(WindowsLayout),
+    /// A Windows kernel's layout, looked up from its PDB once a sample finds the kernel.
+    WindowsLookup(WindowsLookup),
+}
+
+impl std::fmt::Debug for GuestTypes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            GuestTypes::Off => "Off",
+            GuestTypes::AddressSpaces => "AddressSpaces",
+            GuestTypes::Linux(_) => "Linux",
+            GuestTypes::Windows(_) => "Windows",
+            GuestTypes::WindowsLookup(_) => "WindowsLookup",
+        })
+    }
+}
+
+/// What the Windows kernel's discovery waits for.
+enum Pending {
+    /// Nothing: no Windows layout is wanted, or it is known.
+    Nothing,
+    /// This layout, once the kernel's base is known.
+    Layout(WindowsLayout),
+    /// The lookup thread, which takes the kernel's base and CodeView record.
+    Lookup(Sender<(u64, CodeView)>),
+}
+
+/// What a vCPU's current thread is keyed by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Key {
+    Thread(ThreadKey),
+    Space(u64),
+}
+
+/// The thread a vCPU's last sample ran in.
+#[derive(Debug)]
+pub struct Who {
+    key: Key,
+    /// Its rows.
+    pub at: ThreadRef,
+    /// Its process's name (what `--process` matches).
+    pub process_name: String,
+}
+
+/// One vCPU's identification state.
+#[derive(Default)]
+pub struct VcpuGuest {
+    context: Option<GuestContext>,
+    /// The layout generation `context` was made for.
+    generation: u32,
+    /// The page tables of this vCPU's last kernel-mode sample: kernel objects are read through
+    /// them (a user-mode CR3 under KVA shadow or PTI does not map the kernel).
+    kernel_paging: Option<Paging>,
+    current: Option<Who>,
+    /// Why the last identification failed, logged once per kind.
+    logged: u8,
+}
+
+/// The run's guest awareness: the layout once known, the vCPUs' contexts and the rows.
+pub struct GuestAwareness {
+    /// Off: no rows at all.
+    enabled: AtomicBool,
+    os: RwLock<Option<GuestOs>>,
+    generation: AtomicU32,
+    pending: Mutex<Pending>,
+    want_kernel_gs: Box<[AtomicBool]>,
+    vcpus: Box<[Mutex<VcpuGuest>]>,
+    table: ProcessTable,
+}
+
+impl GuestAwareness {
+    /// Nothing known yet, for `vcpus` vCPUs, rows timed from `start`.
+    pub fn new(vcpus: usize, start: Instant) -> Self {
+        GuestAwareness {
+            enabled: AtomicBool::new(true),
+            os: RwLock::new(None),
+            generation: AtomicU32::new(0),
+            pending: Mutex::new(Pending::Nothing),
+            want_kernel_gs: (0..vcpus).map(|_| AtomicBool::new(false)).collect(),
+            vcpus: (0..vcpus).map(|_| Mutex::default()).collect(),
+            table: ProcessTable::new(start),
+        }
+    }
+
+    /// Takes the layout source; returns the lookup to run on a thread of its own (with the
+    /// receiver of the kernel's discovery) for [`GuestTypes::WindowsLookup`].
+    /// Called before the guest runs.
+    pub fn set_types(
+        &self,
+        types: GuestTypes,
+    ) -> Option<(WindowsLookup, Receiver<(u64, CodeView)>)> {
+        self.enabled
+            .store(!matches!(types, GuestTypes::Off), Ordering::Relaxed);
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        match types {
+            GuestTypes::Off | GuestTypes::AddressSpaces => None,
+            GuestTypes::Linux(layout) => {
+                self.publish(GuestOs {
+                    layout: OsLayout::Linux(layout),
+                    load_bias: 0,
+                });
+                None
+            }
+            GuestTypes::Windows(layout) => {
+                *pending = Pending::Layout(layout);
+                None
+            }
+            GuestTypes::WindowsLookup(lookup) => {
+                let (tx, rx) = std::sync::mpsc::channel();
+                *pending = Pending::Lookup(tx);
+                Some((lookup, rx))
+            }
+        }
+    }
+
+    /// Makes `os` the kernel every vCPU reads from its next sample on.
+    pub fn publish(&self, os: GuestOs) {
+        *self.os.write().unwrap_or_else(|e| e.into_inner()) = Some(os);
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Runs `lookup` for the kernel `found` reports (until the run ends and drops the sender),
+    /// then publishes its layout. Runs on the lookup thread.
+    pub fn serve_lookup(&self, lookup: WindowsLookup, found: Receiver<(u64, CodeView)>) {
+        let Ok((base, codeview)) = found.recv() else {
+            return;
+        };
+        match lookup(&codeview) {
+            Ok(layout) => {
+                log::info!(
+                    "guest processes and threads: layout read from {} ({})",
+                    codeview.pdb,
+                    codeview.guid
+                );
+                self.publish(GuestOs {
+                    layout: OsLayout::Windows(layout),
+                    load_bias: base,
+                });
+            }
+            Err(e) => log::warn!(
+                "guest processes and threads are not named: {}: {e}; samples are split by address space",
+                codeview.pdb
+            ),
+        }
+    }
+
+    /// Called once when a vCPU's samples find the Windows kernel at `base`.
+    pub fn kernel_found(&self, base: u64, codeview: Option<CodeView>) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        match std::mem::replace(&mut *pending, Pending::Nothing) {
+            Pending::Nothing => {}
+            Pending::Layout(layout) => self.publish(GuestOs {
+                layout: OsLayout::Windows(layout),
+                load_bias: base,
+            }),
+            Pending::Lookup(tx) => match codeview {
+                Some(cv) => {
+                    let _ = tx.send((base, cv));
+                }
+                None => log::warn!(
+                    "the Windows kernel at {base:#x} has no CodeView record: its PDB cannot be found, so guest processes are not named"
+                ),
+            },
+        }
+    }
+
+    /// Ends the lookup's wait (the run is over).
+    pub fn close(&self) {
+        *self.pending.lock().unwrap_or_else(|e| e.into_inner()) = Pending::Nothing;
+    }
+
+    /// True when vCPU `v`'s next sample should read IA32_KERNEL_GS_BASE.
+    pub fn wants_kernel_gs_base(&self, v: usize) -> bool {
+        self.want_kernel_gs
+            .get(v)
+            .is_some_and(|w| w.load(Ordering::Relaxed))
+    }
+
+    /// The run's rows.
+    pub fn table(&self) -> &ProcessTable {
+        &self.table
+    }
+
+    /// True when samples are given threads.
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    /// vCPU `v`'s state (only its own thread locks it on the sample path).
+    pub fn vcpu(&self, v: usize) -> Option<MutexGuard<'_, VcpuGuest>> {
+        self.vcpus
+            .get(v)
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn os(&self) -> Option<GuestOs> {
+        *self.os.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The thread vCPU `v` (whose state is `g`) ran when sampled at `cpu`.
+    pub fn identify<'g>(
+        &self,
+        v: usize,
+        g: &'g mut VcpuGuest,
+        mem: &GuestMemoryMmap,
+        cpu: &CpuState,
+    ) -> Option<&'g Who> {
+        if !self.enabled() {
+            return None;
+        }
+        if cpu.cpl == 0 {
+            g.kernel_paging = Some(cpu.paging);
+        }
+        let generation = self.generation.load(Ordering::Acquire);
+        if generation != g.generation {
+            g.generation = generation;
+            g.context = self.os().map(GuestContext::new);
+        }
+        let key = match g.context.as_mut() {
+            Some(context) => {
+                let mut kmem = GuestVirt::new(mem, g.kernel_paging.unwrap_or(cpu.paging));
+                let regs = SampleRegs {
+                    cpl: cpu.cpl,
+                    gs_base: cpu.gs_base,
+                    kernel_gs_base: cpu.kernel_gs_base,
+                };
+                let want = self.want_kernel_gs.get(v);
+                match context.identify(&mut kmem, &regs) {
+                    Ok(id) => {
+                        let key = Key::Thread(id.thread.key);
+                        if !matches!(&g.current, Some(c) if c.key == key) {
+                            let now = self.table.now_s();
+                            if let Some(old) = &g.current {
+                                self.table.seen(old.at, now);
+                            }
+                            let found = self.table.identified(id, now);
+                            g.current = Some(Who {
+                                key,
+                                at: found.at,
+                                process_name: id.process.name.clone(),
+                            });
+                        }
+                        if let Some(w) = want {
+                            w.store(context.wants_kernel_gs_base(), Ordering::Relaxed);
+                        }
+                        return g.current.as_ref();
+                    }
+                    Err(e) => {
+                        if let Some(w) = want {
+                            w.store(context.wants_kernel_gs_base(), Ordering::Relaxed);
+                        }
+                        log_failure(v, &mut g.logged, e);
+                        Key::Space(cpu.paging.cr3 & !0xfff)
+                    }
+                }
+            }
+            None => Key::Space(cpu.paging.cr3 & !0xfff),
+        };
+        if !matches!(&g.current, Some(c) if c.key == key) {
+            let now = self.table.now_s();
+            if let Some(old) = &g.current {
+                self.table.seen(old.at, now);
+            }
+            let at = self.table.unidentified(cpu.paging.cr3, now);
+            g.current = Some(Who {
+                key,
+                at,
+                process_name: String::new(),
+            });
+        }
+        g.current.as_ref()
+    }
+
+    /// Notes, as vCPU `v` leaves the guest for good, that its last thread ran until now.
+    pub fn vcpu_exiting(&self, v: usize) {
+        if let Some(g) = self.vcpu(v) {
+            if let Some(c) = &g.current {
+                self.table.seen(c.at, self.table.now_s());
+            }
+        }
+    }
+}
+
+/// Logs the first failure of each kind on vCPU `v` (a guest that never gives a per-CPU base,
+/// or one whose structures do not read, would otherwise log at every sample).
+fn log_failure(v: usize, logged: &mut u8, e: IdentifyError) {
+    let bit = match e {
+        IdentifyError::NoPerCpuBase => 1,
+        IdentifyError::BadPerCpuBase(_) => 2,
+        IdentifyError::Unreadable(_) => 4,
+        IdentifyError::Implausible { .. } => 8,
+    };
+    if *logged & bit == 0 {
+        *logged |= bit;
+        log::info!("vCPU {v}: a sample's thread could not be named: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests;
