@@ -187,9 +187,9 @@ const INTROSPECT: Root = Root {
         ("paging", 0),
         // The PE image builder for tests and the bench (feature test-support).
         ("testimage", 0),
-        // Guest kernels' structure layouts: plain data.
-        ("os", 0),
         ("fp", 1),
+        // Guest kernels' processes and threads (their layouts are plain data).
+        ("os", 1),
         ("pe", 1),
         ("images", 2),
         ("nt", 2),
