@@ -19,10 +19,26 @@ pub struct CpuState {
     /// Windows or Linux kernel keeps its per-CPU area there.
     pub gs_base: u64,
     /// IA32_KERNEL_GS_BASE, read (one KVM_GET_MSRS) only at the samples whose caller asked
-    /// for it ([`crate::profiler::Profiler::wants_kernel_gs_base`]): at CPL3 it holds the
+    /// for it ([`crate::profiler::Profiler::wanted_msrs`]): at CPL3 it holds the
     /// kernel's per-CPU base.
     pub kernel_gs_base: Option<u64>,
+    /// IA32_LSTAR (the kernel's system-call entry), read only at the samples whose caller
+    /// asked for it: it lies in a Windows kernel's image, so it finds the kernel even when no
+    /// sample lands in kernel mode.
+    pub lstar: Option<u64>,
 }
+
+/// The MSRs a sample's caller asks the vCPU to read (one KVM_GET_MSRS for both).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WantedMsrs {
+    /// IA32_KERNEL_GS_BASE.
+    pub kernel_gs_base: bool,
+    /// IA32_LSTAR.
+    pub lstar: bool,
+}
+
+/// IA32_LSTAR: the 64-bit SYSCALL entry point.
+pub const MSR_LSTAR: u32 = 0xc000_0082;
 
 /// IA32_KERNEL_GS_BASE: the GS base SWAPGS exchanges with the current one.
 pub const MSR_KERNEL_GS_BASE: u32 = 0xc000_0102;

@@ -105,10 +105,11 @@ impl Profiler {
         })
     }
 
-    /// True when vCPU `v`'s next sample should read IA32_KERNEL_GS_BASE (the guest kernel's
-    /// per-CPU base, which a user-mode sample does not show in GS).
-    pub fn wants_kernel_gs_base(&self, v: usize) -> bool {
-        self.host.guest().wants_kernel_gs_base(v)
+    /// The MSRs vCPU `v`'s next sample should read: IA32_KERNEL_GS_BASE (the guest kernel's
+    /// per-CPU base, which a user-mode sample does not show in GS) and IA32_LSTAR (inside a
+    /// Windows kernel not found yet), each only while it is needed.
+    pub fn wanted_msrs(&self, v: usize) -> crate::arch::cpu_state::WantedMsrs {
+        self.host.guest().wanted_msrs(v)
     }
 
     /// Counts `n` samples vCPU `v` lost (signals that named none of its triggers).

@@ -21,7 +21,7 @@ use kvm_ioctls::{SyncReg, VcpuFd};
 
 use vm_memory::GuestMemoryMmap;
 
-use crate::arch::cpu_state::CpuState;
+use crate::arch::cpu_state::{CpuState, WantedMsrs, MSR_KERNEL_GS_BASE, MSR_LSTAR};
 use crate::firmware::rom::ReadOnlySlot;
 use crate::outcome::{RunOutcome, StopSignal};
 use crate::profiler::Profiler;
@@ -274,8 +274,9 @@ impl Vcpu {
                 let stray = sampler.take(|t| {
                     let cpu = *cpu.get_or_insert_with(|| {
                         let mut cpu = self.cpu_state();
-                        if profiler.wants_kernel_gs_base(self.index) {
-                            cpu.kernel_gs_base = self.kernel_gs_base();
+                        let wanted = profiler.wanted_msrs(self.index);
+                        if wanted != WantedMsrs::default() {
+                            self.read_msrs(wanted, &mut cpu);
                         }
                         cpu
                     });
@@ -363,19 +364,37 @@ impl Vcpu {
             },
             gs_base: sregs.gs.base,
             kernel_gs_base: None,
+            lstar: None,
         }
     }
 
-    /// IA32_KERNEL_GS_BASE, by one KVM_GET_MSRS (None if KVM refuses it).
-    fn kernel_gs_base(&self) -> Option<u64> {
-        let mut msrs = kvm_bindings::Msrs::from_entries(&[kvm_bindings::kvm_msr_entry {
-            index: crate::arch::cpu_state::MSR_KERNEL_GS_BASE,
+    /// Reads the MSRs `wanted` names into `cpu`, by one KVM_GET_MSRS (left None where KVM
+    /// refuses one).
+    fn read_msrs(&self, wanted: WantedMsrs, cpu: &mut CpuState) {
+        let entry = |index| kvm_bindings::kvm_msr_entry {
+            index,
             ..Default::default()
-        }])
-        .ok()?;
-        match self.fd.get_msrs(&mut msrs) {
-            Ok(1) => Some(msrs.as_slice()[0].data),
-            _ => None,
+        };
+        let mut list = Vec::with_capacity(2);
+        if wanted.kernel_gs_base {
+            list.push(entry(MSR_KERNEL_GS_BASE));
+        }
+        if wanted.lstar {
+            list.push(entry(MSR_LSTAR));
+        }
+        let Ok(mut msrs) = kvm_bindings::Msrs::from_entries(&list) else {
+            return;
+        };
+        let Ok(read) = self.fd.get_msrs(&mut msrs) else {
+            return;
+        };
+        // KVM reads them in order and stops at the first it refuses.
+        for e in msrs.as_slice().iter().take(read) {
+            match e.index {
+                MSR_KERNEL_GS_BASE => cpu.kernel_gs_base = Some(e.data),
+                MSR_LSTAR => cpu.lstar = Some(e.data),
+                _ => {}
+            }
         }
     }
 

@@ -27,7 +27,10 @@ use vm_memory::GuestMemoryMmap;
 
 use super::processes::{ProcessTable, ThreadRef};
 use super::stacks::GuestVirt;
-use crate::arch::cpu_state::CpuState;
+use crate::arch::cpu_state::{CpuState, WantedMsrs};
+
+/// Samples between two reads of IA32_LSTAR on a vCPU while a Windows kernel is looked for.
+pub const LSTAR_PERIOD: u32 = 1024;
 
 /// Looks a Windows kernel's structure layout up from the PDB its CodeView record names (the
 /// caller's symbol path).
@@ -110,6 +113,10 @@ pub struct GuestAwareness {
     generation: AtomicU32,
     pending: Mutex<Pending>,
     want_kernel_gs: Box<[AtomicBool]>,
+    /// A Windows layout waits for the kernel: samples read IA32_LSTAR now and then.
+    windows_pending: AtomicBool,
+    /// Per vCPU: samples since it last read IA32_LSTAR.
+    since_lstar: Box<[AtomicU32]>,
     vcpus: Box<[Mutex<VcpuGuest>]>,
     table: ProcessTable,
 }
@@ -123,6 +130,8 @@ impl GuestAwareness {
             generation: AtomicU32::new(0),
             pending: Mutex::new(Pending::Nothing),
             want_kernel_gs: (0..vcpus).map(|_| AtomicBool::new(false)).collect(),
+            windows_pending: AtomicBool::new(false),
+            since_lstar: (0..vcpus).map(|_| AtomicU32::new(0)).collect(),
             vcpus: (0..vcpus).map(|_| Mutex::default()).collect(),
             table: ProcessTable::new(start),
         }
@@ -149,11 +158,13 @@ impl GuestAwareness {
             }
             GuestTypes::Windows(layout) => {
                 *pending = Pending::Layout(layout);
+                self.windows_pending.store(true, Ordering::Relaxed);
                 None
             }
             GuestTypes::WindowsLookup(lookup) => {
                 let (tx, rx) = std::sync::mpsc::channel();
                 *pending = Pending::Lookup(tx);
+                self.windows_pending.store(true, Ordering::Relaxed);
                 Some((lookup, rx))
             }
         }
@@ -192,6 +203,7 @@ impl GuestAwareness {
 
     /// Called once when a vCPU's samples find the Windows kernel at `base`.
     pub fn kernel_found(&self, base: u64, codeview: Option<CodeView>) {
+        self.windows_pending.store(false, Ordering::Relaxed);
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         match std::mem::replace(&mut *pending, Pending::Nothing) {
             Pending::Nothing => {}
@@ -212,6 +224,7 @@ impl GuestAwareness {
 
     /// Ends the lookup's wait (the run is over).
     pub fn close(&self) {
+        self.windows_pending.store(false, Ordering::Relaxed);
         *self.pending.lock().unwrap_or_else(|e| e.into_inner()) = Pending::Nothing;
     }
 
@@ -220,6 +233,31 @@ impl GuestAwareness {
         self.want_kernel_gs
             .get(v)
             .is_some_and(|w| w.load(Ordering::Relaxed))
+    }
+
+    /// The MSRs vCPU `v`'s next sample should read: IA32_KERNEL_GS_BASE while its context
+    /// asks for it, IA32_LSTAR once every [`LSTAR_PERIOD`] samples while a Windows layout waits
+    /// for the kernel.
+    pub fn wanted_msrs(&self, v: usize) -> WantedMsrs {
+        let lstar = self.windows_pending.load(Ordering::Relaxed)
+            && self
+                .since_lstar
+                .get(v)
+                .is_some_and(|n| n.fetch_add(1, Ordering::Relaxed) % LSTAR_PERIOD == 0);
+        WantedMsrs {
+            kernel_gs_base: self.wants_kernel_gs_base(v),
+            lstar,
+        }
+    }
+
+    /// The page tables a vCPU sampled at `cpu` reads kernel memory through: this sample's in
+    /// kernel mode, else the vCPU's last kernel-mode sample's (a user-mode CR3 under KVA
+    /// shadow or PTI does not map the kernel), else this sample's.
+    pub fn kernel_paging(&self, g: &VcpuGuest, cpu: &CpuState) -> Paging {
+        match (cpu.cpl, g.kernel_paging) {
+            (0, _) | (_, None) => cpu.paging,
+            (_, Some(p)) => p,
+        }
     }
 
     /// The run's rows.

@@ -81,6 +81,9 @@ impl HostProfiles {
         }
         // The guest thread it ran in, once for every profile.
         let mut guest = self.guest.vcpu(v);
+        let kernel_paging = guest
+            .as_deref()
+            .map_or(cpu.paging, |g| self.guest.kernel_paging(g, cpu));
         let who = guest
             .as_deref_mut()
             .and_then(|g| self.guest.identify(v, g, &self.mem, cpu))
@@ -106,6 +109,11 @@ impl HostProfiles {
                     walker.note_pc(&self.mem, cpu);
                     None
                 };
+                // The system-call entry lies in a Windows kernel's image: found from there
+                // when no sample lands in it.
+                if let Some(lstar) = cpu.lstar {
+                    walker.note_address(&self.mem, kernel_paging, lstar);
+                }
                 if let Some((base, codeview)) = walker.take_new_kernel() {
                     self.guest.kernel_found(base, codeview);
                 }

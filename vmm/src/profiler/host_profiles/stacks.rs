@@ -136,6 +136,18 @@ impl StackWalker {
         self.collect(&mut virt);
     }
 
+    /// Looks for the image holding the kernel-space address `addr` (a system-call entry read
+    /// from IA32_LSTAR) through the page tables `paging`.
+    pub fn note_address(&mut self, mem: &GuestMemoryMmap, paging: Paging, addr: u64) {
+        if addr >> 63 == 0 || self.kernel.is_some() {
+            return;
+        }
+        let mut virt = GuestVirt::new(mem, paging);
+        self.images.begin_walk();
+        self.images.find(&mut virt, paging.cr3, addr);
+        self.collect(&mut virt);
+    }
+
     /// The Windows kernel's base and CodeView record, once, after a sample found it.
     pub fn take_new_kernel(&mut self) -> Option<(u64, Option<CodeView>)> {
         self.new_kernel.take()

@@ -100,3 +100,17 @@ fn a_lookup_that_never_gets_a_kernel_ends_with_the_run() {
     t.join().unwrap();
     assert_eq!(g.os(), None);
 }
+
+#[test]
+fn lstar_is_read_now_and_then_only_while_a_windows_kernel_is_looked_for() {
+    let g = GuestAwareness::new(1, Instant::now());
+    assert_eq!(g.wanted_msrs(0), WantedMsrs::default());
+    g.set_types(GuestTypes::Windows(WindowsLayout::default()));
+    let reads = (0..3 * LSTAR_PERIOD)
+        .filter(|_| g.wanted_msrs(0).lstar)
+        .count();
+    assert_eq!(reads, 3);
+    g.kernel_found(0xffff_f800_0010_0000, None);
+    assert!((0..2 * LSTAR_PERIOD).all(|_| !g.wanted_msrs(0).lstar));
+    assert!(!g.wanted_msrs(7).lstar, "no such vCPU");
+}
