@@ -242,6 +242,18 @@ fn api_pauses_profiles_and_shuts_down_a_running_vm() {
         let message = e["error"].as_str().unwrap_or_default();
         assert!(message.contains(&format!("{field}: ")), "{body}: {e}");
     }
+    // A process name and a CR3 together, or an empty name, are refused by what they break.
+    for (body, says) in [
+        (r#"{"process": ["awk"], "cr3": 4096}"#, "not both"),
+        (r#"{"process": [""]}"#, "process names"),
+    ] {
+        let (status, e) = call(&socket, "POST", "/v1/profiles/host", body);
+        assert_eq!(status, 400, "{body}: {e}");
+        assert!(
+            e["error"].as_str().unwrap_or_default().contains(says),
+            "{body}: {e}"
+        );
+    }
 
     assert_eq!(
         call(&socket, "PUT", &format!("/v1/profiles/host/{id}/stop"), "").0,
