@@ -155,8 +155,8 @@ fn json_num(v: &Value) -> Option<u64> {
     }
 }
 
-/// What profile.json says of one guest process: its row, its threads' rows (tid -> (key,
-/// name)) and its samples (thread key -> samples).
+/// What profile.json says of one guest process: its row and its threads' (tid -> (key,
+/// name)).
 #[derive(Debug)]
 struct Row<'a> {
     process: &'a Value,
@@ -274,6 +274,14 @@ fn check_ntprocs(run: &Output, out: &Path) {
         assert_eq!(got, want, "threads of pid {pid}: {thread_rows:#?}");
         guest_rows.push(row);
     }
+    // The System process's thread ran at CPL0 (GS base = the KPCR) before any of them.
+    assert!(
+        rows.iter().any(|r| json_num(&r["pid"]) == Some(4)
+            && r["name"] == "System"
+            && r["kernel"] == true
+            && r["identified"] == true),
+        "System: {rows:#?}"
+    );
     let key = |i: usize| json_num(&guest_rows[i].process["key"]).unwrap();
     assert_ne!(key(2), key(3), "charlie and delta are two processes");
 
