@@ -259,7 +259,9 @@ fn check_ntprocs(run: &Output, out: &Path) {
             .iter()
             .filter_map(json_num)
             .collect();
-        assert_eq!(cr3s, [guest_num(p, "cr3")], "{r}");
+        // Its DirectoryTableBase (a row may list more if sampled CR3s are added: a switch
+        // loads the next CR3 a few instructions before it changes the KPCR's current thread).
+        assert!(cr3s.contains(&guest_num(p, "cr3")), "{r}");
         // Its threads by TID, named.
         let want: BTreeMap<u64, &str> = threads
             .iter()
