@@ -8,10 +8,22 @@
 //! This is a layout-level test: the list is laid out as Windows lays it out and is walked by
 //! the code that would walk a real ntoskrnl's, but no real Windows kernel has been read.
 //!
+//! The second test runs tests/fixtures/pe/ntproc.c the same way (`scenario=ntprocs`): a
+//! stand-in kernel whose PDB declares Windows' process and thread structures at offsets no
+//! Windows build uses, holding four processes with their own CR3s, PEB loader lists and named
+//! threads, one of which exits and is followed by another in its CR3 and EPROCESS. hvprof must
+//! name every process, thread and user module from the PDB and the guest's memory alone, with
+//! shares that match the guest's own accounting.
+//!
 //! Needs Debian's `clang`, `lld` and `golang-go`.
 
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use serde_json::Value;
+
 use crate::harness::pe::{PeModule, PeSpec};
-use crate::harness::{hvprof, pprof, TempDir};
+use crate::harness::{hvprof, pprof, Output, TempDir};
 
 const NT_BASE: u64 = 0xffff_f800_0010_0000;
 
@@ -93,4 +105,288 @@ fn the_kernel_and_its_module_list_are_found_and_named_from_the_pdb_alone() {
     );
     let (top, _) = pprof(&out, "-top", &[]);
     assert!(top.contains("KiIdleSpin"), "{top}");
+}
+
+/// Builds the stand-in kernel of processes and threads (tests/fixtures/pe/ntproc.c) as
+/// ntoskrnl.exe with its ntkrnlmp.pdb.
+fn build_ntproc(dir: &TempDir) -> PeModule {
+    let spec = PeSpec {
+        source: "ntproc.c",
+        image: "ntoskrnl.exe",
+        pdb: "ntkrnlmp.pdb",
+        entry: "KiSystemStartup",
+        base: NT_BASE,
+        link: &[],
+    };
+    PeModule::build(dir, &spec)
+}
+
+/// The `key=value` words of the guest's `refguest: ntprocs <kind> ...` lines.
+fn ground_truth(out: &Output, kind: &str) -> Vec<HashMap<String, String>> {
+    let prefix = format!("refguest: ntprocs {kind} ");
+    out.stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .map(|rest| {
+            rest.split_whitespace()
+                .filter_map(|w| w.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        })
+        .collect()
+}
+
+/// A number of the guest's lines: decimal, or hex with `0x`.
+fn guest_num(fields: &HashMap<String, String>, key: &str) -> u64 {
+    let v = &fields[key];
+    match v.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).unwrap(),
+        None => v.parse().unwrap(),
+    }
+}
+
+/// A number of profile.json: a JSON number, or a `0x` string (docs/profile-json.md,
+/// Conventions).
+fn json_num(v: &Value) -> Option<u64> {
+    match v {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => u64::from_str_radix(s.strip_prefix("0x")?, 16).ok(),
+        _ => None,
+    }
+}
+
+/// What profile.json says of one guest process: its row and its threads' (tid -> (key,
+/// name)).
+#[derive(Debug)]
+struct Row<'a> {
+    process: &'a Value,
+    threads: BTreeMap<u64, (u64, Option<&'a str>)>,
+}
+
+#[test]
+fn processes_threads_and_user_modules_are_named_from_the_pdb_with_the_guests_shares() {
+    let dir = TempDir::new("ntprocs");
+    let nt = build_ntproc(&dir);
+    let store = dir.join("store");
+    nt.store_pdb(&store);
+    let out = dir.join("out");
+    let run = hvprof([
+        "profile",
+        "--cmdline",
+        "scenario=ntprocs ntprocs.ms=3000 ntprocs.kms=500",
+        "--cpus",
+        "1",
+        "--quiet",
+        "--interval",
+        "10000",
+        "--initrd",
+        nt.exe.to_str().unwrap(),
+        "--symbol-path",
+        store.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ])
+    .run();
+    run.assert_status(0)
+        .assert_stdout_contains("refguest: PASS");
+    check_ntprocs(&run, &out);
+}
+
+/// Checks hvprof's outputs in `out` against the ground truth the guest printed in `run`.
+fn check_ntprocs(run: &Output, out: &Path) {
+    // The guest's ground truth: its processes, threads and loader entries, and the TSC time
+    // its scheduler gave each thread.
+    let processes = ground_truth(run, "process");
+    let threads = ground_truth(run, "thread");
+    let modules = ground_truth(run, "module");
+    let names: Vec<&str> = processes.iter().map(|p| p["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        ["alpha.exe", "bravo.exe", "charlie.exe", "delta.exe"],
+        "{run}"
+    );
+    assert_eq!(threads.len(), 5, "{run}");
+    let (charlie, delta) = (&processes[2], &processes[3]);
+    assert_eq!(charlie["cr3"], delta["cr3"], "delta reuses charlie's CR3");
+    assert_eq!(charlie["eprocess"], delta["eprocess"], "and its EPROCESS");
+
+    let text = std::fs::read_to_string(out.join("profile.json")).unwrap();
+    let json: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        json["format_version"].as_u64(),
+        Some(4),
+        "profile.json format 4 (processes and threads)\n{run}"
+    );
+    let rows = json["processes"].as_array().expect("processes[]");
+    let thread_rows = json["threads"].as_array().expect("threads[]");
+
+    // One identified row per guest process, by PID: charlie and delta are two rows with the
+    // same CR3.
+    let by_pid = |pid: u64| -> Row {
+        let matching: Vec<&Value> = rows
+            .iter()
+            .filter(|r| json_num(&r["pid"]) == Some(pid))
+            .collect();
+        assert_eq!(matching.len(), 1, "one row for pid {pid}: {rows:#?}");
+        let process = matching[0];
+        let key = json_num(&process["key"]).unwrap();
+        let threads = thread_rows
+            .iter()
+            .filter(|t| json_num(&t["process"]) == Some(key))
+            .map(|t| {
+                let tid = json_num(&t["tid"]).unwrap_or_else(|| panic!("a tid: {t}"));
+                (tid, (json_num(&t["key"]).unwrap(), t["name"].as_str()))
+            })
+            .collect();
+        Row { process, threads }
+    };
+    let mut guest_rows = Vec::new();
+    for p in &processes {
+        let pid = guest_num(p, "pid");
+        let row = by_pid(pid);
+        let r = row.process;
+        assert_eq!(r["name"], p["name"].as_str(), "{r}");
+        assert_eq!(r["identified"], true, "{r}");
+        assert_eq!(r["kernel"], false, "{r}");
+        assert_eq!(
+            r["path"].as_str(),
+            Some(format!("C:\\stand-in\\{}", p["name"]).as_str()),
+            "the executable's path, from its loader entry: {r}"
+        );
+        let cr3s: Vec<u64> = r["cr3s"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(json_num)
+            .collect();
+        // Its DirectoryTableBase (a row may list more if sampled CR3s are added: a switch
+        // loads the next CR3 a few instructions before it changes the KPCR's current thread).
+        assert!(cr3s.contains(&guest_num(p, "cr3")), "{r}");
+        // Its threads by TID, named.
+        let want: BTreeMap<u64, &str> = threads
+            .iter()
+            .filter(|t| guest_num(t, "pid") == pid)
+            .map(|t| (guest_num(t, "tid"), t["name"].as_str()))
+            .collect();
+        let got: BTreeMap<u64, &str> = row
+            .threads
+            .iter()
+            .map(|(&tid, &(_, name))| (tid, name.unwrap_or("(none)")))
+            .collect();
+        assert_eq!(got, want, "threads of pid {pid}: {thread_rows:#?}");
+        guest_rows.push(row);
+    }
+    // The System process's thread ran at CPL0 (GS base = the KPCR) before any of them.
+    assert!(
+        rows.iter().any(|r| json_num(&r["pid"]) == Some(4)
+            && r["name"] == "System"
+            && r["kernel"] == true
+            && r["identified"] == true),
+        "System: {rows:#?}"
+    );
+    let key = |i: usize| json_num(&guest_rows[i].process["key"]).unwrap();
+    assert_ne!(key(2), key(3), "charlie and delta are two processes");
+
+    // Every loader entry, in its process's address space (charlie's and delta's share one).
+    let found: Vec<(Option<u64>, &str, u64, u64)> = json["guest_modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                json_num(&m["process"]),
+                m["name"].as_str().unwrap(),
+                json_num(&m["base"]).unwrap(),
+                json_num(&m["size"]).unwrap(),
+            )
+        })
+        .collect();
+    // The kernel's own list is of _LDR_DATA_TABLE_ENTRY at the PDB's offsets: x64 Windows'
+    // offsets built into a reader would not find hal.dll's name.
+    assert!(
+        found
+            .iter()
+            .any(|m| m.1 == "ntoskrnl.exe" && m.0.is_none() && m.2 == NT_BASE),
+        "the kernel: {found:#x?}"
+    );
+    assert!(
+        found.contains(&(None, "hal.dll", 0xffff_f800_00a0_0000, 0x6000)),
+        "the kernel's module list, read at the PDB's offsets: {found:#x?}"
+    );
+    for m in &modules {
+        let pid = guest_num(m, "pid");
+        let p = processes
+            .iter()
+            .find(|p| guest_num(p, "pid") == pid)
+            .unwrap();
+        let want = (
+            Some(guest_num(p, "cr3")),
+            m["name"].as_str(),
+            guest_num(m, "base"),
+            guest_num(m, "size"),
+        );
+        assert!(found.contains(&want), "{want:x?} in {found:#x?}");
+    }
+
+    // Shares: the host profile's samples per thread against the TSC time the guest's
+    // scheduler gave each thread, both over the four processes' threads only (boot, the
+    // System thread and the guest's own end are left out on both sides).
+    let object = &json["objects"][0];
+    let mut samples: BTreeMap<u64, u64> = BTreeMap::new();
+    for t in object["threads"].as_array().expect("objects[0].threads[]") {
+        let n: u64 = t["counts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| json_num(&c[1]).unwrap())
+            .sum();
+        *samples.entry(json_num(&t["thread"]).unwrap()).or_default() += n;
+    }
+    let mut sampled = Vec::new(); // (what, samples, guest tsc)
+    for (p, row) in processes.iter().zip(&guest_rows) {
+        for t in threads.iter().filter(|t| t["pid"] == p["pid"]) {
+            let (thread_key, _) = row.threads[&guest_num(t, "tid")];
+            let n = samples.get(&thread_key).copied().unwrap_or(0);
+            sampled.push((t["name"].clone(), p["name"].clone(), n, guest_num(t, "tsc")));
+        }
+    }
+    let n: u64 = sampled.iter().map(|s| s.2).sum();
+    let tsc: u64 = sampled.iter().map(|s| s.3).sum();
+    // Each of the n samples lands in a thread with the probability of its share of the time
+    // (at worst independently: sampling is periodic and the schedule round robin, which only
+    // spreads the samples more evenly), so a share's count is binomial at worst and a bound of
+    // 5 standard deviations fails by noise with probability under 1e-6. One point more covers
+    // what is not noise: each switch moves the KPCR's current thread some microseconds after
+    // the scheduler's clock (about 100 switches a second). At least 500 samples, or the bound
+    // means nothing.
+    assert!(n >= 500, "only {n} samples in the four processes\n{run}");
+    let within = |what: &str, got: u64, truth: u64| {
+        let share = truth as f64 / tsc as f64;
+        let measured = got as f64 / n as f64;
+        let bound = 5.0 * (share * (1.0 - share) / n as f64).sqrt() + 0.01;
+        assert!(
+            (measured - share).abs() <= bound,
+            "{what}: {:.2}% of {n} samples, the guest ran it {:.2}% of the time (bound {:.2} \
+             points)\n{sampled:?}",
+            100.0 * measured,
+            100.0 * share,
+            100.0 * bound
+        );
+    };
+    for (thread, _, got, truth) in &sampled {
+        within(thread, *got, *truth);
+    }
+    for p in &processes {
+        let (got, truth) = sampled
+            .iter()
+            .filter(|s| s.1 == p["name"])
+            .fold((0, 0), |(g, t), s| (g + s.2, t + s.3));
+        within(&p["name"], got, truth);
+    }
+
+    // The report names them too.
+    let report = std::fs::read_to_string(out.join("report.txt")).unwrap();
+    for p in &processes {
+        assert!(report.contains(p["name"].as_str()), "{report}");
+    }
 }

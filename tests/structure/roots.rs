@@ -139,6 +139,8 @@ const REFGUEST: Root = Root {
         ("paging", 3),
         ("acpi", 4),
         ("gdt", 4),
+        // The GS bases a Windows kernel keeps (scenario ntprocs), written at trap entry and exit.
+        ("gs", 4),
         ("prof", 4),
         ("idt", 5),
         ("time", 6),

@@ -10,6 +10,7 @@ mod boot;
 mod cpu;
 mod exit;
 mod gdt;
+mod gs;
 mod idt;
 mod mem;
 mod paging;

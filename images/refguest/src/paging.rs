@@ -7,8 +7,9 @@
 //! ..USER_STACK_TOP  private read-write stack
 //! pe::WINDOW..   a PE image passed as module 0, if one was loaded (read-only, shared)
 //!
-//! A PE image based in pe::KERNEL_WINDOW is mapped in kernel space instead, in the boot
-//! page tables only (`map_kernel_image`).
+//! A PE image based in pe::KERNEL_WINDOW is mapped in kernel space instead (`map_kernel_image`):
+//! in the boot page tables, and in every address space created afterwards (supervisor only),
+//! as a kernel is mapped in every process.
 
 use crate::boot;
 use crate::pe;
@@ -48,16 +49,21 @@ extern "C" {
 #[derive(Clone, Copy)]
 pub struct AddressSpace {
     pub cr3: u64,
+    /// Which slot of `SPACES` it is built in.
+    pub slot: usize,
+    /// The physical (and kernel) address of its data page, mapped at USER_DATA.
+    pub data: u64,
 }
 
 fn addr<T>(page: &T) -> u64 {
     page as *const T as u64
 }
 
-/// Builds address space number `slot` (each slot is used once).
+/// Builds address space number `slot`: a fresh slot, or one whose processes have all ended
+/// (`sched::respawn`), which then gets the same CR3 back.
 pub fn create(slot: usize) -> AddressSpace {
-    // SAFETY: slots are handed out once by `sched::spawn` under its lock,
-    // and no CPU uses a slot's tables before it is created.
+    // SAFETY: `sched` hands out a slot under its lock, either fresh or once every process in
+    // it has ended, so no CPU uses a slot's tables while they are rebuilt.
     let s = unsafe { &mut (*SPACES.get())[slot] };
     // SAFETY: SpacePages is plain data; all-zero is its empty state.
     unsafe { core::ptr::write_bytes(s as *mut SpacePages, 0, 1) };
@@ -86,7 +92,11 @@ pub fn create(slot: usize) -> AddressSpace {
             s.pe_pt.0[first + i] = (phys + 4096 * i as u64) | PRESENT | USER;
         }
     }
-    AddressSpace { cr3: addr(&s.pml4) }
+    let kernel_window = ((pe::KERNEL_WINDOW >> 39) & 511) as usize;
+    // SAFETY: the boot PML4 is identity mapped; its kernel-window entry is written once, by
+    // `map_kernel_image`, before any address space that should share it is created.
+    s.pml4.0[kernel_window] = unsafe { (*(boot::kernel_pml4() as *const [u64; 512]))[kernel_window] };
+    AddressSpace { cr3: addr(&s.pml4), slot, data: addr(&s.data) }
 }
 
 /// Page tables for pe::KERNEL_WINDOW: a PDPT, a PD and a PT under the boot PML4.

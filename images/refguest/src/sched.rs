@@ -41,6 +41,12 @@ pub struct Process {
     pub fault: Option<Fault>,
     /// Times this process was switched in.
     pub runs: u64,
+    /// Timer ticks that found it running.
+    pub ticks: u64,
+    /// TSC ticks it has run (switch in to switch out, its trap handling included).
+    pub tsc: u64,
+    /// The TSC when it was last switched in.
+    since: u64,
 }
 
 pub struct Table {
@@ -74,30 +80,105 @@ pub fn on_all_ended(hook: fn(&Table) -> !) {
     unsafe { *ALL_ENDED.get() = Some(hook) };
 }
 
-/// Creates a process pinned to `cpu` that starts at user address `entry`
-/// with RDI, RSI = `args`. Returns its pid, or None when the table is full.
-pub fn spawn(entry: u64, cpu: usize, args: [u64; 2]) -> Option<usize> {
-    let mut table = TABLE.lock();
+/// A scenario's view of context switches (`scenario=ntprocs` keeps a stand-in Windows
+/// kernel's current thread with them). Both run with the table locked and interrupts off, on
+/// the CPU concerned, and must not lock the table.
+#[derive(Clone, Copy)]
+pub struct Hooks {
+    /// After `cpu` switched to process `next` (its CR3 loaded), or to the idle loop (None).
+    pub switched: fn(cpu: usize, next: Option<usize>),
+    /// After process `pid` on `cpu` ended, before the next is picked: it may `respawn`.
+    pub ended: fn(table: &mut Table, cpu: usize, pid: usize),
+}
+
+static HOOKS: RacyCell<Option<Hooks>> = RacyCell::new(None);
+
+/// Sets the context-switch hooks. BSP only, during a scenario's setup (before any process
+/// runs).
+pub fn set_hooks(hooks: Hooks) {
+    // SAFETY: single-threaded setup; read only after processes start.
+    unsafe { *HOOKS.get() = Some(hooks) };
+}
+
+fn hooks() -> Option<Hooks> {
+    // SAFETY: written by the BSP before any process runs, read-only afterwards.
+    unsafe { *HOOKS.get() }
+}
+
+/// Adds a process in `space`, pinned to `cpu`, that starts at user address
+/// `entry` with RDI, RSI = `args` and RSP = `rsp`. Returns its pid, or None
+/// when the table is full.
+fn insert(table: &mut Table, space: AddressSpace, entry: u64, cpu: usize, args: [u64; 2], rsp: u64) -> Option<usize> {
     let pid = table.count;
     if pid >= MAX_PROCS {
         return None;
     }
-    let space = paging::create(pid);
     let frame = TrapFrame {
         rip: entry,
         cs: u64::from(gdt::USER_CS),
         ss: u64::from(gdt::USER_DS),
-        rsp: USER_STACK_TOP - 8, // as if entered by a call
+        rsp,
         rflags: RFLAGS_IF | RFLAGS_RESERVED,
         rdi: args[0],
         rsi: args[1],
         ..TrapFrame::default()
     };
-    let process =
-        Process { state: State::Ready, cpu, space, frame, exit_code: 0, reports: [None; REPORT_SLOTS], fault: None, runs: 0 };
+    let process = Process {
+        state: State::Ready,
+        cpu,
+        space,
+        frame,
+        exit_code: 0,
+        reports: [None; REPORT_SLOTS],
+        fault: None,
+        runs: 0,
+        ticks: 0,
+        tsc: 0,
+        since: 0,
+    };
     table.procs[pid] = Some(process);
     table.count += 1;
     Some(pid)
+}
+
+/// Creates a process pinned to `cpu` that starts at user address `entry`
+/// with RDI, RSI = `args`, in a new address space. Returns its pid, or None
+/// when the table is full.
+pub fn spawn(entry: u64, cpu: usize, args: [u64; 2]) -> Option<usize> {
+    let mut table = TABLE.lock();
+    if table.count >= MAX_PROCS {
+        return None;
+    }
+    let space = paging::create(table.count);
+    insert(&mut *table, space, entry, cpu, args, USER_STACK_TOP - 8) // as if entered by a call
+}
+
+/// Creates a second thread of control in process `owner`'s address space: the same as
+/// `spawn`, but with its stack top at `stack_top` (inside the owner's stack, which the
+/// threads then share). Returns its pid.
+pub fn spawn_thread(owner: usize, entry: u64, cpu: usize, args: [u64; 2], stack_top: u64) -> Option<usize> {
+    let mut table = TABLE.lock();
+    let space = table.procs.get(owner)?.as_ref()?.space;
+    insert(&mut *table, space, entry, cpu, args, stack_top - 8)
+}
+
+/// Creates a process in the address-space slot of process `ended`, rebuilt, so with the same
+/// CR3 (an exited process's page tables reused), from an `ended` hook. None if a process in
+/// that space has not ended, or the table is full.
+pub fn respawn(table: &mut Table, ended: usize, entry: u64, cpu: usize, args: [u64; 2]) -> Option<usize> {
+    let slot = table.procs.get(ended)?.as_ref()?.space.slot;
+    let live = table.procs.iter().take(table.count).flatten().any(|p| {
+        p.space.slot == slot && matches!(p.state, State::Ready | State::Running)
+    });
+    if live || table.count >= MAX_PROCS {
+        return None;
+    }
+    // The ended process's tables may be this CPU's current ones: leave them before the
+    // rebuild (the switch that follows loads whichever CR3 runs next).
+    // SAFETY: the kernel PML4 maps the kernel.
+    unsafe { cpu::write_cr3(boot::kernel_pml4()) };
+    let space = paging::create(slot);
+    insert(table, space, entry, cpu, args, USER_STACK_TOP - 8)
 }
 
 /// The process running on `cpu`, if any.
@@ -142,11 +223,16 @@ fn pick(table: &Table, cpu: usize, after: Option<usize>) -> Option<usize> {
 }
 
 fn switch_to(table: &mut Table, cpu: usize, frame: &mut TrapFrame, next: Option<usize>) {
+    let now = cpu::rdtsc();
+    if let Some(proc) = table.current[cpu].and_then(|cur| table.procs[cur].as_mut()) {
+        proc.tsc += now - proc.since;
+    }
     match next {
         Some(p) => {
             let Some(proc) = table.procs[p].as_mut() else { return };
             proc.state = State::Running;
             proc.runs += 1;
+            proc.since = now;
             *frame = proc.frame;
             // SAFETY: the process's PML4 shares the kernel mappings.
             unsafe { cpu::write_cr3(proc.space.cr3) };
@@ -158,6 +244,9 @@ fn switch_to(table: &mut Table, cpu: usize, frame: &mut TrapFrame, next: Option<
         }
     }
     table.current[cpu] = next;
+    if let Some(hooks) = hooks() {
+        (hooks.switched)(cpu, next);
+    }
 }
 
 /// Timer tick, wake IPI or yield: switch to another ready process if any.
@@ -165,6 +254,9 @@ pub fn reschedule(cpu: usize, frame: &mut TrapFrame, tick: bool) {
     let mut table = TABLE.lock();
     if tick {
         table.ticks[cpu] += 1;
+        if let Some(proc) = table.current[cpu].and_then(|cur| table.procs[cur].as_mut()) {
+            proc.ticks += 1;
+        }
     }
     match table.current[cpu] {
         Some(cur) => {
@@ -197,6 +289,9 @@ pub fn end_current(cpu: usize, frame: &mut TrapFrame, state: State, exit_code: u
         proc.fault = fault;
     }
     table.finished += 1;
+    if let Some(hooks) = hooks() {
+        (hooks.ended)(&mut *table, cpu, cur);
+    }
     let next = pick(&table, cpu, Some(cur));
     switch_to(&mut table, cpu, frame, next);
     if table.finished == table.count {

@@ -2,7 +2,7 @@
 
 use crate::idt::{self, TrapFrame};
 use crate::sched::{self, Fault, State};
-use crate::{apic, exit, prof, syscall};
+use crate::{apic, exit, gs, prof, syscall};
 
 fn read_cr2() -> u64 {
     let value: u64;
@@ -17,6 +17,9 @@ extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
     // SAFETY: every gate uses an IST stack whose top word (just above the
     // hardware frame) holds the CPU index; see `percpu::ist_top`.
     let cpu = unsafe { *((frame as *const TrapFrame).add(1) as *const u64) } as usize;
+    if frame.is_user() {
+        gs::enter(cpu);
+    }
     match frame.vector as u8 {
         idt::TIMER_VECTOR => {
             apic::eoi();
@@ -35,6 +38,10 @@ extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
         0x20..=0x2F => {} // spurious IRQ 7/15 from the masked PIC
         0..=31 => exception(cpu, frame),
         _ => exit::fail(format_args!("cpu {} unexpected vector {:#x} rip={:#x}", cpu, frame.vector, frame.rip)),
+    }
+    // The frame may now be another process's (a context switch) or the idle loop's.
+    if frame.is_user() {
+        gs::leave(cpu);
     }
 }
 

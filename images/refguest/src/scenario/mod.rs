@@ -17,6 +17,7 @@ mod common;
 mod interrupts;
 mod interval;
 mod ntkernel;
+mod ntprocs;
 mod objects;
 mod pestacks;
 mod process;
@@ -59,6 +60,7 @@ static SCENARIOS: &[Scenario] = &[
     stacks::SCENARIO,
     pestacks::SCENARIO,
     ntkernel::SCENARIO,
+    ntprocs::SCENARIO,
     sources::SCENARIO,
     ramrule::SCENARIO,
 ];

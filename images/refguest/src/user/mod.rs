@@ -28,6 +28,7 @@ pub mod smoke;
 // After `prof`, so that the profiling scenarios' functions keep their addresses.
 pub mod bench;
 pub mod stacks;
+pub mod ntprocs;
 
 /// Start of the user window: code from the `.user` section.
 pub const USER_BASE: u64 = 0x4000_0000;
