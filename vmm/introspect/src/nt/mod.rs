@@ -14,6 +14,8 @@
 //! a real Windows kernel's list: the tests lay the structures out as Windows does.
 
 use crate::mem::Memory;
+use crate::os::windows::{walk_ldr, LdrOffsets};
+use crate::os::WindowsLayout;
 use crate::pe::Image;
 
 mod modules;
@@ -47,6 +49,13 @@ impl Kernel {
     /// Every module on the kernel's loaded-module list, ntoskrnl itself first.
     pub fn modules(&self, mem: &mut dyn Memory) -> ModuleList {
         walk_modules(mem, self.module_list, MAX_MODULES)
+    }
+
+    /// The same, with the entries read at the offsets of `layout`'s `_LDR_DATA_TABLE_ENTRY`
+    /// and `_UNICODE_STRING` (from the kernel's PDB) instead of the built-in ones; EntryPoint
+    /// is not in the layout and reads as 0.
+    pub fn modules_with(&self, mem: &mut dyn Memory, layout: &WindowsLayout) -> ModuleList {
+        walk_ldr(mem, self.module_list, &LdrOffsets::of(layout), MAX_MODULES)
     }
 }
 
