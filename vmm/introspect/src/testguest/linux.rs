@@ -79,7 +79,7 @@ pub struct LinuxGuest {
 impl LinuxGuest {
     /// Builds the guest at `layout`'s offsets, each vCPU running its idle task.
     pub fn new(layout: &LinuxLayout) -> Self {
-        let mut phys = PhysMem::new(4 << 20);
+        let mut phys = PhysMem::new(1 << 20);
         let kernel_cr3 = phys.new_root(None);
         let mut g = LinuxGuest {
             phys,
@@ -91,12 +91,8 @@ impl LinuxGuest {
             clock: 1_000_000_000,
         };
         g.write(SLAB, &[0; 8]);
-        for cpu in 0..2 {
-            let base = PER_CPU + cpu * PER_CPU_STRIDE;
-            if let Some(off) = layout.symbols.this_cpu_off {
-                g.write_u64(base + off, base);
-            }
-            g.per_cpu.push(base);
+        for _ in 0..2 {
+            g.add_cpu();
         }
         // The kernel's own root is mapped in the direct map too.
         g.phys.map(kernel_cr3, DIRECT_MAP + kernel_cr3, kernel_cr3);
@@ -125,6 +121,16 @@ impl LinuxGuest {
     /// Kernel-virtual memory.
     pub fn kmem(&self) -> Space<'_> {
         self.phys.space(self.kernel_cr3)
+    }
+
+    /// Adds a CPU (its per-CPU area) running nothing yet; returns its index.
+    pub fn add_cpu(&mut self) -> usize {
+        let base = PER_CPU + self.per_cpu.len() as u64 * PER_CPU_STRIDE;
+        if let Some(off) = self.layout.symbols.this_cpu_off {
+            self.write_u64(base + off, base);
+        }
+        self.per_cpu.push(base);
+        self.per_cpu.len() - 1
     }
 
     /// Makes vCPU `vcpu` run the task at `task`.

@@ -38,6 +38,11 @@ impl PhysMem {
         &self.bytes
     }
 
+    /// The bytes of physical memory in use: frames are handed out below this address.
+    pub fn used(&self) -> u64 {
+        self.next
+    }
+
     /// Physical memory, writable (a test may corrupt what it likes).
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         &mut self.bytes

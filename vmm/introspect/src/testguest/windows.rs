@@ -204,7 +204,7 @@ pub struct WindowsGuest {
 impl WindowsGuest {
     /// Builds the guest at `layout`'s offsets, both vCPUs running System's thread.
     pub fn new(layout: &WindowsLayout) -> Self {
-        let mut phys = PhysMem::new(8 << 20);
+        let mut phys = PhysMem::new(1 << 20);
         let kernel_cr3 = phys.new_root(None);
         let mut g = WindowsGuest {
             phys,
@@ -221,11 +221,7 @@ impl WindowsGuest {
         g.write(NT_BASE, &[0; 16]);
         g.write(POOL, &[0; 16]);
         for _ in 0..2 {
-            let kpcr = g.pool.take(u64::from(layout.kpcr.size));
-            let k = layout.kpcr;
-            g.write_u64(kpcr + u64::from(k.self_), kpcr);
-            g.write_u64(kpcr + u64::from(k.current_prcb), kpcr + u64::from(k.prcb));
-            g.kpcrs.push(kpcr);
+            g.add_cpu();
         }
         let head = NT_BASE + u64::from(layout.symbols.ps_loaded_module_list);
         let drivers = [
@@ -269,6 +265,24 @@ impl WindowsGuest {
     /// The address space rooted at `cr3`.
     pub fn space(&self, cr3: u64) -> Space<'_> {
         self.phys.space(cr3)
+    }
+
+    /// Adds a CPU (its KPCR) running nothing yet; returns its index.
+    pub fn add_cpu(&mut self) -> usize {
+        let k = self.layout.kpcr;
+        let kpcr = self.pool.take(u64::from(k.size));
+        self.write_u64(kpcr + u64::from(k.self_), kpcr);
+        self.write_u64(kpcr + u64::from(k.current_prcb), kpcr + u64::from(k.prcb));
+        self.kpcrs.push(kpcr);
+        self.kpcrs.len() - 1
+    }
+
+    /// Every thread's ETHREAD, of live and exited processes.
+    pub fn threads(&self) -> Vec<u64> {
+        self.processes
+            .iter()
+            .flat_map(|p| p.threads.iter().map(|t| t.ethread))
+            .collect()
     }
 
     /// Makes vCPU `vcpu` run the thread whose ETHREAD is at `ethread`.

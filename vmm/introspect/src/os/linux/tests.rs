@@ -34,7 +34,7 @@ fn every_task_is_identified_with_its_process() {
         assert_eq!(io.thread.key.id, 58);
         // cr3 = the physical address of mm->pgd, a direct-map address.
         let pgd = awk.process.cr3s[0];
-        assert!(pgd != g.kernel_cr3 && pgd < (4 << 20));
+        assert!(pgd != g.kernel_cr3 && pgd < g.phys.used());
         assert!(g.tasks[2].identity.process.cr3s.is_empty());
         // Two idle tasks: pid 0 both, one process each.
         assert_ne!(
