@@ -11,7 +11,8 @@
 //!
 //! The entry's layout is what 64-bit Windows 10 and 11 use (and every 64-bit Windows since
 //! Vista, for the fields read here); docs/windows.md lists the offsets. hvprof has never read
-//! a real Windows kernel's list: the tests lay the structures out as Windows does.
+//! a real Windows kernel's list: the tests lay the structures out as Windows does. Once the
+//! kernel's PDB has given a layout, [`Kernel::modules_with`] reads the entries at its offsets.
 
 use crate::mem::Memory;
 use crate::os::windows::{walk_ldr, LdrOffsets};

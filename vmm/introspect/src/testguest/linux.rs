@@ -118,6 +118,12 @@ impl LinuxGuest {
         }
     }
 
+    /// The kernel's paging registers (4-level long mode, CR3 = the kernel's root), as a vCPU
+    /// sampled in the kernel has them.
+    pub fn kernel_paging(&self) -> crate::paging::Paging {
+        super::long_mode(self.kernel_cr3)
+    }
+
     /// Kernel-virtual memory.
     pub fn kmem(&self) -> Space<'_> {
         self.phys.space(self.kernel_cr3)

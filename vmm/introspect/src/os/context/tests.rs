@@ -249,3 +249,37 @@ fn scripted_linux_samples_follow_switches_renames_execs_and_reuse() {
         assert_eq!(g.tasks[new].task, g.tasks[3].task);
     }
 }
+
+#[test]
+fn the_thread_cache_is_emptied_when_full() {
+    // MAX_CACHED_THREADS + 1 thread pointers: one ETHREAD's pages mapped at that many places.
+    let mut g = WindowsGuest::new(&ntproc_layout());
+    let a = g.processes[1].clone();
+    let t = a.threads[0].ethread;
+    let frames = [0, 0x1000]
+        .map(|o| crate::Memory::physical(&mut g.kmem(), (t & !0xfff) + o).unwrap() & !0xfff);
+    let alias = |i: usize| 0xffff_b000_0000_0000 + 0x2000 * i as u64;
+    for i in 0..=MAX_CACHED_THREADS {
+        g.phys.map(g.kernel_cr3, alias(i), frames[0]);
+        g.phys.map(g.kernel_cr3, alias(i) + 0x1000, frames[1]);
+    }
+    let ptr = |i: usize| alias(i) + (t & 0xfff);
+    let mut ctx = GuestContext::new(g.os());
+    let visit = |g: &mut WindowsGuest, ctx: &mut GuestContext, i: usize| {
+        g.switch(0, ptr(i));
+        let id = sample_windows(g, ctx, 0, 0).0.unwrap();
+        let mut want = a.identity(0);
+        want.thread.key.object = ptr(i);
+        assert_eq!(id, want);
+    };
+    for i in 0..MAX_CACHED_THREADS {
+        visit(&mut g, &mut ctx, i);
+    }
+    assert_eq!(ctx.stats().reads, MAX_CACHED_THREADS as u64);
+    visit(&mut g, &mut ctx, 0);
+    assert_eq!(ctx.stats().reads, MAX_CACHED_THREADS as u64, "still cached");
+    // One more thread: the cache is emptied, so thread 1 is read again.
+    visit(&mut g, &mut ctx, MAX_CACHED_THREADS);
+    visit(&mut g, &mut ctx, 1);
+    assert_eq!(ctx.stats().reads, MAX_CACHED_THREADS as u64 + 2);
+}
