@@ -22,6 +22,7 @@ const FUZZ_TARGETS: &[(&str, &[&str])] = &[
     ("pe_image", &["introspect"]),
     ("stack_walk", &["introspect"]),
     ("page_walk", &["introspect"]),
+    ("guest_context", &["introspect"]),
     ("profile_json", &["report"]),
     ("symbol_files", &["report"]),
     ("guest_types", &["report"]),

@@ -189,10 +189,13 @@ const INTROSPECT: Root = Root {
         ("paging", 0),
         // The PE image builder for tests and the bench (feature test-support).
         ("testimage", 0),
-        ("fp", 1),
-        // Guest kernels' processes and threads (their layouts are plain data).
+        // Guest kernels' processes and threads: structure layouts (plain data), list walks,
+        // the Windows and Linux readers, the per-vCPU identification cache.
         ("os", 1),
+        ("fp", 1),
         ("pe", 1),
+        // Synthetic Windows and Linux guests with page tables (feature test-support).
+        ("testguest", 2),
         ("images", 2),
         ("nt", 2),
         ("x64", 2),

@@ -32,6 +32,8 @@ mod walk;
 pub mod x64;
 
 #[cfg(any(test, feature = "test-support"))]
+pub mod testguest;
+#[cfg(any(test, feature = "test-support"))]
 pub mod testimage;
 
 pub use images::{space_of, ImageCache, KERNEL_SPACE};

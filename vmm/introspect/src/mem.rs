@@ -35,6 +35,14 @@ pub trait Memory {
         self.read(addr, &mut b)?;
         Ok(u16::from_le_bytes(b))
     }
+
+    /// The guest-physical address behind guest-virtual `addr`, for memory that translates
+    /// through page tables (None by default: memory that does not know, such as [`Regions`]).
+    /// Linux's `mm->pgd` is a direct-map address whose physical address is the process's CR3.
+    fn physical(&mut self, addr: u64) -> Option<u64> {
+        let _ = addr;
+        None
+    }
 }
 
 /// True for a canonical 48-bit x86-64 address (bits 63..47 all equal).

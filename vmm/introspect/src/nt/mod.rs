@@ -11,9 +11,12 @@
 //!
 //! The entry's layout is what 64-bit Windows 10 and 11 use (and every 64-bit Windows since
 //! Vista, for the fields read here); docs/windows.md lists the offsets. hvprof has never read
-//! a real Windows kernel's list: the tests lay the structures out as Windows does.
+//! a real Windows kernel's list: the tests lay the structures out as Windows does. Once the
+//! kernel's PDB has given a layout, [`Kernel::modules_with`] reads the entries at its offsets.
 
 use crate::mem::Memory;
+use crate::os::windows::{walk_ldr, LdrOffsets};
+use crate::os::WindowsLayout;
 use crate::pe::Image;
 
 mod modules;
@@ -47,6 +50,13 @@ impl Kernel {
     /// Every module on the kernel's loaded-module list, ntoskrnl itself first.
     pub fn modules(&self, mem: &mut dyn Memory) -> ModuleList {
         walk_modules(mem, self.module_list, MAX_MODULES)
+    }
+
+    /// The same, with the entries read at the offsets of `layout`'s `_LDR_DATA_TABLE_ENTRY`
+    /// and `_UNICODE_STRING` (from the kernel's PDB) instead of the built-in ones; EntryPoint
+    /// is not in the layout and reads as 0.
+    pub fn modules_with(&self, mem: &mut dyn Memory, layout: &WindowsLayout) -> ModuleList {
+        walk_ldr(mem, self.module_list, &LdrOffsets::of(layout), MAX_MODULES)
     }
 }
 

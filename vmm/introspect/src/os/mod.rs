@@ -17,8 +17,14 @@
 //! agree is refused. A hostile guest can at worst mislabel its own samples.
 
 pub mod layout;
+pub mod linux;
+pub mod list;
+mod read;
+pub mod text;
+pub mod windows;
 
 pub use layout::{Field, LayoutError, LinuxLayout, WindowsLayout};
+pub use read::CR3_ADDR_MASK;
 
 /// The layout of a guest kernel's structures, for one of the kernels hvprof understands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,4 +152,6 @@ pub enum IdentifyError {
 }
 
 mod context;
-pub use context::{ContextStats, GuestContext};
+pub use context::{
+    ContextStats, GuestContext, BASE_CHECK_EVERY, MAX_CACHED_THREADS, RECHECK_EVERY,
+};

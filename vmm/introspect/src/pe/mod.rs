@@ -79,11 +79,6 @@ pub(crate) fn le32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-/// The little-endian u64 at `at` in `b`.
-pub(crate) fn le64(b: &[u8], at: usize) -> u64 {
-    u64::from(le32(b, at)) | u64::from(le32(b, at + 4)) << 32
-}
-
 impl Image {
     /// Reads and checks the headers of an image mapped at `base`.
     pub fn read(mem: &mut dyn Memory, base: u64) -> Result<Image, PeError> {
