@@ -12,21 +12,22 @@
 //! comparison with the vCPU's last thread; the shared [`ProcessTable`] is locked only when a
 //! vCPU's thread changes.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
 use introspect::os::{
-    GuestContext, GuestOs, IdentifyError, LinuxLayout, OsLayout, SampleRegs, ThreadKey,
+    GuestContext, GuestOs, IdentifyError, Identity, LinuxLayout, OsLayout, SampleRegs, ThreadKey,
     WindowsLayout,
 };
 use introspect::paging::Paging;
 use introspect::pe::CodeView;
 use vm_memory::GuestMemoryMmap;
 
-use super::processes::{ProcessTable, ThreadRef};
-use super::stacks::GuestVirt;
+use super::processes::{Found, ProcessTable, ThreadRef};
+use super::stacks::{listed_module, FoundModule, GuestVirt};
 use crate::arch::cpu_state::{CpuState, WantedMsrs};
 
 /// Samples between two reads of IA32_LSTAR on a vCPU while a Windows kernel is looked for.
@@ -119,7 +120,23 @@ pub struct GuestAwareness {
     since_lstar: Box<[AtomicU32]>,
     vcpus: Box<[Mutex<VcpuGuest>]>,
     table: ProcessTable,
+    /// Windows processes' user-mode modules, from their PEB loader lists.
+    user_modules: Mutex<UserModules>,
 }
+
+/// The user-mode modules read so far, and the processes whose list is still to be read.
+#[derive(Default)]
+struct UserModules {
+    found: Vec<FoundModule>,
+    /// Process row -> walks left: a process whose loader has not run yet is read again when
+    /// a vCPU switches to it, a few times.
+    retry: HashMap<u32, u8>,
+}
+
+/// User-mode modules kept over the run, all processes together.
+const MAX_USER_MODULES: usize = 16_384;
+/// Reads of a process's loader list when the earlier ones found nothing.
+const LDR_TRIES: u8 = 8;
 
 impl GuestAwareness {
     /// Nothing known yet, for `vcpus` vCPUs, rows timed from `start`.
@@ -134,6 +151,7 @@ impl GuestAwareness {
             since_lstar: (0..vcpus).map(|_| AtomicU32::new(0)).collect(),
             vcpus: (0..vcpus).map(|_| Mutex::default()).collect(),
             table: ProcessTable::new(start),
+            user_modules: Mutex::default(),
         }
     }
 
@@ -318,6 +336,10 @@ impl GuestAwareness {
                                 self.table.seen(old.at, now);
                             }
                             let found = self.table.identified(id, now);
+                            if let Some(layout) = self.windows_layout() {
+                                let kernel = g.kernel_paging.unwrap_or(cpu.paging);
+                                self.read_user_modules(mem, kernel, &layout, id, found);
+                            }
                             g.current = Some(Who {
                                 key,
                                 at: found.at,
@@ -353,6 +375,74 @@ impl GuestAwareness {
             });
         }
         g.current.as_ref()
+    }
+
+    /// Reads the loader list of the process `id` names (its row: `found`) when it is new, or
+    /// when an earlier read found nothing, in its own address space (its DirectoryTableBase
+    /// with the kernel's paging mode: a KVA-shadow kernel's DTB maps user space too).
+    fn read_user_modules(
+        &self,
+        mem: &GuestMemoryMmap,
+        kernel: Paging,
+        layout: &WindowsLayout,
+        id: &Identity,
+        found: Found,
+    ) {
+        let p = &id.process;
+        let Some(&cr3) = p.cr3s.first() else { return };
+        if p.peb == 0 || p.kernel {
+            return;
+        }
+        let mut user = self.user_modules.lock().unwrap_or_else(|e| e.into_inner());
+        let tries = match user.retry.get(&found.at.process) {
+            Some(0) => return,
+            Some(&n) => n,
+            None if found.new_process => LDR_TRIES,
+            None => return,
+        };
+        let mut virt = GuestVirt::new(mem, Paging { cr3, ..kernel });
+        let list = introspect::os::windows::user_modules(
+            &mut virt,
+            layout,
+            p.peb,
+            introspect::os::windows::MAX_USER_MODULES,
+        );
+        if list.modules.is_empty() {
+            user.retry.insert(found.at.process, tries - 1);
+            return;
+        }
+        user.retry.insert(found.at.process, 0);
+        if let Some(path) = list.modules[0].path.clone() {
+            self.table.set_path(found.at.process, path);
+        }
+        for m in list.modules {
+            if user.found.len() >= MAX_USER_MODULES {
+                break;
+            }
+            if let Some(module) = listed_module(&mut virt, Some(cr3), m) {
+                user.found.push(module);
+            }
+        }
+    }
+
+    /// The user-mode modules read from Windows processes' loader lists.
+    pub fn user_modules(&self) -> Vec<FoundModule> {
+        self.user_modules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .found
+            .clone()
+    }
+
+    /// The Windows layout in use, if the guest is a Windows one whose layout is known.
+    pub fn windows_layout(&self) -> Option<WindowsLayout> {
+        match self.os() {
+            Some(GuestOs {
+                layout: OsLayout::Windows(l),
+                ..
+            }) => Some(l),
+            _ => None,
+        }
     }
 
     /// Notes, as vCPU `v` leaves the guest for good, that its last thread ran until now.

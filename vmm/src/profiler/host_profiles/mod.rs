@@ -134,7 +134,7 @@ impl HostProfiles {
         self.guest.vcpu_exiting(v);
         if let Some(walker) = self.walkers.get(v) {
             let mut walker = walker.lock().unwrap_or_else(|e| e.into_inner());
-            walker.refresh_kernel_modules(&self.mem);
+            walker.refresh_kernel_modules(&self.mem, self.guest.windows_layout().as_ref());
         }
     }
 
@@ -143,14 +143,21 @@ impl HostProfiles {
     /// order found.
     pub fn guest_modules(&self) -> Vec<FoundModule> {
         let mut all: Vec<FoundModule> = Vec::new();
+        let mut add = |m: &FoundModule| {
+            // Two processes may map different executables at one place in one reused
+            // address space: names tell them apart.
+            if !all
+                .iter()
+                .any(|a| a.process == m.process && a.is(&m.image) && same_name(a, m))
+            {
+                all.push(m.clone());
+            }
+        };
         for walker in self.walkers.iter() {
             let walker = walker.lock().unwrap_or_else(|e| e.into_inner());
-            for m in walker.modules() {
-                if !all.iter().any(|a| a.process == m.process && a.is(&m.image)) {
-                    all.push(m.clone());
-                }
-            }
+            walker.modules().for_each(&mut add);
         }
+        self.guest.user_modules().iter().for_each(&mut add);
         all
     }
 
@@ -225,4 +232,10 @@ impl HostProfiles {
             })
             .collect()
     }
+}
+
+/// True unless two modules found in one user address space have different names (kernel
+/// modules are told apart by place, size and build alone).
+fn same_name(a: &FoundModule, b: &FoundModule) -> bool {
+    a.process.is_none() || a.name.is_none() || b.name.is_none() || a.name == b.name
 }

@@ -6,6 +6,7 @@
 //! and a page that does not translate is simply unreadable (the guest never sees a fault).
 
 use introspect::nt::Kernel;
+use introspect::os::WindowsLayout;
 use introspect::paging::{translate, Paging};
 use introspect::pe::{CodeView, Image};
 use introspect::{ImageCache, Memory, Options, Regs, Stack, Unreadable, KERNEL_SPACE};
@@ -57,6 +58,11 @@ impl<'a> GuestVirt<'a> {
 }
 
 impl Memory for GuestVirt<'_> {
+    fn physical(&mut self, addr: u64) -> Option<u64> {
+        let within = addr % PAGE;
+        self.page(addr - within).map(|p| p + within)
+    }
+
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), Unreadable> {
         let mut done = 0;
         while done < buf.len() {
@@ -99,12 +105,46 @@ impl FoundModule {
     }
 }
 
+/// The module a loader list's entry `m` names, in the address space `virt` reads (`process`:
+/// its key, None for kernel space): the image's headers when they are mapped and agree with
+/// the entry, else what the entry says. None for an entry of size 0.
+pub fn listed_module(
+    virt: &mut GuestVirt,
+    process: Option<u64>,
+    m: introspect::nt::Module,
+) -> Option<FoundModule> {
+    if m.size == 0 {
+        return None;
+    }
+    let image = Image::read(virt, m.base)
+        .ok()
+        .filter(|im| im.size == m.size)
+        .unwrap_or(Image {
+            base: m.base,
+            size: m.size,
+            timestamp: 0,
+            exports: Default::default(),
+            exceptions: Default::default(),
+            debug: Default::default(),
+        });
+    let name = m.name.or_else(|| image.export_name(virt));
+    Some(FoundModule {
+        process,
+        image,
+        name,
+        codeview: image.codeview(virt),
+    })
+}
+
 /// A vCPU's stack walker: the PE images it has found, kept across samples, and the list of
 /// every one it found (the guest's modules, as far as samples reached them, and every module
 /// on a Windows kernel's list once a sample reached the kernel).
 pub struct StackWalker {
     images: ImageCache,
     modules: Vec<FoundModule>,
+    /// The modules on the Windows kernel's list as last walked (replaced by each walk: a later
+    /// walk at the PDB's offsets corrects one at the built-in ones).
+    listed: Vec<FoundModule>,
     /// The Windows kernel, once found, and the page tables it was found through.
     kernel: Option<(Paging, Kernel)>,
     /// The kernel's base and CodeView record, from when it was found until taken.
@@ -116,6 +156,7 @@ impl Default for StackWalker {
         StackWalker {
             images: ImageCache::new(IMAGE_SCAN_LIMIT),
             modules: Vec::new(),
+            listed: Vec::new(),
             kernel: None,
             new_kernel: None,
         }
@@ -123,9 +164,9 @@ impl Default for StackWalker {
 }
 
 impl StackWalker {
-    /// The modules found so far, in the order found.
-    pub fn modules(&self) -> &[FoundModule] {
-        &self.modules
+    /// The modules found so far, in the order found, then those on the kernel's list.
+    pub fn modules(&self) -> impl Iterator<Item = &FoundModule> {
+        self.modules.iter().chain(&self.listed)
     }
 
     /// Looks for the image holding the sampled PC only (a sample whose stack is not walked).
@@ -171,7 +212,7 @@ impl StackWalker {
                     log::info!("Windows kernel found at {:#x}", image.base);
                     self.new_kernel = Some((image.base, image.codeview(virt)));
                     self.kernel = Some((virt.paging, kernel));
-                    self.add_kernel_modules(virt);
+                    self.add_kernel_modules(virt, None);
                 }
             }
         }
@@ -201,40 +242,37 @@ impl StackWalker {
 
     /// Adds every module on the kernel's loaded-module list: each image's headers when they
     /// are mapped and agree with the list, else what the list says.
-    fn add_kernel_modules(&mut self, virt: &mut GuestVirt) {
+    fn add_kernel_modules(&mut self, virt: &mut GuestVirt, layout: Option<&WindowsLayout>) {
         let Some((_, kernel)) = &self.kernel else {
             return;
         };
-        let list = kernel.modules(virt);
+        let list = match layout {
+            Some(layout) => kernel.modules_with(virt, layout),
+            None => kernel.modules(virt),
+        };
         if list.end != introspect::nt::ListEnd::Complete {
             log::warn!("the kernel's module list ended early: {:?}", list.end);
         }
-        for m in list.modules {
-            if m.base >> 63 == 0 || m.size == 0 {
-                continue;
-            }
-            let image = Image::read(virt, m.base)
-                .ok()
-                .filter(|im| im.size == m.size)
-                .unwrap_or(Image {
-                    base: m.base,
-                    size: m.size,
-                    timestamp: 0,
-                    exports: Default::default(),
-                    exceptions: Default::default(),
-                    debug: Default::default(),
-                });
-            let name = m.name.or_else(|| image.export_name(virt));
-            self.add(virt, None, image, name);
-        }
+        self.listed = list
+            .modules
+            .into_iter()
+            .filter(|m| m.base >> 63 == 1)
+            .filter_map(|m| listed_module(virt, None, m))
+            .take(MAX_MODULES)
+            .collect();
     }
 
     /// Walks the kernel's module list again, if this walker found the kernel (the run is
-    /// ending: drivers loaded since the kernel was found are added).
-    pub fn refresh_kernel_modules(&mut self, mem: &GuestMemoryMmap) {
+    /// ending: drivers loaded since the kernel was found are added), at `layout`'s offsets
+    /// when the kernel's PDB gave them.
+    pub fn refresh_kernel_modules(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        layout: Option<&WindowsLayout>,
+    ) {
         if let Some((paging, _)) = self.kernel {
             let mut virt = GuestVirt::new(mem, paging);
-            self.add_kernel_modules(&mut virt);
+            self.add_kernel_modules(&mut virt, layout);
         }
     }
 

@@ -114,3 +114,116 @@ fn lstar_is_read_now_and_then_only_while_a_windows_kernel_is_looked_for() {
     assert!((0..2 * LSTAR_PERIOD).all(|_| !g.wanted_msrs(0).lstar));
     assert!(!g.wanted_msrs(7).lstar, "no such vCPU");
 }
+
+/// The synthetic guest's physical memory as the VMM's guest memory.
+fn guest_memory(phys: &introspect::testguest::PhysMem) -> GuestMemoryMmap {
+    let bytes = phys.bytes();
+    let m = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), bytes.len())]).unwrap();
+    vm_memory::Bytes::write_slice(&m, bytes, GuestAddress(0)).unwrap();
+    m
+}
+
+/// vCPU `v` of `g` sampled at `cpl` in process `p` (its DTB), GS as the guest keeps it.
+fn sample(
+    g: &introspect::testguest::windows::WindowsGuest,
+    v: usize,
+    cpl: u8,
+    p: usize,
+    with_kgs: bool,
+) -> CpuState {
+    let regs = g.regs(v, cpl, with_kgs);
+    CpuState {
+        cpl,
+        paging: Paging {
+            cr3: g.processes[p].dtb,
+            ..g.kernel_paging()
+        },
+        gs_base: regs.gs_base,
+        kernel_gs_base: regs.kernel_gs_base,
+        ..CpuState::default()
+    }
+}
+
+#[test]
+fn windows_threads_are_named_once_per_switch_with_their_processes_dlls() {
+    use introspect::testguest::windows::{ntproc_layout, WindowsGuest};
+    let mut g = WindowsGuest::new(&ntproc_layout());
+    let aware = GuestAwareness::new(2, Instant::now());
+    aware.set_types(GuestTypes::Windows(g.layout));
+    aware.kernel_found(g.os().load_bias, None);
+    let mut v = VcpuGuest::default();
+    // A kernel-mode sample of System first: the kernel's paging is learnt there.
+    let mem = guest_memory(&g.phys);
+    let who = aware.identify(0, &mut v, &mem, &sample(&g, 0, 0, 0, false));
+    assert_eq!(who.map(|w| w.process_name.as_str()), Some("System"));
+    // Process A's worker at CPL3 on vCPU 1, never sampled in the kernel: GS holds the TEB,
+    // so the KPCR must come from KERNEL_GS_BASE.
+    let worker = g.processes[1].threads[1].ethread;
+    g.switch(1, worker);
+    let mem = guest_memory(&g.phys);
+    let mut v1 = VcpuGuest::default();
+    assert_eq!(
+        aware
+            .identify(1, &mut v1, &mem, &sample(&g, 1, 3, 1, false))
+            .map(|w| w.process_name.as_str()),
+        Some(""),
+        "an address-space row until the KPCR is known"
+    );
+    assert!(aware.wants_kernel_gs_base(1), "the KPCR is asked for");
+    let a = aware
+        .identify(1, &mut v1, &mem, &sample(&g, 1, 3, 1, true))
+        .map(|w| (w.at, w.process_name.clone()))
+        .unwrap();
+    assert_eq!(a.1, "a.exe");
+    // The same thread again, without the MSR: the same rows, from the cache.
+    let again = aware.identify(1, &mut v1, &mem, &sample(&g, 1, 3, 1, false));
+    assert_eq!(again.map(|w| w.at), Some(a.0));
+    let (processes, threads) = aware.table().rows();
+    let row = &processes[a.0.process as usize];
+    assert_eq!(row.pid, Some(g.processes[1].facts.key.id));
+    assert_eq!(
+        row.path.as_deref(),
+        Some(g.processes[1].modules[0].path.as_str()),
+        "the executable's full path, from the loader list"
+    );
+    assert_eq!(
+        threads[a.0.thread as usize].name,
+        g.processes[1].threads[1].facts.name
+    );
+    // A's DLLs, read in A's address space, keyed by its DTB.
+    let dlls: Vec<_> = aware
+        .user_modules()
+        .into_iter()
+        .map(|m| (m.process, m.name.unwrap_or_default()))
+        .collect();
+    let want: Vec<_> = g.processes[1]
+        .modules
+        .iter()
+        .map(|m| (Some(g.processes[1].dtb), m.name.clone()))
+        .collect();
+    assert_eq!(dlls, want);
+    // C exits and D takes its EPROCESS, DTB and ETHREAD: a process row of its own.
+    g.switch(0, g.processes[3].threads[0].ethread);
+    let mem = guest_memory(&g.phys);
+    let c = aware
+        .identify(0, &mut v, &mem, &sample(&g, 0, 0, 3, false))
+        .map(|w| (w.at, w.process_name.clone()))
+        .unwrap();
+    assert_eq!(c.1, "c.exe");
+    let c = c.0;
+    let d = g.replace(3, "d.exe");
+    g.switch(0, g.processes[d].threads[0].ethread);
+    let mem = guest_memory(&g.phys);
+    let dw = aware
+        .identify(0, &mut v, &mem, &sample(&g, 0, 0, d, false))
+        .map(|w| (w.at, w.process_name.clone()))
+        .unwrap();
+    assert_eq!(dw.1, "d.exe");
+    assert_ne!(dw.0.process, c.process);
+    assert_ne!(dw.0.thread, c.thread);
+    let (processes, _) = aware.table().rows();
+    assert_eq!(
+        processes[dw.0.process as usize].cr3s, processes[c.process as usize].cr3s,
+        "one DTB, two processes"
+    );
+}
