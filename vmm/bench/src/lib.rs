@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 
 pub mod disk;
+pub mod naming;
 mod observer;
 pub mod pe;
 mod quantiles;
@@ -40,6 +41,9 @@ use vmm::profiler::host_profiles::HostProfileSpec;
 use vmm::sampler::events::TASK_CLOCK;
 use vmm::signals::{kick_signal, overflow_signal, tick_signal};
 use vmm::vm::{run_with, RunHooks, VmControl, VmError};
+
+/// Identifications timed in each mix of [`naming`].
+const NAMING_SAMPLES: usize = 200_000;
 
 /// Benchmark parameters.
 #[derive(Clone, Debug)]
@@ -79,6 +83,15 @@ pub struct BenchReport {
     pub kick_perf_ns: f64,
     /// Full hypercall / bare port-I/O exit, medians net of measurement overhead.
     pub hypercall_ratio: f64,
+    /// (Full sample path + naming the sample's guest process and thread, the thread changing
+    /// every 16 samples) / full sample path ([`naming`]).
+    pub naming_ratio: f64,
+    /// The same with the thread changing at every sample.
+    pub naming_worst_ratio: f64,
+    /// Naming per sample, the thread changing every 16 samples, mean.
+    pub naming_ns: f64,
+    /// Naming per sample, the thread changing at every sample, mean.
+    pub naming_worst_ns: f64,
     /// Bare kick to re-entry, median.
     pub kick_bare_ns: f64,
     /// Full sample path to re-entry, median.
@@ -406,6 +419,7 @@ pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
         median(&t.perf)
     };
     let (ub, uf, us) = (median(&u.bare), median(&u.full), median(&u.stack));
+    let naming = naming::measure(NAMING_SAMPLES);
     let frames = t.frames as f64 / t.walks.max(1) as f64;
     let unwind_frames = u.frames as f64 / u.walks.max(1) as f64;
     Ok(BenchReport {
@@ -415,6 +429,10 @@ pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
         kick_perf_ns: kp,
         unwind_ratio: us / ub,
         hypercall_ratio: hc_net / io_net,
+        naming_ratio: (kf + naming.every_16_ns) / kf,
+        naming_worst_ratio: (kf + naming.every_sample_ns) / kf,
+        naming_ns: naming.every_16_ns,
+        naming_worst_ns: naming.every_sample_ns,
         kick_bare_ns: kb,
         kick_full_ns: kf,
         kick_stack_ns: ks,

@@ -388,6 +388,14 @@ pub fn bench(a: &BenchArgs) -> ExitCode {
             );
             println!("unwind_ratio    {:>9.3}   (target <= 1.25)", r.unwind_ratio);
             println!(
+                "naming:         {:>9.0} ns a sample to name its guest thread (new thread every 16 samples), {:.0} ns (every sample)",
+                r.naming_ns, r.naming_worst_ns
+            );
+            println!(
+                "naming_ratio    {:>9.3}   (target <= 1.10; worst case {:.3})",
+                r.naming_ratio, r.naming_worst_ratio
+            );
+            println!(
                 "hypercall path: {:>9.0} ns full vs {:>9.0} ns bare port-I/O exit (guest-measured medians)",
                 r.hypercall_ns, r.io_exit_ns
             );
