@@ -399,6 +399,18 @@ mod tests {
         assert_eq!(read(text.as_bytes()).unwrap(), big);
     }
 
+    /// The version-4 fixture tests/reports.rs hands to `hvprof report` and `go tool pprof` is
+    /// the profile every output's unit tests use, as this build writes it.
+    #[test]
+    fn the_version_4_fixture_is_the_tasks_profile() {
+        let fixture = include_str!("../testdata/profile-v4-processes.json");
+        let p = crate::processes::tests::tasks_profile();
+        assert_eq!(read(fixture.as_bytes()).unwrap(), p);
+        let mut buf = Vec::new();
+        write(&p, &mut buf).unwrap();
+        assert_eq!(String::from_utf8(buf).unwrap(), fixture);
+    }
+
     /// A version-3 file as hvprof 0.1 wrote it (guest object, whole-space host profile with
     /// stacks): read as a current profile with no process or thread table.
     #[test]
