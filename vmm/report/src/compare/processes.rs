@@ -14,7 +14,6 @@
 
 use std::collections::BTreeMap;
 
-use super::profiles::MergeError;
 use crate::processes::{self, Tasks};
 use crate::profile::{Profile, ProfileObject};
 use crate::symbols::Symbols;
@@ -67,19 +66,20 @@ pub fn process_function_rows(tasks: &Tasks, o: &ProfileObject, symbols: Option<&
     rows.into_iter().collect()
 }
 
+/// Keys ran out while renumbering: the tables together have more than 2^32-1 rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the {0} table's keys pass 2^32-1")]
+pub struct KeysExhausted(pub &'static str);
+
 /// Renumbers `p`'s process keys to `processes..` and thread keys to `threads..` (in table
 /// order), with every reference to them (threads' processes, objects' per-thread counts,
-/// stacks); returns the next free keys. `n` is the profile's number, for the error.
+/// stacks); returns the next free keys.
 pub fn renumber(
     p: &mut Profile,
     processes: u32,
     threads: u32,
-    n: usize,
-) -> Result<(u32, u32), MergeError> {
-    let overflow = |what: &str| MergeError::Overflow {
-        other: n,
-        what: format!("the {what} table's keys (32 bits)"),
-    };
+) -> Result<(u32, u32), KeysExhausted> {
+    let overflow = KeysExhausted;
     let mut process_key: BTreeMap<u32, u32> = BTreeMap::new();
     let mut next_process = processes;
     for r in &mut p.processes {
@@ -147,7 +147,7 @@ mod tests {
     #[test]
     fn renumbering_moves_every_reference() {
         let mut p = tasks_profile();
-        assert_eq!(renumber(&mut p, 3, 100, 2).unwrap(), (6, 105));
+        assert_eq!(renumber(&mut p, 3, 100).unwrap(), (6, 105));
         let keys: Vec<u32> = p.processes.iter().map(|r| r.key).collect();
         assert_eq!(keys, [3, 4, 5]);
         let threads: Vec<(u32, u32)> = p.threads.iter().map(|t| (t.key, t.process)).collect();
@@ -158,10 +158,10 @@ mod tests {
         let stacks: Vec<Option<u32>> = o.stacks.iter().map(|s| s.thread).collect();
         assert_eq!(stacks, [Some(100), Some(101), Some(102)]);
         crate::validate::check(&p).unwrap();
-        assert!(matches!(
-            renumber(&mut tasks_profile(), u32::MAX - 1, 0, 2),
-            Err(MergeError::Overflow { other: 2, .. })
-        ));
+        assert_eq!(
+            renumber(&mut tasks_profile(), u32::MAX - 1, 0),
+            Err(KeysExhausted("process"))
+        );
     }
 
     /// `tasks_profile` scaled up for the test to have power: every count times `k`.
@@ -194,7 +194,7 @@ mod tests {
         // Another boot: other pids and keys, same names.
         new.processes[0].pid = Some(1057);
         new.processes[1].pid = Some(1058);
-        renumber(&mut new, 40, 80, 2).unwrap();
+        renumber(&mut new, 40, 80).unwrap();
         shift_to_seq(&mut new, 1500);
         crate::validate::check(&new).unwrap();
         let (objects, _) = compare_profiles(

@@ -289,6 +289,15 @@ pub enum MergeError {
         /// Which sum (`objects[0].total`).
         what: String,
     },
+    /// The profiles' process or thread tables together have more rows than keys.
+    #[error("adding profile {other}")]
+    Keys {
+        /// The profile being added.
+        other: usize,
+        /// Which table ran out.
+        #[source]
+        source: super::processes::KeysExhausted,
+    },
 }
 
 impl MergeError {
@@ -298,7 +307,8 @@ impl MergeError {
             MergeError::Empty | MergeError::Inconsistent(_) => None,
             MergeError::SameRun { again: p, .. }
             | MergeError::Different { other: p, .. }
-            | MergeError::Overflow { other: p, .. } => Some(*p),
+            | MergeError::Overflow { other: p, .. }
+            | MergeError::Keys { other: p, .. } => Some(*p),
         }
     }
 }
@@ -354,7 +364,10 @@ pub fn merge_profiles(mut profiles: Vec<Profile>) -> Result<Profile, MergeError>
     }
     let mut next = (0, 0);
     for (i, p) in profiles.iter_mut().enumerate() {
-        next = renumber(p, next.0, next.1, i + 1)?;
+        next = renumber(p, next.0, next.1).map_err(|source| MergeError::Keys {
+            other: i + 1,
+            source,
+        })?;
     }
     let mut iter = profiles.into_iter();
     let mut merged = iter.next().ok_or(MergeError::Empty)?;
