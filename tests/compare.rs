@@ -224,3 +224,77 @@ fn profile_for_a_duration_collects_host_and_guest_objects() {
         assert!(out_dir.join(f).exists(), "{f}");
     }
 }
+
+/// The saved format-4 profile of vmm/report/testdata (awk, seq and an unidentified process),
+/// every count times 100 and without stacks, so that moving samples between processes is
+/// significant.
+fn processes_profile() -> report::Profile {
+    let fixture =
+        crate::harness::workspace_root().join("vmm/report/testdata/profile-v4-processes.json");
+    let mut p = report::read_profile(&fixture).unwrap();
+    let o = &mut p.objects[0];
+    o.counts.iter_mut().for_each(|c| c.1 *= 100);
+    o.total *= 100;
+    for t in &mut o.threads {
+        t.counts.iter_mut().for_each(|c| c.1 *= 100);
+    }
+    o.stacks.clear();
+    o.stacks_dropped = 0;
+    p
+}
+
+fn save(dir: &TempDir, name: &str, p: &report::Profile) -> PathBuf {
+    let mut buf = Vec::new();
+    report::json::write(p, &mut buf).unwrap();
+    dir.write(name, &buf)
+}
+
+/// A process whose share grew is flagged by name although its pid changed between the runs;
+/// against a format-3 profile the processes are "not recorded" and nothing is flagged.
+#[test]
+fn compare_matches_processes_by_name_across_pids() {
+    let dir = TempDir::new("compare-processes");
+    let base = processes_profile();
+    let mut new = processes_profile();
+    new.run.start_time = "2023-11-14T22:20:00.000Z".into();
+    new.processes[0].pid = Some(1057);
+    new.processes[1].pid = Some(1058);
+    // 1,500 of awk's samples in `hot` (bucket 0x107) move to seq.
+    new.objects[0].threads[0].counts[0].1 -= 1500;
+    new.objects[0].threads[2].counts[0].1 += 1500;
+    let (b, n) = (save(&dir, "base.json", &base), save(&dir, "new.json", &new));
+    let junit = dir.join("junit.xml");
+    let out = compare(&b, &n, &["--junit", junit.to_str().unwrap()]);
+    out.assert_status(1);
+    out.assert_stdout_contains("processes by name");
+    let flagged: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("| ❌"))
+        .collect();
+    assert!(
+        flagged
+            .iter()
+            .any(|l| l.contains("| `seq` | 2600 | 4100 |")),
+        "{out}"
+    );
+    assert!(
+        flagged.iter().any(|l| l.contains("`seq: 0x1070..0x1080`")),
+        "{out}"
+    );
+    assert!(!flagged.iter().any(|l| l.contains("awk")), "{out}");
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(xml.contains("process seq\"><failure"), "{xml}");
+
+    // The base as a format-3 file: no processes on that side.
+    let mut v3 = serde_json::to_value(&base).unwrap();
+    v3["format_version"] = 3.into();
+    for k in ["processes", "threads"] {
+        v3.as_object_mut().unwrap().remove(k);
+    }
+    v3["objects"][0].as_object_mut().unwrap().remove("threads");
+    let old = dir.write("v3.json", v3.to_string().as_bytes());
+    let out = compare(&old, &n, &[]);
+    out.assert_status(0);
+    out.assert_stdout_contains("Processes: not recorded in the base profile");
+}

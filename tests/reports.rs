@@ -150,6 +150,59 @@ fn the_files_agree_and_a_saved_profile_reprints_with_annotation() {
     assert!(!out.stdout.contains("(bad)"), "{out}");
 }
 
+/// A saved profile with the guest's processes and threads (vmm/report/testdata: 100 samples of
+/// awk (pid 57, threads 57 `awk` and 60 `worker`), seq (pid 58) and an unidentified
+/// `[cr3 0x5000]`; a unit test keeps it equal to the report crate's test profile): it
+/// matches the schema, and `go tool pprof` lists its process and thread tags and keeps one
+/// process's samples with `-tagfocus`.
+#[test]
+fn pprof_samples_are_tagged_with_the_guests_process_and_thread() {
+    let fixture =
+        crate::harness::workspace_root().join("vmm/report/testdata/profile-v4-processes.json");
+    validate_against_schema(&fixture);
+    let dir = TempDir::new("processes");
+    let out = hvprof([
+        "report",
+        fixture.to_str().unwrap(),
+        "--out",
+        dir.path().to_str().unwrap(),
+    ])
+    .run();
+    out.assert_status(0);
+    out.assert_stdout_contains("Functions in awk (pid 57)");
+    let (tags, err) = crate::harness::pprof(dir.path(), "-tags", &[]);
+    for want in [
+        "pid: Total 60",
+        "process: Total 60",
+        "50.0 (83.33%): awk",
+        "10.0 (16.67%): seq",
+        "thread: Total 60",
+        "20.0 (33.33%): worker",
+        "tid: Total 60",
+        "scope: Total 65",
+    ] {
+        assert!(
+            tags.contains(want),
+            "{want:?} in pprof -tags\n{tags}\n{err}"
+        );
+    }
+    // Without symbols frames are named by address. awk's stacks: 30 samples at 0x1074 (called
+    // from 0x1050), 20 at 0x1044; seq's: 10 at 0x1074.
+    let (top, err) = pprof_top(&dir, &["-tagfocus=process=awk"]);
+    assert_eq!(
+        (flat(&top, "0x1074"), flat(&top, "0x1044")),
+        (Some(30), Some(20)),
+        "{top}\n{err}"
+    );
+    assert!(top.contains("Showing nodes accounting for 50,"), "{top}");
+    let (top, err) = pprof_top(&dir, &["-tagfocus=process=seq"]);
+    assert_eq!(
+        (flat(&top, "0x1074"), flat(&top, "0x1044")),
+        (Some(10), None),
+        "{top}\n{err}"
+    );
+}
+
 #[test]
 fn report_refuses_a_file_that_is_not_a_profile() {
     let dir = TempDir::new("not-a-profile");

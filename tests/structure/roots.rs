@@ -165,6 +165,7 @@ const REPORT: Root = Root {
         ("symbols", 1),
         ("profile", 2),
         ("input", 3),
+        ("processes", 3),
         ("validate", 3),
         ("error", 4),
         ("flame", 5),

@@ -16,6 +16,16 @@
 //! object 1 (all processes);refguest;shares_f4;shares_f4+0x10 1234
 //! ```
 //!
+//! With the guest's processes (an object with per-thread counts, profile.json format 4), a
+//! process frame `NAME (pid N)` sits between the object frame and the rest, as perf's comm
+//! frame does; the differential graph of `hvprof compare` names it `NAME` alone, since pids
+//! differ between runs:
+//!
+//! ```text
+//! object 1 (all processes);awk (pid 57);m!caller;m!hot 30
+//! object 1 (all processes);awk (pid 57);m;hot;hot 40
+//! ```
+//!
 //! object (id and scope) → module → function → bucket (`function+offset` of its start). The
 //! object frame keeps overlapping objects (a global and a per-process profile of the same
 //! code) side by side rather than adding their counts together; the widths under it are the
@@ -23,9 +33,11 @@
 //! function are hot. Addresses outside every module sit under `[unknown]`; without a symbol
 //! the function frame is `module+0xrva` of the bucket.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 
-use super::profile::Profile;
+use super::processes::Tasks;
+use super::profile::{Profile, ProfileObject};
 use super::symbols::Symbols;
 use super::ReportError;
 
@@ -43,16 +55,58 @@ pub fn frame_name(symbols: &Symbols, pc: u64, ret: bool) -> String {
     }
 }
 
+/// How a process frame names its process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessFrame {
+    /// `NAME (pid N)`: one run's graph.
+    WithPid,
+    /// `NAME`: a differential graph's, whose two runs have other pids.
+    NameOnly,
+}
+
 /// The folded stacks of `profile`: one line per stack of objects with stacks, one per
-/// nonzero bucket of the others.
+/// nonzero bucket of the others; with the guest's processes, under a process frame with
+/// pids.
 pub fn folded(profile: &Profile, symbols: &Symbols) -> Vec<String> {
+    folded_with(profile, symbols, ProcessFrame::WithPid)
+}
+
+/// The module, function and bucket frames of a bucket starting at `start`.
+fn bucket_frames(symbols: &Symbols, start: u64) -> [String; 3] {
+    let (module, function, bucket) = match symbols.resolve(start) {
+        Some(hit) => (hit.module.name.clone(), hit.function(), hit.describe()),
+        None => (
+            "[unknown]".to_string(),
+            format!("{start:#x}"),
+            format!("{start:#x}"),
+        ),
+    };
+    // `module!function+0x10` -> `function+0x10`: the module is the frame below.
+    let bucket = bucket
+        .split_once('!')
+        .map_or(bucket.clone(), |(_, f)| f.to_string());
+    [module, function, bucket]
+}
+
+/// [`folded`], with process frames named as `names` says.
+pub fn folded_with(profile: &Profile, symbols: &Symbols, names: ProcessFrame) -> Vec<String> {
     let clean = |s: &str| crate::sanitize::flame_frame(s);
+    let tasks = Tasks::new(profile);
+    // The process frame of a thread, when the profile names it.
+    let process = |thread: Option<u32>| {
+        let p = tasks.process_of(thread?)?;
+        Some(clean(&match names {
+            ProcessFrame::WithPid => p.label(),
+            ProcessFrame::NameOnly => p.name.clone(),
+        }))
+    };
     let mut lines = Vec::new();
     for o in &profile.objects {
-        let root = format!("object {} ({})", o.id, o.scope());
+        let root = clean(&format!("object {} ({})", o.id, o.scope()));
         if !o.stacks.is_empty() {
             for stack in &o.stacks {
-                let mut frames = vec![clean(&root)];
+                let mut frames = vec![root.clone()];
+                frames.extend(process(stack.thread));
                 if stack.truncated {
                     frames.push("[truncated]".to_string());
                 }
@@ -68,30 +122,18 @@ pub fn folded(profile: &Profile, symbols: &Symbols) -> Vec<String> {
                 lines.push(format!("{} {}", frames.join(";"), stack.count));
             }
             if o.stacks_dropped > 0 {
-                lines.push(format!(
-                    "{};[stack not kept] {}",
-                    clean(&root),
-                    o.stacks_dropped
-                ));
+                lines.push(format!("{root};[stack not kept] {}", o.stacks_dropped));
             }
             continue;
         }
+        if !o.threads.is_empty() {
+            lines.extend(thread_buckets(o, &root, symbols, |t| process(Some(t))));
+            continue;
+        }
         for b in o.nonzero() {
-            let (module, function, bucket) = match symbols.resolve(b.start) {
-                Some(hit) => (hit.module.name.clone(), hit.function(), hit.describe()),
-                None => (
-                    "[unknown]".to_string(),
-                    format!("{:#x}", b.start),
-                    format!("{:#x}", b.start),
-                ),
-            };
-            // `module!function+0x10` -> `function+0x10`: the module is the frame below.
-            let bucket = bucket
-                .split_once('!')
-                .map_or(bucket.clone(), |(_, f)| f.to_string());
+            let [module, function, bucket] = bucket_frames(symbols, b.start);
             lines.push(format!(
-                "{};{};{};{} {}",
-                clean(&root),
+                "{root};{};{};{} {}",
                 clean(&module),
                 clean(&function),
                 clean(&bucket),
@@ -100,6 +142,34 @@ pub fn folded(profile: &Profile, symbols: &Symbols) -> Vec<String> {
         }
     }
     lines
+}
+
+/// The buckets of an object with per-thread counts, each under its thread's process frame
+/// (`process` of the thread's key), the same stacks of several threads added up; in frame
+/// order.
+fn thread_buckets(
+    o: &ProfileObject,
+    root: &str,
+    symbols: &Symbols,
+    process: impl Fn(u32) -> Option<String>,
+) -> Vec<String> {
+    let clean = |s: &str| crate::sanitize::flame_frame(s);
+    let mut stacks: BTreeMap<String, u64> = BTreeMap::new();
+    for t in &o.threads {
+        let mut frames = vec![root.to_string()];
+        frames.extend(process(t.thread));
+        for &(index, count) in &t.counts {
+            let (start, _) = o.bucket_range(index);
+            let mut f = frames.clone();
+            f.extend(bucket_frames(symbols, start).iter().map(|x| clean(x)));
+            // A checked profile's per-thread counts add up to the object's total.
+            *stacks.entry(f.join(";")).or_default() += count;
+        }
+    }
+    stacks
+        .into_iter()
+        .map(|(s, n)| format!("{s} {n}"))
+        .collect()
 }
 
 /// Writes `profile` as a flame graph SVG. A profile without samples gives inferno's
@@ -129,8 +199,9 @@ pub fn write_diff(
     new: (&Profile, &Symbols),
     w: impl Write,
 ) -> Result<(), ReportError> {
-    let before = folded(base.0, base.1).join("\n");
-    let after = folded(new.0, new.1).join("\n");
+    // Pids differ between runs: the process frames are matched by name.
+    let before = folded_with(base.0, base.1, ProcessFrame::NameOnly).join("\n");
+    let after = folded_with(new.0, new.1, ProcessFrame::NameOnly).join("\n");
     let mut diff = Vec::new();
     let opts = inferno::differential::Options {
         normalize: true,
@@ -244,6 +315,53 @@ mod tests {
             !frames.iter().any(|f| f.0.starts_with("hot") && blue(f)),
             "{frames:?}"
         );
+    }
+
+    #[test]
+    fn each_stack_sits_under_its_process() {
+        let mut p = crate::processes::tests::tasks_profile();
+        let symbols = crate::profile::tests::call_site_symbols();
+        assert_eq!(
+            folded(&p, &symbols),
+            [
+                "object 1 (all processes);awk (pid 57);m!caller;m!hot 30",
+                "object 1 (all processes);awk (pid 57);m!caller 20",
+                "object 1 (all processes);seq (pid 58);m!caller;m!hot 10",
+                "object 1 (all processes);[stack not kept] 5",
+            ]
+        );
+        // Without stacks, from the per-thread counts: awk's two threads' buckets side by side.
+        p.objects[0].stacks.clear();
+        p.objects[0].stacks_dropped = 0;
+        assert_eq!(
+            folded(&p, &symbols),
+            [
+                "object 1 (all processes);[cr3 0x5000];m;caller;caller 4",
+                "object 1 (all processes);awk (pid 57);[unknown];0xffffffff81000000;0xffffffff81000000 10",
+                "object 1 (all processes);awk (pid 57);m;caller;caller 20",
+                "object 1 (all processes);awk (pid 57);m;hot;hot 40",
+                "object 1 (all processes);seq (pid 58);[unknown];0xffffffff81000000;0xffffffff81000000 5",
+                "object 1 (all processes);seq (pid 58);m;hot;hot 15",
+                "object 1 (all processes);seq (pid 58);m;m+0x20;m+0x20 6",
+            ]
+        );
+        let by_name = folded_with(&p, &symbols, ProcessFrame::NameOnly);
+        assert_eq!(by_name[3], "object 1 (all processes);awk;m;hot;hot 40");
+    }
+
+    /// A process's frame in the differential graph is its name: the same program under
+    /// another pid in the new run is compared with the base's, not shown as new.
+    #[test]
+    fn a_differential_graph_matches_processes_by_name() {
+        let base = crate::processes::tests::tasks_profile();
+        let mut new = base.clone();
+        new.processes[0].pid = Some(1057);
+        let symbols = crate::profile::tests::call_site_symbols();
+        let mut svg = Vec::new();
+        write_diff((&base, &symbols), (&new, &symbols), &mut svg).unwrap();
+        let svg = String::from_utf8(svg).unwrap();
+        assert!(svg.contains("<title>awk ("), "{svg}");
+        assert!(!svg.contains("pid"), "{svg}");
     }
 
     #[test]

@@ -126,6 +126,23 @@ pub mod big {
     }
 }
 
+/// Serde for an `Option<u64>` field written as a [`Big`] or null:
+/// `#[serde(with = "hex::opt_big")]` (a guest's process and thread ids).
+pub mod opt_big {
+    use super::Big;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    /// Writes null, a number up to 2^53, or a hex string above.
+    pub fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        v.map(Big).serialize(s)
+    }
+
+    /// Reads null or either form.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        Option::<Big>::deserialize(d).map(|b| b.map(|b| b.0))
+    }
+}
+
 /// Serde for sparse counts (`Vec<(index, count)>`) written as `[["0x...", count], ...]`: the
 /// index as a [`Hex`] string (a whole-space host profile's bucket indices pass 2^53), the
 /// count a [`Big`](super::Big) (a number up to 2^53). Use with

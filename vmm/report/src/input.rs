@@ -8,8 +8,8 @@ use profile_core::object::ObjectConfig;
 
 use crate::hex::{Hex, OptHex};
 use crate::profile::{
-    source_name, GuestModule, ObjectOwner, Profile, ProfileObject, RunInfo, StackCount, VcpuStats,
-    FORMAT_NAME, FORMAT_VERSION,
+    source_name, GuestModule, ObjectOwner, ProcessInfo, Profile, ProfileObject, RunInfo,
+    StackCount, ThreadCounts, ThreadInfo, VcpuStats, FORMAT_NAME, FORMAT_VERSION,
 };
 
 /// A finished run.
@@ -144,6 +144,7 @@ impl ProfileObject {
             functions: Vec::new(),
             stacks: Vec::new(),
             stacks_dropped: 0,
+            threads: Vec::new(),
         }
     }
 
@@ -172,11 +173,30 @@ impl ProfileObject {
             functions: Vec::new(),
             stacks: {
                 let mut s = h.stacks.to_vec();
-                // Most samples first; ties in address order, so the file is the same every time.
-                s.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.pcs.cmp(&b.pcs)));
+                // Most samples first; ties in address order, then by thread, so the file is
+                // the same every time.
+                s.sort_by(|a, b| {
+                    b.count
+                        .cmp(&a.count)
+                        .then_with(|| a.pcs.cmp(&b.pcs))
+                        .then_with(|| a.thread.cmp(&b.thread))
+                });
                 s
             },
             stacks_dropped: h.stacks_dropped,
+            threads: h
+                .threads
+                .iter()
+                .filter(|(_, c)| c.values().any(|n| *n > 0))
+                .map(|(t, c)| ThreadCounts {
+                    thread: *t,
+                    counts: c
+                        .iter()
+                        .filter(|(_, n)| **n > 0)
+                        .map(|(b, n)| (*b, *n))
+                        .collect(),
+                })
+                .collect(),
         }
     }
 }
@@ -193,6 +213,8 @@ impl Profile {
             vcpus: input.vcpus,
             modules: Vec::new(),
             guest_modules: input.guest_modules,
+            processes: input.processes.into_iter().map(ProcessInfo::from).collect(),
+            threads: input.threads.into_iter().map(ThreadInfo::from).collect(),
             objects: input
                 .guest
                 .iter()
@@ -204,6 +226,33 @@ impl Profile {
                         .map(|h| ProfileObject::from_host(h, vcpus)),
                 )
                 .collect(),
+        }
+    }
+}
+
+impl From<ProcessInput> for ProcessInfo {
+    fn from(p: ProcessInput) -> Self {
+        ProcessInfo {
+            key: p.key,
+            pid: p.pid,
+            name: p.name,
+            path: p.path,
+            cr3s: p.cr3s.into_iter().map(Hex).collect(),
+            first_seen_s: p.first_seen_s,
+            last_seen_s: p.last_seen_s,
+            kernel: p.kernel,
+            identified: p.identified,
+        }
+    }
+}
+
+impl From<ThreadInput> for ThreadInfo {
+    fn from(t: ThreadInput) -> Self {
+        ThreadInfo {
+            key: t.key,
+            process: t.process,
+            tid: t.tid,
+            name: t.name,
         }
     }
 }
@@ -382,5 +431,80 @@ mod tests {
         let mut buf = Vec::new();
         crate::json::write(&p, &mut buf).unwrap();
         assert_eq!(crate::json::read(&buf[..]).unwrap(), p);
+    }
+
+    #[test]
+    fn a_run_with_processes_keeps_its_tables_and_per_thread_counts() {
+        let counts = BTreeMap::from([(0x102, 6), (0x104, 4)]);
+        let threads = BTreeMap::from([
+            (1, BTreeMap::from([(0x102, 6), (0x104, 1)])),
+            (2, BTreeMap::from([(0x104, 3)])),
+            // A thread with no sample in this object is not listed.
+            (3, BTreeMap::from([(0x104, 0)])),
+        ]);
+        let mut a = StackCount::new([0x1024], false, 2);
+        a.thread = Some(2);
+        let mut b = a.clone();
+        b.thread = Some(1);
+        let stacks = [a, b];
+        let p = Profile::from_run(RunInput {
+            hvprof_version: "9.9.9",
+            run: sample_profile(0).run,
+            vcpus: Vec::new(),
+            guest: Vec::new(),
+            host: vec![HostObject {
+                id: 1,
+                start: 0,
+                last: 0xffff,
+                bucket_shift: 4,
+                cr3: None,
+                vcpus: None,
+                counts: &counts,
+                stacks: &stacks,
+                stacks_dropped: 0,
+                threads: &threads,
+                source: 0,
+                source_name: "ProfileTime",
+            }],
+            guest_modules: Vec::new(),
+            processes: vec![ProcessInput {
+                key: 7,
+                pid: Some(57),
+                name: "awk".into(),
+                path: None,
+                cr3s: vec![0x3000],
+                first_seen_s: 0.0,
+                last_seen_s: 0.5,
+                kernel: false,
+                identified: true,
+            }],
+            threads: [1, 2, 3]
+                .map(|key| ThreadInput {
+                    key,
+                    process: 7,
+                    tid: Some(u64::from(key) + 56),
+                    name: None,
+                })
+                .to_vec(),
+        });
+        assert_eq!(
+            (p.processes[0].label(), p.processes[0].cr3s[0]),
+            ("awk (pid 57)".to_string(), Hex(0x3000))
+        );
+        assert_eq!(p.threads.len(), 3);
+        let o = &p.objects[0];
+        let listed: Vec<(u32, Vec<(u64, u64)>)> = o
+            .threads
+            .iter()
+            .map(|t| (t.thread, t.counts.clone()))
+            .collect();
+        assert_eq!(
+            listed,
+            [(1, vec![(0x102, 6), (0x104, 1)]), (2, vec![(0x104, 3)])]
+        );
+        // The same stack in two threads: two entries, ordered by thread.
+        let order: Vec<Option<u32>> = o.stacks.iter().map(|s| s.thread).collect();
+        assert_eq!(order, [Some(1), Some(2)]);
+        crate::validate::check(&p).unwrap();
     }
 }

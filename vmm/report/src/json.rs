@@ -37,8 +37,9 @@ pub fn read(mut r: impl Read) -> Result<Profile, ReportError> {
     };
     match version {
         v if v == u64::from(FORMAT_VERSION) => {}
-        // Version 3 only added optional fields.
-        2 => value["format_version"] = FORMAT_VERSION.into(),
+        // Version 3 added optional fields (stacks), version 4 optional tables (processes,
+        // threads) and a stack's thread: an older file is one without them.
+        2 | 3 => value["format_version"] = FORMAT_VERSION.into(),
         1 => {
             upgrade_from_v1(&mut value)?;
             value["format_version"] = FORMAT_VERSION.into();
@@ -119,7 +120,7 @@ mod tests {
             text.contains(r#""counts":[["0x2",5],["0x7",9],["0x9",1]]"#),
             "{text}"
         );
-        assert!(text.contains(r#""format_version":3"#), "{text}");
+        assert!(text.contains(r#""format_version":4"#), "{text}");
         assert!(
             !text.contains("stacks"),
             "an object without stacks has no stack fields"
@@ -135,7 +136,7 @@ mod tests {
         let p = sample_profile(0x1000);
         for (bad, found) in [
             (Value::from(99), 99),
-            (Value::from(4), 4),
+            (Value::from(5), 5),
             (Value::from(0), 0),
         ] {
             let mut v = serde_json::to_value(&p).unwrap();
@@ -144,7 +145,7 @@ mod tests {
             assert!(
                 matches!(
                     e,
-                    ReportError::Version { found: f, oldest: 1, newest: 3 } if f == found
+                    ReportError::Version { found: f, oldest: 1, newest: 4 } if f == found
                 ),
                 "{bad}: {e:?}"
             );
@@ -161,7 +162,7 @@ mod tests {
             let e = read(v.to_string().as_bytes()).unwrap_err();
             assert_eq!(
                 e.to_string(),
-                format!("format_version: {message}; this hvprof reads the integers 1 to 3")
+                format!("format_version: {message}; this hvprof reads the integers 1 to 4")
             );
         }
         let mut v = serde_json::to_value(&p).unwrap();
@@ -169,13 +170,13 @@ mod tests {
         let e = read(v.to_string().as_bytes()).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "format_version: missing; this hvprof reads the integers 1 to 3"
+            "format_version: missing; this hvprof reads the integers 1 to 4"
         );
         v["format_version"] = 99.into();
         let e = read(v.to_string().as_bytes()).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "profile format version 99; this hvprof reads versions 1 to 3"
+            "profile format version 99; this hvprof reads versions 1 to 4"
         );
         assert!(matches!(read(&b"not json"[..]), Err(ReportError::Json(_))));
     }
@@ -216,7 +217,7 @@ mod tests {
         let mut buf = Vec::new();
         write(&read_back, &mut buf).unwrap();
         let v2 = String::from_utf8(buf).unwrap();
-        assert!(v2.contains(r#""format_version":3"#), "{v2}");
+        assert!(v2.contains(r#""format_version":4"#), "{v2}");
         assert!(
             v2.contains(r#"["0xffffffff8100000",3],["0xfffffffffffffff",1]]"#),
             "{v2}"
@@ -345,6 +346,96 @@ mod tests {
             schema["properties"]["format_version"]["const"],
             FORMAT_VERSION
         );
+        // A profile with processes, threads, per-thread counts and stacks.
+        let v = serde_json::to_value(crate::processes::tests::tasks_profile()).unwrap();
+        assert_eq!(keys(&v["processes"][0]), required(&defs["process"]));
+        assert_eq!(keys(&v["threads"][0]), required(&defs["thread"]));
+        assert_eq!(
+            keys(&v["objects"][0]["threads"][0]),
+            required(&defs["thread_counts"])
+        );
+        let mut stack = required(&defs["stack"]);
+        stack.push("thread".into());
+        stack.sort();
+        assert_eq!(keys(&v["objects"][0]["stacks"][0]), stack);
+        let mut top = required(&schema);
+        top.extend(["processes".to_string(), "threads".to_string()]);
+        top.sort();
+        assert_eq!(keys(&v), top);
+    }
+
+    #[test]
+    fn processes_threads_and_per_thread_counts_round_trip() {
+        let p = crate::processes::tests::tasks_profile();
+        let mut buf = Vec::new();
+        write(&p, &mut buf).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        assert!(
+            text.contains(
+                r#"{"key":10,"pid":57,"name":"awk","path":"/usr/bin/awk","cr3s":["0x3000"],"first_seen_s":0.25,"last_seen_s":1.0,"kernel":false,"identified":true}"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"{"key":24,"process":12,"tid":null,"name":null}"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"{"thread":20,"counts":[["0x107",40],["0xffffffff8100000",10]]}"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"{"pcs":["0x1044"],"truncated":false,"count":20,"thread":21}"#),
+            "{text}"
+        );
+        assert_eq!(read(text.as_bytes()).unwrap(), p);
+        // Ids past 2^53 (a hostile guest's) are written as hex strings, and read back.
+        let mut big = p.clone();
+        big.processes[0].pid = Some(u64::MAX);
+        let mut buf = Vec::new();
+        write(&big, &mut buf).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        assert!(text.contains(r#""pid":"0xffffffffffffffff""#), "{text}");
+        assert_eq!(read(text.as_bytes()).unwrap(), big);
+    }
+
+    /// The version-4 fixture tests/reports.rs hands to `hvprof report` and `go tool pprof` is
+    /// the profile every output's unit tests use, as this build writes it.
+    #[test]
+    fn the_version_4_fixture_is_the_tasks_profile() {
+        let fixture = include_str!("../testdata/profile-v4-processes.json");
+        let p = crate::processes::tests::tasks_profile();
+        assert_eq!(read(fixture.as_bytes()).unwrap(), p);
+        let mut buf = Vec::new();
+        write(&p, &mut buf).unwrap();
+        assert_eq!(String::from_utf8(buf).unwrap(), fixture);
+    }
+
+    /// A version-3 file as hvprof 0.1 wrote it (guest object, whole-space host profile with
+    /// stacks): read as a current profile with no process or thread table.
+    #[test]
+    fn a_version_3_file_reads_back_without_processes() {
+        let v3 = include_str!("../testdata/profile-v3.json");
+        assert!(v3.contains(r#""format_version":3"#));
+        let p = read(v3.as_bytes()).unwrap();
+        assert_eq!(p.format_version, FORMAT_VERSION);
+        assert!(p.processes.is_empty() && p.threads.is_empty());
+        let host = &p.objects[1];
+        assert_eq!(
+            (host.total, host.stacks.len(), host.stacks_dropped),
+            (40, 2, 1)
+        );
+        assert!(host.threads.is_empty() && host.stacks.iter().all(|s| s.thread.is_none()));
+        // Written again, it is a version-4 file without the new fields, and reads back equal.
+        let mut buf = Vec::new();
+        write(&p, &mut buf).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        assert!(text.contains(r#""format_version":4"#), "{text}");
+        assert!(
+            !text.contains("processes") && !text.contains("\"thread"),
+            "{text}"
+        );
+        assert_eq!(read(text.as_bytes()).unwrap(), p);
     }
 
     #[test]

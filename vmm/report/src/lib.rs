@@ -30,6 +30,7 @@ pub mod input;
 pub mod json;
 pub mod load;
 pub mod pprof;
+pub mod processes;
 pub mod profile;
 pub mod sanitize;
 pub mod symbols;

@@ -5,10 +5,14 @@
 //! only the fields hvprof fills are declared, with profile.proto's numbers and types.
 //!
 //! Mapping: one sample type, `samples/count`; one Sample per nonzero bucket of every object
-//! (value = count, labels `object` = its id and `process` = its scope), at one Location per
-//! bucket start address; an object with call stacks gives one Sample per stack instead, its
-//! Locations leaf first (label `truncated` on stacks that end early), so `-traces`, `-tree`
-//! and `-peek` show callers. Each Location has one Line naming the Function that covers it: the
+//! (value = count, labels `object` = its id and `scope` = its address-space restriction,
+//! `all processes` or `process 0x..`), at one Location per bucket start address; an object
+//! with per-thread counts gives one Sample per thread and bucket; an object with call stacks
+//! gives one Sample per stack instead, its Locations leaf first (label `truncated` on stacks
+//! that end early), so `-traces`, `-tree` and `-peek` show callers. A Sample whose thread is
+//! known carries the guest's process and thread: numeric labels `pid` and `tid` (when the
+//! guest gave them) and string labels `process` (its name) and `thread` (when named), so
+//! `-tagfocus=process=awk` keeps one process's samples and `-tags` lists them. Each Location has one Line naming the Function that covers it: the
 //! symbol, or `module+0xrva` / the bare address where no symbol does, so pprof never needs
 //! to symbolize anything itself. One Mapping per module (ELF or PE image, or PDB) spans its
 //! load range. Objects that overlap (a global and a per-process profile of the same code)
@@ -20,6 +24,7 @@ use std::io::Write;
 use flate2::write::GzEncoder;
 use prost::Message;
 
+use super::processes::Tasks;
 use super::profile::Profile;
 use super::symbols::Symbols;
 use super::ReportError;
@@ -316,8 +321,16 @@ pub fn build(profile: &Profile, symbols: &Symbols) -> PprofProfile {
         ids: HashMap::new(),
     };
     let object_key = strings.get("object");
-    let process_key = strings.get("process");
+    let scope_key = strings.get("scope");
     let truncated_key = strings.get("truncated");
+    let tasks = Tasks::new(profile);
+    let mut task_labels = TaskLabels {
+        tasks: &tasks,
+        pid: strings.get("pid"),
+        tid: strings.get("tid"),
+        process: strings.get("process"),
+        thread: strings.get("thread"),
+    };
     for o in &profile.objects {
         let labels = vec![
             Label {
@@ -326,12 +339,28 @@ pub fn build(profile: &Profile, symbols: &Symbols) -> PprofProfile {
                 num: i64::try_from(o.id).unwrap_or(i64::MAX),
             },
             Label {
-                key: process_key,
+                key: scope_key,
                 str: strings.get(&o.scope()),
                 num: 0,
             },
         ];
         let value = |n: u64| vec![i64::try_from(n).unwrap_or(i64::MAX)];
+        if o.stacks.is_empty() && !o.threads.is_empty() {
+            for t in &o.threads {
+                let mut label = labels.clone();
+                label.extend(task_labels.of(Some(t.thread), &mut strings));
+                for &(index, count) in &t.counts {
+                    let (start, _) = o.bucket_range(index);
+                    let loc = locations.get(&mut out, &mut strings, start, false);
+                    out.sample.push(Sample {
+                        location_id: vec![loc],
+                        value: value(count),
+                        label: label.clone(),
+                    });
+                }
+            }
+            continue;
+        }
         if o.stacks.is_empty() {
             for b in o.nonzero() {
                 let loc = locations.get(&mut out, &mut strings, b.start, false);
@@ -351,6 +380,7 @@ pub fn build(profile: &Profile, symbols: &Symbols) -> PprofProfile {
                 .map(|(i, pc)| locations.get(&mut out, &mut strings, pc.0, i > 0))
                 .collect();
             let mut label = labels.clone();
+            label.extend(task_labels.of(stack.thread, &mut strings));
             if stack.truncated {
                 label.push(Label {
                     key: truncated_key,
@@ -392,6 +422,52 @@ pub fn build(profile: &Profile, symbols: &Symbols) -> PprofProfile {
     }
     out.string_table = strings.table;
     out
+}
+
+/// The labels naming a sample's guest process and thread.
+struct TaskLabels<'a> {
+    tasks: &'a Tasks<'a>,
+    pid: i64,
+    tid: i64,
+    process: i64,
+    thread: i64,
+}
+
+impl TaskLabels<'_> {
+    /// `pid`, `tid` (numbers, when known), `process` and `thread` (names, the thread's when
+    /// it has one) of `thread`; none for a sample without a thread or of a thread not listed.
+    fn of(&mut self, thread: Option<u32>, strings: &mut Strings) -> Vec<Label> {
+        let Some(t) = thread.and_then(|k| self.tasks.thread(k)) else {
+            return Vec::new();
+        };
+        let Some(p) = self.tasks.process(t.process) else {
+            return Vec::new();
+        };
+        let num = |key, n: Option<u64>| {
+            n.map(|n| Label {
+                key,
+                str: 0,
+                num: i64::try_from(n).unwrap_or(i64::MAX),
+            })
+        };
+        let mut out: Vec<Label> = [num(self.pid, p.pid), num(self.tid, t.tid)]
+            .into_iter()
+            .flatten()
+            .collect();
+        out.push(Label {
+            key: self.process,
+            str: strings.get(&p.name),
+            num: 0,
+        });
+        if let Some(name) = &t.name {
+            out.push(Label {
+                key: self.thread,
+                str: strings.get(name),
+                num: 0,
+            });
+        }
+        out
+    }
 }
 
 /// Writes `profile` as gzipped pprof protobuf.
@@ -486,6 +562,83 @@ mod tests {
         assert!(!pb.sample[0].label.iter().any(|l| s(l.key) == "truncated"));
         assert_eq!(name(pb.sample[2].location_id[0]), "[stack not kept]");
         assert_eq!(pb.sample[2].value, [2]);
+    }
+
+    /// (pid, tid, process, thread, scope) labels of a sample; -1 or "" where absent.
+    fn task_labels(pb: &PprofProfile, x: &Sample) -> (i64, i64, String, String, String) {
+        let s = |i: i64| pb.string_table[usize::try_from(i).unwrap()].clone();
+        let find = |key: &str| x.label.iter().find(|l| s(l.key) == key);
+        (
+            find("pid").map_or(-1, |l| l.num),
+            find("tid").map_or(-1, |l| l.num),
+            find("process").map_or_else(String::new, |l| s(l.str)),
+            find("thread").map_or_else(String::new, |l| s(l.str)),
+            find("scope").map_or_else(String::new, |l| s(l.str)),
+        )
+    }
+
+    #[test]
+    fn samples_carry_their_process_and_thread() {
+        let mut p = crate::processes::tests::tasks_profile();
+        let symbols = crate::profile::tests::call_site_symbols();
+        let pb = decoded(&p, &symbols);
+        let labels: Vec<_> = pb.sample.iter().map(|x| task_labels(&pb, x)).collect();
+        let all = "all processes".to_string();
+        let row = |pid, tid, process: &str, thread: &str| {
+            (
+                pid,
+                tid,
+                process.to_string(),
+                thread.to_string(),
+                all.clone(),
+            )
+        };
+        // One Sample per stack, then the samples whose stack was not kept (no thread).
+        assert_eq!(
+            labels,
+            [
+                row(57, 57, "awk", "awk"),
+                row(57, 60, "awk", "worker"),
+                row(58, 58, "seq", "seq"),
+                row(-1, -1, "", ""),
+            ]
+        );
+        // Without stacks, one Sample per thread and bucket.
+        p.objects[0].stacks.clear();
+        p.objects[0].stacks_dropped = 0;
+        let pb = decoded(&p, &symbols);
+        let rows: Vec<_> = pb
+            .sample
+            .iter()
+            .map(|x| {
+                let (pid, tid, process, _, _) = task_labels(&pb, x);
+                let address = pb.location[usize::try_from(x.location_id[0] - 1).unwrap()].address;
+                (pid, tid, process, address, x.value[0])
+            })
+            .collect();
+        let k = crate::processes::tests::KERNEL_PC;
+        assert_eq!(
+            rows,
+            [
+                (57, 57, "awk".into(), 0x1070, 40),
+                (57, 57, "awk".into(), k, 10),
+                (57, 60, "awk".into(), 0x1040, 20),
+                (58, 58, "seq".into(), 0x1070, 15),
+                (58, 58, "seq".into(), k, 5),
+                (58, 61, "seq".into(), 0x1020, 6),
+                (-1, -1, "[cr3 0x5000]".into(), 0x1040, 4),
+            ]
+        );
+        let total: i64 = pb.sample.iter().map(|x| x.value[0]).sum();
+        assert_eq!(total, 100);
+    }
+
+    #[test]
+    fn the_objects_scope_is_the_label_scope() {
+        let pb = decoded(&sample_profile(0x1000), &Symbols::default());
+        let (pid, _, process, _, scope) = task_labels(&pb, &pb.sample[0]);
+        assert_eq!((pid, process.as_str()), (-1, ""));
+        assert_eq!(scope, "process 0x12345000");
     }
 
     #[test]

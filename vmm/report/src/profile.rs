@@ -14,8 +14,12 @@ pub const FORMAT_NAME: &str = "hvprof-profile";
 /// readers would misread (docs/profile-json.md). Version 2 writes bucket indices as `"0x..."`
 /// strings; version 1 wrote them as numbers, which readers of doubles (jq, JavaScript) round
 /// past 2^53. Version 3 adds objects' call stacks (`stacks`, `stacks_dropped`); a version-2
-/// file reads as one without stacks.
-pub const FORMAT_VERSION: u32 = 3;
+/// file reads as one without stacks. Version 4 adds the guest's processes and threads
+/// (`processes`, `threads`, objects' per-thread `threads` counts, a stack's `thread`): a
+/// stack's identity now includes its thread, so the same call stack may be listed once per
+/// thread, which a version-3 reader would misread as repeats; a version-3 file reads as one
+/// without processes.
+pub const FORMAT_VERSION: u32 = 4;
 
 /// The oldest version this build still reads (and upgrades to [`FORMAT_VERSION`] on reading).
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
@@ -40,8 +44,74 @@ pub struct Profile {
     /// needs to find their PDBs (empty when it found none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub guest_modules: Vec<GuestModule>,
+    /// The guest's processes the samples ran in (empty when the run named none: no guest
+    /// kernel identified, guest agent objects only, or a file older than version 4).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<ProcessInfo>,
+    /// The guest's threads the samples ran in, each in one of `processes`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub threads: Vec<ThreadInfo>,
     /// Every profile object that ran.
     pub objects: Vec<ProfileObject>,
+}
+
+/// A guest process in a profile's process table (docs/profile-json.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    /// Its key in this profile (unique; what threads refer to).
+    pub key: u32,
+    /// The guest's process id (null for a process hvprof could not identify).
+    #[serde(with = "super::hex::opt_big")]
+    pub pid: Option<u64>,
+    /// The kernel's name for it (ImageFileName, comm), or `[cr3 0x..]` for samples whose
+    /// process could not be identified.
+    pub name: String,
+    /// The executable's full path, when known.
+    pub path: Option<String>,
+    /// Its page-table roots (page-aligned).
+    pub cr3s: Vec<Hex>,
+    /// Seconds from the run's start to its first sample.
+    pub first_seen_s: f64,
+    /// Seconds from the run's start to its last sample.
+    pub last_seen_s: f64,
+    /// The kernel's own process (Windows System or Idle, Linux kernel threads).
+    pub kernel: bool,
+    /// The guest kernel's structures named it; false for a `[cr3 ..]` row.
+    pub identified: bool,
+}
+
+impl ProcessInfo {
+    /// `name (pid N)`, or the name alone without a pid (a `[cr3 ..]` row).
+    pub fn label(&self) -> String {
+        match self.pid {
+            Some(pid) => format!("{} (pid {pid})", self.name),
+            None => self.name.clone(),
+        }
+    }
+}
+
+/// A guest thread in a profile's thread table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadInfo {
+    /// Its key in this profile (unique; what stacks and per-thread counts refer to).
+    pub key: u32,
+    /// Its process's key.
+    pub process: u32,
+    /// The guest's thread id (null when not identified).
+    #[serde(with = "super::hex::opt_big")]
+    pub tid: Option<u64>,
+    /// Its name, when the guest gave it one.
+    pub name: Option<String>,
+}
+
+/// One thread's share of an object's counts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadCounts {
+    /// The thread's key in the profile's thread table.
+    pub thread: u32,
+    /// Its nonzero buckets, as the object's `counts` (index order, `["0x..", count]`).
+    #[serde(with = "super::hex::indexed_counts")]
+    pub counts: Vec<(u64, u64)>,
 }
 
 /// What was run and how it ended.
@@ -253,6 +323,10 @@ pub struct ProfileObject {
     /// Samples whose stack did not fit hvprof's table: in `counts`, not in `stacks`.
     #[serde(default, skip_serializing_if = "is_zero", with = "super::hex::big")]
     pub stacks_dropped: u64,
+    /// Per thread: its counts, which together are `counts` (host profiles of runs that named
+    /// threads; empty otherwise, and for guest agent objects).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub threads: Vec<ThreadCounts>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -488,6 +562,7 @@ pub(crate) mod tests {
             functions: Vec::new(),
             stacks: Vec::new(),
             stacks_dropped: 0,
+            threads: Vec::new(),
         };
         Profile {
             format: FORMAT_NAME.into(),
@@ -518,6 +593,8 @@ pub(crate) mod tests {
             }],
             modules: Vec::new(),
             guest_modules: Vec::new(),
+            processes: Vec::new(),
+            threads: Vec::new(),
             objects: vec![object],
         }
     }

@@ -10,8 +10,12 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::callers;
+use super::processes::{self, Tasks};
 use super::profile::{Bucket, FunctionCount, ObjectOwner, Profile, ProfileObject};
 use super::symbols::Symbols;
+
+/// Processes that get a "Functions in NAME (pid N)" table per object.
+pub const PROCESS_FUNCTION_TABLES: usize = 5;
 
 /// A share of `whole`, in percent.
 pub fn percent(part: u64, whole: u64) -> f64 {
@@ -107,7 +111,14 @@ fn affinity(v: &[u32]) -> String {
 }
 
 /// One object's section; `stored`: its per-function totals are `symbols`' already.
-fn object(out: &mut String, o: &ProfileObject, symbols: &Symbols, stored: bool, top: usize) {
+fn object(
+    out: &mut String,
+    o: &ProfileObject,
+    tasks: &Tasks,
+    symbols: &Symbols,
+    stored: bool,
+    top: usize,
+) {
     let total = o.total;
     let _ = writeln!(
         out,
@@ -139,6 +150,7 @@ fn object(out: &mut String, o: &ProfileObject, symbols: &Symbols, stored: bool, 
             .collect();
         table(out, "Function", &rows, total);
     }
+    process_tables(out, o, tasks, symbols, top);
     let rows: Vec<(String, u64)> = hottest(o, top)
         .iter()
         .map(|b| {
@@ -200,15 +212,131 @@ fn call_graph(out: &mut String, o: &ProfileObject, symbols: &Symbols, n: usize) 
     }
 }
 
+/// The guest's processes in one object, from its per-thread counts (nothing when it has
+/// none): the Processes table (with the user/kernel split by the bucket's address, bit 63),
+/// the `top` threads, and the functions of the [`PROCESS_FUNCTION_TABLES`] busiest
+/// processes, each with its share of that process's samples.
+fn process_tables(
+    out: &mut String,
+    o: &ProfileObject,
+    tasks: &Tasks,
+    symbols: &Symbols,
+    top: usize,
+) {
+    let rows = processes::process_samples(tasks, o);
+    if rows.is_empty() {
+        return;
+    }
+    let name = |key: u32| tasks.process(key).map(|p| p.name.as_str()).unwrap_or("");
+    let w = rows
+        .iter()
+        .map(|r| name(r.process).chars().count() + 2)
+        .chain([32])
+        .max()
+        .unwrap_or(32);
+    let _ = writeln!(
+        out,
+        "\n  {:<w$} {:>8} {:>10} {:>8} {:>10} {:>10}",
+        "Process", "PID", "Samples", "% Total", "User", "Kernel"
+    );
+    let mut unidentified = false;
+    for r in rows.iter().take(top) {
+        let Some(p) = tasks.process(r.process) else {
+            continue;
+        };
+        let mark = if p.identified {
+            ""
+        } else {
+            unidentified = true;
+            " *"
+        };
+        let pid = p.pid.map_or_else(|| "-".to_string(), |n| n.to_string());
+        let _ = writeln!(
+            out,
+            "  {:<w$} {pid:>8} {:>10} {:>7.2}% {:>10} {:>10}",
+            format!("{}{mark}", p.name),
+            r.samples,
+            percent(r.samples, o.total),
+            r.user,
+            r.kernel
+        );
+    }
+    if unidentified {
+        let _ = writeln!(
+            out,
+            "  * [cr3 0x..]: samples hvprof could not attribute to a named process (the guest \
+             kernel's\n    structures were unknown or unreadable then), named by the address space \
+             (CR3) they ran in"
+        );
+    }
+    let threads: Vec<(String, String, String, u64)> = processes::thread_samples(o)
+        .into_iter()
+        .take(top)
+        .filter_map(|(key, n)| {
+            let t = tasks.thread(key)?;
+            let p = tasks.process(t.process)?;
+            let tid = t.tid.map_or_else(|| "-".to_string(), |n| n.to_string());
+            Some((p.label(), tid, t.name.clone().unwrap_or_default(), n))
+        })
+        .collect();
+    let pw = threads
+        .iter()
+        .map(|t| t.0.chars().count())
+        .chain([24])
+        .max()
+        .unwrap_or(24);
+    let nw = threads
+        .iter()
+        .map(|t| t.2.chars().count())
+        .chain([16])
+        .max()
+        .unwrap_or(16);
+    let _ = writeln!(
+        out,
+        "\n  {:<pw$} {:>8} {:<nw$} {:>10} {:>8}",
+        "Thread of", "TID", "Name", "Samples", "% Total"
+    );
+    for (process, tid, name, n) in &threads {
+        let _ = writeln!(
+            out,
+            "  {process:<pw$} {tid:>8} {name:<nw$} {n:>10} {:>7.2}%",
+            percent(*n, o.total)
+        );
+    }
+    for r in rows.iter().take(PROCESS_FUNCTION_TABLES) {
+        let Some(p) = tasks.process(r.process) else {
+            continue;
+        };
+        let buckets = processes::process_buckets(tasks, o, r.process);
+        let functions: Vec<(String, u64)> = processes::function_counts(o, &buckets, symbols)
+            .iter()
+            .take(top)
+            .map(|f| (f.qualified(), f.samples))
+            .collect();
+        shares_table(
+            out,
+            &format!("Functions in {}", p.label()),
+            &functions,
+            r.samples,
+            "% Proc",
+        );
+    }
+}
+
 /// A table of names, samples and shares, the name column as wide as its longest entry.
 fn table(out: &mut String, title: &str, rows: &[(String, u64)], total: u64) {
+    shares_table(out, title, rows, total, "% Total");
+}
+
+/// [`table`] with shares of `total` under the heading `share`.
+fn shares_table(out: &mut String, title: &str, rows: &[(String, u64)], total: u64, share: &str) {
     let w = rows
         .iter()
         .map(|(n, _)| n.chars().count())
         .chain([title.len(), 32])
         .max()
         .unwrap_or(32);
-    let _ = writeln!(out, "\n  {title:<w$} {:>10} {:>8}", "Samples", "% Total");
+    let _ = writeln!(out, "\n  {title:<w$} {:>10} {:>8}", "Samples", share);
     for (name, n) in rows {
         let _ = writeln!(out, "  {name:<w$} {n:>10} {:>7.2}%", percent(*n, total));
     }
@@ -224,8 +352,9 @@ pub fn render(p: &Profile, symbols: &Symbols, top: usize) -> String {
     guest_modules(&mut out, p);
     missing_symbols(&mut out, symbols);
     let stored = p.symbolized_with(symbols);
+    let tasks = Tasks::new(p);
     for o in &p.objects {
-        object(&mut out, o, symbols, stored, top);
+        object(&mut out, o, &tasks, symbols, stored, top);
     }
     // Names and the command line come from the guest and from files: no escape sequence
     // reaches a terminal that prints report.txt.
@@ -409,6 +538,87 @@ mod tests {
         let t = render(&p, &Symbols::default(), 10);
         assert!(has(&t, "m!hot 10 66.67%"), "{t}");
         assert!(has(&t, "0x1070..0x1080 0x1070 9 60.00%"), "{t}");
+    }
+
+    #[test]
+    fn processes_threads_and_each_process_functions() {
+        let p = crate::processes::tests::tasks_profile();
+        let symbols = crate::profile::tests::call_site_symbols();
+        let t = render(&p, &symbols, 20);
+        let lines = |from: &str, n: usize| -> Vec<String> {
+            let at = t.lines().position(|l| l.trim_start().starts_with(from));
+            let at = at.unwrap_or_else(|| panic!("no {from:?} in {t}"));
+            t.lines()
+                .skip(at)
+                .take(n)
+                .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+                .collect()
+        };
+        assert_eq!(
+            lines("Process ", 6),
+            [
+                "Process PID Samples % Total User Kernel",
+                "awk 57 70 70.00% 60 10",
+                "seq 58 26 26.00% 21 5",
+                "[cr3 0x5000] * - 4 4.00% 4 0",
+                "* [cr3 0x..]: samples hvprof could not attribute to a named process (the guest \
+                 kernel's",
+                "structures were unknown or unreadable then), named by the address space (CR3) \
+                 they ran in",
+            ]
+        );
+        assert_eq!(
+            lines("Thread of", 6),
+            [
+                "Thread of TID Name Samples % Total",
+                "awk (pid 57) 57 awk 50 50.00%",
+                "awk (pid 57) 60 worker 20 20.00%",
+                "seq (pid 58) 58 seq 20 20.00%",
+                "seq (pid 58) 61 6 6.00%",
+                "[cr3 0x5000] - 4 4.00%",
+            ]
+        );
+        assert_eq!(
+            lines("Functions in awk", 4),
+            [
+                "Functions in awk (pid 57) Samples % Proc",
+                "m!hot 40 57.14%",
+                "m!caller 20 28.57%",
+                "0xffffffff81000000 10 14.29%",
+            ]
+        );
+        assert_eq!(
+            lines("Functions in seq", 4),
+            [
+                "Functions in seq (pid 58) Samples % Proc",
+                "m!hot 15 57.69%",
+                "m+0x20 6 23.08%",
+                "0xffffffff81000000 5 19.23%",
+            ]
+        );
+        assert!(has(&t, "Functions in [cr3 0x5000] Samples % Proc"), "{t}");
+        // Only the busiest processes get a function table; `top` limits the threads.
+        let t = render(&p, &symbols, 2);
+        assert_eq!(t.matches("Functions in").count(), 3, "{t}");
+        assert!(has(&t, "awk (pid 57) 60 worker 20 20.00%"), "{t}");
+        assert!(!has(&t, "seq (pid 58) 58 seq"), "{t}");
+        assert!(!t.contains("[cr3 0x5000] *"), "{t}");
+    }
+
+    #[test]
+    fn a_profile_without_processes_prints_no_process_table() {
+        let p = sample_profile(0x1000);
+        let t = render(&p, &Symbols::default(), 10);
+        assert!(!t.contains("Process") && !t.contains("Thread"), "{t}");
+        // An object without per-thread counts beside one with them: only the latter.
+        let mut p = crate::processes::tests::tasks_profile();
+        let mut other = p.objects[0].clone();
+        other.id = 2;
+        other.threads.clear();
+        other.stacks.iter_mut().for_each(|s| s.thread = None);
+        p.objects.push(other);
+        let t = render(&p, &Symbols::default(), 10);
+        assert_eq!(t.matches("Thread of").count(), 1, "{t}");
     }
 
     #[test]

@@ -12,6 +12,12 @@
 //! - `total` is the sum of the counts, and that sum fits 64 bits;
 //! - `functions`, when present, add up to `total`; `stacks` plus `stacks_dropped` add up to at
 //!   most `total` (a sample whose stack could not be walked has none);
+//! - per-thread counts (`threads`), when present, list each thread once, each list follows
+//!   the rules of `counts`, and together they are exactly `counts`; no thread's stacks count
+//!   more samples than its counts;
+//! - process and thread keys are unique, each thread's process is listed, and every thread an
+//!   object's per-thread counts or stacks name is listed; processes' times are finite and not
+//!   negative;
 //! - `run.wall_time_s` is finite and not negative (a merge adds them up);
 //! - every module's and guest module's `base + size` is at most 2^64;
 //! - all objects' totals together are at most 2^63-1, so that any output may add them up
@@ -21,6 +27,8 @@
 //! Counts are any 64-bit value: a real run's counts are far smaller (a guest object's counters
 //! are 32-bit, a host profile's one per sample), but merged profiles add up, and every sum here
 //! is checked rather than trusted.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::profile::{Profile, ProfileObject};
 
@@ -58,6 +66,93 @@ fn range_fits(at: &str, base: u64, size: u64) -> Result<(), Inconsistent> {
     Ok(())
 }
 
+/// Checks a sparse count list of `o` (its `counts`, or one thread's): indices strictly
+/// increase, are below `buckets` and start inside the range; no count is 0.
+fn check_indices(
+    at_counts: &str,
+    o: &ProfileObject,
+    counts: &[(u64, u64)],
+) -> Result<(), Inconsistent> {
+    let mut previous: Option<u64> = None;
+    for (n, &(index, count)) in counts.iter().enumerate() {
+        if index >= o.buckets {
+            return Err(bad(
+                at_counts,
+                format!("bucket index {index:#x} past buckets {:#x}", o.buckets),
+            ));
+        }
+        // The bucket's offset in the range, exact in 128 bits.
+        if u128::from(index) << o.bucket_shift >= u128::from(o.size.0) {
+            return Err(bad(
+                at_counts,
+                format!(
+                    "bucket index {index:#x} starts past the range's size {:#x}",
+                    o.size.0
+                ),
+            ));
+        }
+        if let Some(p) = previous.filter(|p| *p >= index) {
+            let what = if p == index { "repeats" } else { "comes after" };
+            return Err(bad(
+                at_counts,
+                format!("bucket index {index:#x} (entry {n}) {what} {p:#x}: indices must increase"),
+            ));
+        }
+        if count == 0 {
+            return Err(bad(
+                at_counts,
+                format!("bucket index {index:#x} has count 0: only nonzero buckets are listed"),
+            ));
+        }
+        previous = Some(index);
+    }
+    Ok(())
+}
+
+/// Checks `o`'s per-thread counts among themselves: one entry per thread, each a valid count
+/// list, together exactly the object's counts. (That their threads exist is [`check`]'s.)
+fn check_thread_counts(at: &str, o: &ProfileObject) -> Result<(), Inconsistent> {
+    if o.threads.is_empty() {
+        return Ok(());
+    }
+    let mut seen = BTreeSet::new();
+    let mut sums: BTreeMap<u64, u64> = BTreeMap::new();
+    for (n, t) in o.threads.iter().enumerate() {
+        let at_t = format!("{at}.threads[{n}]");
+        if !seen.insert(t.thread) {
+            return Err(bad(
+                format!("{at_t}.thread"),
+                format!("thread {} is listed twice", t.thread),
+            ));
+        }
+        check_indices(&format!("{at_t}.counts"), o, &t.counts)?;
+        for &(index, count) in &t.counts {
+            let e = sums.entry(index).or_default();
+            *e = e
+                .checked_add(count)
+                .ok_or_else(|| bad(format!("{at_t}.counts"), "the counts add up past 2^64-1"))?;
+        }
+    }
+    let ours: BTreeMap<u64, u64> = o.counts.iter().copied().collect();
+    let differs = ours
+        .keys()
+        .chain(sums.keys())
+        .copied()
+        .filter(|i| ours.get(i) != sums.get(i))
+        .min();
+    if let Some(i) = differs {
+        return Err(bad(
+            format!("{at}.threads"),
+            format!(
+                "bucket {i:#x}: the threads' counts add up to {}, the object's count is {}",
+                sums.get(&i).copied().unwrap_or(0),
+                ours.get(&i).copied().unwrap_or(0)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks one object; `at` is its path (`objects[2]`).
 pub fn check_object(at: &str, o: &ProfileObject) -> Result<(), Inconsistent> {
     if o.bucket_shift > 63 {
@@ -74,39 +169,7 @@ pub fn check_object(at: &str, o: &ProfileObject) -> Result<(), Inconsistent> {
         return Err(bad(format!("{at}.size"), "0, yet the object has counts"));
     }
     let at_counts = format!("{at}.counts");
-    let mut previous: Option<u64> = None;
-    for (n, &(index, count)) in o.counts.iter().enumerate() {
-        if index >= o.buckets {
-            return Err(bad(
-                &at_counts,
-                format!("bucket index {index:#x} past buckets {:#x}", o.buckets),
-            ));
-        }
-        // The bucket's offset in the range, exact in 128 bits.
-        if u128::from(index) << o.bucket_shift >= u128::from(o.size.0) {
-            return Err(bad(
-                &at_counts,
-                format!(
-                    "bucket index {index:#x} starts past the range's size {:#x}",
-                    o.size.0
-                ),
-            ));
-        }
-        if let Some(p) = previous.filter(|p| *p >= index) {
-            let what = if p == index { "repeats" } else { "comes after" };
-            return Err(bad(
-                &at_counts,
-                format!("bucket index {index:#x} (entry {n}) {what} {p:#x}: indices must increase"),
-            ));
-        }
-        if count == 0 {
-            return Err(bad(
-                &at_counts,
-                format!("bucket index {index:#x} has count 0: only nonzero buckets are listed"),
-            ));
-        }
-        previous = Some(index);
-    }
+    check_indices(&at_counts, o, &o.counts)?;
     let Some(sum) = checked_sum(o.counts.iter().map(|(_, c)| *c)) else {
         return Err(bad(at_counts, "the counts add up past 2^64-1"));
     };
@@ -145,6 +208,92 @@ pub fn check_object(at: &str, o: &ProfileObject) -> Result<(), Inconsistent> {
     if let Some(n) = o.stacks.iter().position(|s| s.pcs.is_empty()) {
         return Err(bad(format!("{at}.stacks[{n}].pcs"), "empty"));
     }
+    check_thread_counts(at, o)
+}
+
+/// Checks the process and thread tables: unique keys, every thread's process listed, times
+/// finite and not negative.
+fn check_tables(p: &Profile) -> Result<(), Inconsistent> {
+    let mut processes = BTreeSet::new();
+    for (n, r) in p.processes.iter().enumerate() {
+        if !processes.insert(r.key) {
+            return Err(bad(
+                format!("processes[{n}].key"),
+                format!("{} is the key of an earlier process", r.key),
+            ));
+        }
+        for (field, t) in [
+            ("first_seen_s", r.first_seen_s),
+            ("last_seen_s", r.last_seen_s),
+        ] {
+            if !(t.is_finite() && t >= 0.0) {
+                return Err(bad(
+                    format!("processes[{n}].{field}"),
+                    format!("{t} is not a finite number of seconds"),
+                ));
+            }
+        }
+    }
+    let mut threads = BTreeSet::new();
+    for (n, t) in p.threads.iter().enumerate() {
+        if !threads.insert(t.key) {
+            return Err(bad(
+                format!("threads[{n}].key"),
+                format!("{} is the key of an earlier thread", t.key),
+            ));
+        }
+        if !processes.contains(&t.process) {
+            return Err(bad(
+                format!("threads[{n}].process"),
+                format!("{} is no process's key", t.process),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks that `o`'s threads (per-thread counts, stacks) are in the thread table, and that
+/// no thread's stacks count more samples than the thread's counts.
+fn check_object_threads(p: &Profile, at: &str, o: &ProfileObject) -> Result<(), Inconsistent> {
+    let known = |k: u32| p.threads.iter().any(|t| t.key == k);
+    for (n, t) in o.threads.iter().enumerate() {
+        if !known(t.thread) {
+            return Err(bad(
+                format!("{at}.threads[{n}].thread"),
+                format!("{} is no thread's key", t.thread),
+            ));
+        }
+    }
+    let mut stacked: BTreeMap<u32, u64> = BTreeMap::new();
+    for (n, s) in o.stacks.iter().enumerate() {
+        let Some(k) = s.thread else { continue };
+        if !known(k) {
+            return Err(bad(
+                format!("{at}.stacks[{n}].thread"),
+                format!("{k} is no thread's key"),
+            ));
+        }
+        // No overflow: the stacks' counts together were checked to fit the total.
+        *stacked.entry(k).or_default() += s.count;
+    }
+    if o.threads.is_empty() {
+        return Ok(());
+    }
+    for (k, n) in stacked {
+        // Each thread's counts fit: they were checked to add up to the object's.
+        let counted: u64 = o
+            .threads
+            .iter()
+            .filter(|t| t.thread == k)
+            .flat_map(|t| t.counts.iter().map(|(_, c)| *c))
+            .sum();
+        if n > counted {
+            return Err(bad(
+                format!("{at}.stacks"),
+                format!("thread {k}'s stacks count {n} samples, its counts {counted}"),
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -164,8 +313,10 @@ pub fn check(p: &Profile) -> Result<(), Inconsistent> {
     for (i, m) in p.guest_modules.iter().enumerate() {
         range_fits(&format!("guest_modules[{i}].size"), m.base.0, m.size.0)?;
     }
+    check_tables(p)?;
     for (i, o) in p.objects.iter().enumerate() {
         check_object(&format!("objects[{i}]"), o)?;
+        check_object_threads(p, &format!("objects[{i}]"), o)?;
     }
     match checked_sum(p.objects.iter().map(|o| o.total)) {
         Some(t) if t <= i64::MAX.unsigned_abs() => Ok(()),
@@ -283,6 +434,71 @@ mod tests {
                 "{e:?} does not start with {expected:?}"
             );
         }
+    }
+
+    #[test]
+    fn each_process_and_thread_inconsistency_is_named() {
+        use crate::profile::Profile;
+        type Corruption = fn(&mut Profile);
+        let cases: [(&str, Corruption); 10] = [
+            (
+                "processes[1].key: 10 is the key of an earlier process",
+                |p| p.processes[1].key = 10,
+            ),
+            ("processes[0].last_seen_s: NaN is not a finite", |p| {
+                p.processes[0].last_seen_s = f64::NAN
+            }),
+            ("threads[2].key: 20 is the key of an earlier thread", |p| {
+                p.threads[2].key = 20
+            }),
+            ("threads[0].process: 99 is no process's key", |p| {
+                p.threads[0].process = 99
+            }),
+            ("objects[0].threads[0].thread: 99 is no thread's key", |p| {
+                p.threads.push(crate::profile::ThreadInfo {
+                    key: 98,
+                    ..p.threads[0].clone()
+                });
+                p.objects[0].threads[0].thread = 99;
+            }),
+            ("objects[0].stacks[1].thread: 99 is no thread's key", |p| {
+                p.objects[0].stacks[1].thread = Some(99)
+            }),
+            (
+                "objects[0].threads[1].thread: thread 20 is listed twice",
+                |p| p.objects[0].threads[1].thread = 20,
+            ),
+            (
+                "objects[0].threads: bucket 0x104: the threads' counts add up to 23, the \
+                 object's count is 24",
+                |p| p.objects[0].threads[4].counts[0].1 = 3,
+            ),
+            (
+                "objects[0].threads[3].counts: bucket index 0x102 has count 0",
+                |p| p.objects[0].threads[3].counts[0].1 = 0,
+            ),
+            (
+                "objects[0].stacks: thread 21's stacks count 20 samples, its counts 19",
+                |p| {
+                    p.objects[0].threads[1].counts[0].1 = 19;
+                    p.objects[0].threads[4].counts[0].1 = 5;
+                },
+            ),
+        ];
+        for (expected, corrupt) in cases {
+            let mut p = crate::processes::tests::tasks_profile();
+            corrupt(&mut p);
+            let e = check(&p).unwrap_err().to_string();
+            assert!(
+                e.starts_with(expected),
+                "{e:?} does not start with {expected:?}"
+            );
+        }
+        // Stacks without a thread, and objects without per-thread counts, pass.
+        let mut p = crate::processes::tests::tasks_profile();
+        p.objects[0].threads.clear();
+        p.objects[0].stacks[0].thread = None;
+        check(&p).unwrap();
     }
 
     #[test]

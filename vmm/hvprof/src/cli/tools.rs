@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use report::{atomic, ReportError};
 
 use report::compare::{
-    compare_profiles, junit, markdown, merge_profiles, run_differences, Scope, TestOptions,
+    compare_profiles, junit, markdown, merge_profiles, run_differences, ObjectComparison, Scope,
+    TestOptions,
 };
 use report::sanitize::{markdown_code, terminal};
 use vmm::outcome::{STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
@@ -173,6 +174,7 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
                 ));
             }
         }
+        md.push_str(&processes_markdown(&title, o, &opts));
         let moved: Vec<_> = o.buckets.iter().filter(|b| b.regression).take(10).collect();
         if !moved.is_empty() {
             md.push_str("\nBuckets whose share grew significantly:\n\n");
@@ -189,6 +191,10 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
         md.push('\n');
         xml_rows.extend(o.functions.iter().cloned().map(|mut c| {
             c.name = format!("{}: {}", o.label, c.name);
+            c
+        }));
+        xml_rows.extend(o.processes.iter().cloned().map(|mut c| {
+            c.name = format!("{}: process {}", o.label, c.name);
             c
         }));
     }
@@ -242,6 +248,29 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// The per-process part of one object's comparison: a table of the processes matched by
+/// name, or which side did not record them (a profile older than format 4).
+fn processes_markdown(title: &str, o: &ObjectComparison, opts: &TestOptions) -> String {
+    match o.processes_recorded {
+        [true, true] => {
+            format!(
+                "\n{}",
+                markdown(
+                    &format!("{title}, {}, processes by name", o.label),
+                    &o.processes,
+                    opts,
+                    20
+                )
+            )
+        }
+        [false, false] => String::new(),
+        [base, _] => format!(
+            "\nProcesses: not recorded in the {} profile; functions compared without them.\n",
+            if base { "new" } else { "base" }
+        ),
     }
 }
 

@@ -2,6 +2,7 @@
 //! statistical test, a Markdown summary and JUnit XML; a significant regression above the
 //! threshold fails the comparison.
 
+pub mod processes;
 pub mod profiles;
 pub mod render;
 pub mod significance;

@@ -6,11 +6,17 @@
 //! by its functions, outermost first): a caller path that grew is a regression even when the
 //! function at its leaf did not. The family-wise alpha is then split evenly between the
 //! function tests and the stack tests (Bonferroni over both families).
+//!
+//! Objects with the guest's processes on both sides (per-thread counts) are also compared
+//! process by process, matched by name, and their function rows are per process
+//! ([`super::processes`]); the alpha is then split over that family too.
 
 use std::collections::BTreeMap;
 
+use super::processes::{process_function_rows, process_rows, renumber};
 use super::significance::{compare, Change, TestOptions};
 use crate::callers::named;
+use crate::processes::Tasks;
 use crate::profile::{FunctionTotals, RunInfo, StackCount};
 use crate::symbols::Symbols;
 use crate::{FunctionCount, ObjectOwner, Profile, ProfileObject};
@@ -42,14 +48,21 @@ pub struct ObjectComparison {
     pub buckets: Vec<Change>,
     /// Whole-stack changes (empty unless both objects have call stacks).
     pub stacks: Vec<Change>,
+    /// Per-process changes, processes matched by name (empty unless both objects recorded
+    /// their processes).
+    pub processes: Vec<Change>,
+    /// Whether the base's and the new object's processes were recorded (per-thread counts,
+    /// profile.json format 4): `[base, new]`.
+    pub processes_recorded: [bool; 2],
 }
 
 impl ObjectComparison {
-    /// Function-level and stack-level regressions.
+    /// Function-level, stack-level and process-level regressions.
     pub fn regressions(&self) -> usize {
         self.functions
             .iter()
             .chain(&self.stacks)
+            .chain(&self.processes)
             .filter(|c| c.regression)
             .count()
     }
@@ -129,17 +142,30 @@ pub fn compare_profiles(
         new.objects.iter().map(|o| (key(o), o)).collect();
     let mut out = Vec::new();
     let mut unmatched = Vec::new();
+    let tasks = [Tasks::new(base), Tasks::new(new)];
     for b in base.objects.iter().filter(|o| scope.includes(o.owner)) {
         match new_by_key.get(&key(b)) {
             Some(n) => {
-                let (base_rows, new_rows) = function_rows(b, n);
+                let recorded = [process_rows(&tasks[0], b), process_rows(&tasks[1], n)];
+                let by_process = recorded[0].is_some() && recorded[1].is_some();
+                let (base_rows, new_rows) = if by_process {
+                    // Functions by process where both are symbolized and the symbols can
+                    // name their buckets again, else buckets by process.
+                    let named = !b.functions.is_empty()
+                        && !n.functions.is_empty()
+                        && symbols.iter().all(|s| !s.modules().is_empty());
+                    (
+                        process_function_rows(&tasks[0], b, named.then_some(symbols[0])),
+                        process_function_rows(&tasks[1], n, named.then_some(symbols[1])),
+                    )
+                } else {
+                    function_rows(b, n)
+                };
                 let with_stacks = !b.stacks.is_empty() && !n.stacks.is_empty();
+                // Bonferroni over the families tested: functions, stacks, processes.
+                let families = 1 + u32::from(with_stacks) + u32::from(by_process);
                 let family = TestOptions {
-                    alpha: if with_stacks {
-                        opts.alpha / 2.0
-                    } else {
-                        opts.alpha
-                    },
+                    alpha: opts.alpha / f64::from(families),
                     ..*opts
                 };
                 let stacks = if with_stacks {
@@ -148,11 +174,17 @@ pub fn compare_profiles(
                 } else {
                     Vec::new()
                 };
+                let processes = match &recorded {
+                    [Some(bp), Some(np)] => compare(bp, np, &family),
+                    _ => Vec::new(),
+                };
                 out.push(ObjectComparison {
                     label: label(b),
                     functions: compare(&base_rows, &new_rows, &family),
                     buckets: compare(&bucket_rows(b), &bucket_rows(n), opts),
                     stacks,
+                    processes,
+                    processes_recorded: [recorded[0].is_some(), recorded[1].is_some()],
                 });
             }
             None => unmatched.push(label(b)),
@@ -257,6 +289,15 @@ pub enum MergeError {
         /// Which sum (`objects[0].total`).
         what: String,
     },
+    /// The profiles' process or thread tables together have more rows than keys.
+    #[error("adding profile {other}")]
+    Keys {
+        /// The profile being added.
+        other: usize,
+        /// Which table ran out.
+        #[source]
+        source: super::processes::KeysExhausted,
+    },
 }
 
 impl MergeError {
@@ -266,7 +307,8 @@ impl MergeError {
             MergeError::Empty | MergeError::Inconsistent(_) => None,
             MergeError::SameRun { again: p, .. }
             | MergeError::Different { other: p, .. }
-            | MergeError::Overflow { other: p, .. } => Some(*p),
+            | MergeError::Overflow { other: p, .. }
+            | MergeError::Keys { other: p, .. } => Some(*p),
         }
     }
 }
@@ -295,7 +337,13 @@ fn add(other: usize, what: impl Fn() -> String, a: u64, b: u64) -> Result<u64, M
 /// protocol, vCPUs, memory, clock), and sums past 2^64-1. Of the rest of the run metadata,
 /// the start time is the earliest, the exit status the worst, and `kernel` and
 /// `hvprof_version` list every distinct value (`a | b`) rather than keep the first run's.
-pub fn merge_profiles(profiles: Vec<Profile>) -> Result<Profile, MergeError> {
+///
+/// The guest's processes and threads of every run are kept apart (a process of one run is
+/// not one of another): each profile's keys are renumbered to follow the previous profiles'
+/// ([`super::processes::renumber`]) and the tables concatenated. An object's per-thread
+/// counts are kept only when every run's object has them (otherwise they would not add up to
+/// its counts).
+pub fn merge_profiles(mut profiles: Vec<Profile>) -> Result<Profile, MergeError> {
     for (j, b) in profiles.iter().enumerate() {
         if let Some(i) = profiles[..j].iter().position(|a| is_same_run(a, b)) {
             return Err(MergeError::SameRun {
@@ -313,6 +361,13 @@ pub fn merge_profiles(profiles: Vec<Profile>) -> Result<Profile, MergeError> {
                 theirs,
             });
         }
+    }
+    let mut next = (0, 0);
+    for (i, p) in profiles.iter_mut().enumerate() {
+        next = renumber(p, next.0, next.1).map_err(|source| MergeError::Keys {
+            other: i + 1,
+            source,
+        })?;
     }
     let mut iter = profiles.into_iter();
     let mut merged = iter.next().ok_or(MergeError::Empty)?;
@@ -360,6 +415,8 @@ pub fn merge_profiles(profiles: Vec<Profile>) -> Result<Profile, MergeError> {
                 merged.guest_modules.push(m);
             }
         }
+        merged.processes.extend(p.processes);
+        merged.threads.extend(p.threads);
         for o in p.objects {
             match merged.objects.iter().position(|x| key(x) == key(&o)) {
                 Some(i) => {
@@ -403,17 +460,33 @@ fn add_object(into: &ProfileObject, from: &ProfileObject) -> Result<ProfileObjec
         }
         FunctionCount::ranked(functions)
     };
-    let mut stacks: BTreeMap<(Vec<u64>, bool), u64> = BTreeMap::new();
+    // A stack's identity includes its thread (keys of different runs never meet: renumbered).
+    type StackKey = (Vec<u64>, bool, Option<u32>);
+    let mut stacks: BTreeMap<StackKey, u64> = BTreeMap::new();
     for s in into.stacks.iter().chain(&from.stacks) {
         let pcs = s.pcs.iter().map(|p| p.0).collect();
-        let e = stacks.entry((pcs, s.truncated)).or_default();
+        let e = stacks.entry((pcs, s.truncated, s.thread)).or_default();
         *e = e.checked_add(s.count).ok_or("stacks")?;
     }
     let mut merged: Vec<StackCount> = stacks
         .into_iter()
-        .map(|((pcs, truncated), count)| StackCount::new(pcs, truncated, count))
+        .map(|((pcs, truncated, thread), count)| StackCount {
+            thread,
+            ..StackCount::new(pcs, truncated, count)
+        })
         .collect();
-    merged.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.pcs.cmp(&b.pcs)));
+    merged.sort_by(|a, b| {
+        b.count
+            .cmp(&a.count)
+            .then_with(|| a.pcs.cmp(&b.pcs))
+            .then_with(|| a.thread.cmp(&b.thread))
+    });
+    // Per-thread counts: the two runs' threads are distinct; kept only if both have them.
+    out.threads = if into.threads.is_empty() || from.threads.is_empty() {
+        Vec::new()
+    } else {
+        into.threads.iter().chain(&from.threads).cloned().collect()
+    };
     out.stacks = merged;
     out.stacks_dropped = into
         .stacks_dropped
