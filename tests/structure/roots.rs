@@ -88,7 +88,13 @@ const DEVICES: Root = Root {
 /// `hvprof bench` (vmm/bench).
 const BENCH: Root = Root {
     dir: "vmm/bench/src",
-    floors: &[("quantiles", 0), ("observer", 0), ("pe", 0), ("disk", 1)],
+    floors: &[
+        ("quantiles", 0),
+        ("observer", 0),
+        ("pe", 0),
+        ("naming", 0),
+        ("disk", 1),
+    ],
     known: &[],
 };
 
