@@ -239,7 +239,7 @@ fn recheck_linux(
     cached: &mut Identity,
 ) -> Result<bool, IdentifyError> {
     let t = linux::task_fields(kmem, layout, ptr)?;
-    let kernel = t.flags & linux::PF_KTHREAD != 0;
+    let kernel = t.kernel();
     let space = if kernel { 0 } else { t.mm };
     if t.key != cached.thread.key
         || t.leader != cached.process.key.object
@@ -251,8 +251,12 @@ fn recheck_linux(
     }
     let comm = text::fixed(&t.comm);
     if cached.thread.name.as_deref() != Some(comm.as_str()) {
-        if t.leader == ptr && !kernel {
-            cached.process.name.clone_from(&comm);
+        if t.leader == ptr {
+            cached.process.name = if kernel {
+                format!("[{comm}]")
+            } else {
+                comm.clone()
+            };
         }
         cached.thread.name = Some(comm);
     }
