@@ -16,6 +16,7 @@ use introspect::os::{GuestContext, GuestOs, SampleRegs};
 use introspect::testguest::linux::{test_layout, LinuxGuest};
 use introspect::testguest::windows::{ntproc_layout, WindowsGuest, NT_BASE};
 use introspect::testguest::{Counting, PhysMem, Space};
+use introspect::Memory;
 use libfuzzer_sys::fuzz_target;
 
 /// Most reads one sample may take: the per-CPU check, the pointer, the fast-path time, a
@@ -117,9 +118,15 @@ fuzz_target!(|data: &[u8]| {
         };
         let offset = u64::from(u16::from_le_bytes([lo, hi]));
         if kind & 1 == 0 {
+            // Only where the kernel maps memory (nothing is mapped anew).
             let object = g.objects[usize::from(target) % g.objects.len()];
-            g.phys
-                .write(g.kernel_cr3, object.wrapping_add(offset), bytes);
+            for (i, &b) in bytes.iter().enumerate() {
+                let va = object.wrapping_add(offset).wrapping_add(i as u64);
+                let pa = g.phys.space(g.kernel_cr3).physical(va);
+                if let Some(pa) = pa.filter(|&pa| pa < g.phys.used()) {
+                    g.phys.write_phys(pa, &[b]);
+                }
+            }
         } else {
             let at = (u64::from(target) << 16 | offset) % g.phys.used();
             let at = usize::try_from(at).unwrap();

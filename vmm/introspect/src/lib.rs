@@ -10,8 +10,11 @@
 //!
 //! Windows kernels: [`nt`] finds ntoskrnl in guest memory and walks its loaded-module list.
 //!
-//! Guest kernels' structures: [`os::layout`] holds the member offsets of Windows' and Linux's
-//! process and thread structures (read from their debug information by the report crate).
+//! Guest kernels' processes and threads: [`os::layout`] holds the member offsets of Windows'
+//! and Linux's process and thread structures (read from their debug information by the report
+//! crate); [`os::GuestContext`] names the thread and process a sample ran in from the per-CPU
+//! area at the GS base, caching per vCPU; [`os::windows`] also lists processes and a process's
+//! user-mode modules, over [`os::list`]'s bounded list walk.
 //!
 //! Address spaces: [`paging`] walks the guest's own page tables (every x86 paging mode) from
 //! guest-physical memory, to translate a guest-virtual address or find a buffer's frames.

@@ -7,7 +7,8 @@
 //! new one). Every [`RECHECK_EVERY`] samples of the same pointer its identity fields are read
 //! again (catching an exec, a rename). Only a different pointer costs more: a cached thread
 //! is re-checked by its identity fields (4 to 7 reads), a new one read in full with its process
-//! (about 12 to 15 reads). Nothing is allocated unless a thread is read in full or renamed.
+//! (about 12 to 15 reads). Nothing is allocated unless a thread is read in full or renamed
+//! (or its name is not valid UTF-8).
 
 use std::collections::HashMap;
 
@@ -223,9 +224,8 @@ fn recheck_windows(
     {
         return Ok(false);
     }
-    let name = windows::thread_name(kmem, layout, t.name_ptr);
-    if name != cached.thread.name {
-        cached.thread.name = name;
+    if !windows::thread_name_is(kmem, layout, t.name_ptr, cached.thread.name.as_deref()) {
+        cached.thread.name = windows::thread_name(kmem, layout, t.name_ptr);
     }
     Ok(true)
 }
@@ -239,7 +239,7 @@ fn recheck_linux(
     cached: &mut Identity,
 ) -> Result<bool, IdentifyError> {
     let t = linux::task_fields(kmem, layout, ptr)?;
-    let kernel = t.flags & linux::PF_KTHREAD != 0;
+    let kernel = t.kernel();
     let space = if kernel { 0 } else { t.mm };
     if t.key != cached.thread.key
         || t.leader != cached.process.key.object
@@ -249,10 +249,19 @@ fn recheck_linux(
     {
         return Ok(false);
     }
-    let comm = text::fixed(&t.comm);
-    if cached.thread.name.as_deref() != Some(comm.as_str()) {
-        if t.leader == ptr && !kernel {
-            cached.process.name.clone_from(&comm);
+    let same = cached
+        .thread
+        .name
+        .as_deref()
+        .is_some_and(|n| text::fixed_is(&t.comm, n));
+    if !same {
+        let comm = text::fixed(&t.comm);
+        if t.leader == ptr {
+            cached.process.name = if kernel {
+                format!("[{comm}]")
+            } else {
+                comm.clone()
+            };
         }
         cached.thread.name = Some(comm);
     }

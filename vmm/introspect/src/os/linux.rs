@@ -75,6 +75,14 @@ pub struct TaskFields {
     pub comm: [u8; COMM_LEN],
 }
 
+impl TaskFields {
+    /// True for a kernel thread: `PF_KTHREAD`, or no address space of its own (`mm` NULL:
+    /// the kernel's threads, and a task past `exit_mm`).
+    pub fn kernel(&self) -> bool {
+        self.flags & PF_KTHREAD != 0 || self.mm == 0
+    }
+}
+
 /// Reads the task at `task`.
 pub fn task_fields(
     kmem: &mut dyn Memory,
@@ -120,7 +128,8 @@ pub fn task_fields(
 }
 
 /// The process of the task `t`: its group leader (read unless it is `t` itself), named by the
-/// leader's comm (in brackets for a kernel thread), its page-table root from `mm->pgd`
+/// leader's comm (in brackets for a kernel thread, [`TaskFields::kernel`]: `[swapper/0]`,
+/// `[kworker/0:1]`), its page-table root from `mm->pgd`
 /// translated by `kmem`'s [`Memory::physical`].
 pub fn process_of(
     kmem: &mut dyn Memory,
@@ -138,7 +147,7 @@ pub fn process_of(
             value: t.tgid,
         });
     }
-    let kernel = leader.flags & PF_KTHREAD != 0 || t.flags & PF_KTHREAD != 0;
+    let kernel = t.kernel() || leader.flags & PF_KTHREAD != 0;
     let comm = text::fixed(&leader.comm);
     let name = if kernel { format!("[{comm}]") } else { comm };
     let mut cr3s = Vec::new();

@@ -27,9 +27,24 @@ pub fn fixed(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// `length` bytes of UTF-16 at `buffer`, read up to [`MAX_UNITS`] units (an odd length reads
-/// the whole units it covers). None for an empty, non-canonical or unreadable buffer.
-pub fn utf16(mem: &mut dyn Memory, buffer: u64, length: u16) -> Option<String> {
+/// True when `name` is what [`fixed`] makes of `bytes` (allocating only for invalid UTF-8).
+pub fn fixed_is(bytes: &[u8], name: &str) -> bool {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end])
+        .chars()
+        .map(clean)
+        .eq(name.chars())
+}
+
+/// Reads `length` bytes of UTF-16 at `buffer`, up to [`MAX_UNITS`] units (an odd length reads
+/// the whole units it covers), and hands `f` its characters (cleaned). None for an empty,
+/// non-canonical or unreadable buffer. Nothing is allocated.
+pub fn with_utf16<R>(
+    mem: &mut dyn Memory,
+    buffer: u64,
+    length: u16,
+    f: impl FnOnce(&mut dyn Iterator<Item = char>) -> R,
+) -> Option<R> {
     let units = (usize::from(length) / 2).min(MAX_UNITS);
     if units == 0 || !canonical(buffer) {
         return None;
@@ -40,11 +55,13 @@ pub fn utf16(mem: &mut dyn Memory, buffer: u64, length: u16) -> Option<String> {
     let units = bytes
         .chunks_exact(2)
         .map(|c| u16::from_le_bytes([c[0], c[1]]));
-    Some(
-        char::decode_utf16(units)
-            .map(|c| c.map_or(char::REPLACEMENT_CHARACTER, clean))
-            .collect(),
-    )
+    let mut chars = char::decode_utf16(units).map(|c| c.map_or(char::REPLACEMENT_CHARACTER, clean));
+    Some(f(&mut chars))
+}
+
+/// `length` bytes of UTF-16 at `buffer`, bounded as [`with_utf16`].
+pub fn utf16(mem: &mut dyn Memory, buffer: u64, length: u16) -> Option<String> {
+    with_utf16(mem, buffer, length, |chars| chars.collect())
 }
 
 /// The offsets of a `UNICODE_STRING`'s `Length` (u16, in bytes) and `Buffer` (pointer).
@@ -74,6 +91,20 @@ impl UnicodeOffsets {
     pub fn read(&self, mem: &mut dyn Memory, at: u64) -> Option<String> {
         let (length, buffer) = self.header(mem, at)?;
         utf16(mem, buffer, length)
+    }
+
+    /// True when the `UNICODE_STRING` at `at` reads as `name` (both None when it does not
+    /// read), without allocating.
+    pub fn read_is(&self, mem: &mut dyn Memory, at: u64, name: Option<&str>) -> bool {
+        let read = self.header(mem, at).and_then(|(length, buffer)| {
+            with_utf16(mem, buffer, length, |chars| {
+                name.is_some_and(|n| chars.eq(n.chars()))
+            })
+        });
+        match read {
+            Some(same) => same,
+            None => name.is_none(),
+        }
     }
 }
 
@@ -110,6 +141,25 @@ mod tests {
             utf16(&mut mem, 0x10, 6).as_deref(),
             Some("\u{fffd}\u{fffd}A")
         );
+    }
+
+    #[test]
+    fn names_compare_without_being_built() {
+        assert!(fixed_is(b"awk\0x", "awk"));
+        assert!(!fixed_is(b"awk\0x", "aw"));
+        assert!(fixed_is(b"a\xffb", "a\u{fffd}b"));
+        let mut s = vec![0u8; 0x10];
+        s[0..2].copy_from_slice(&4u16.to_le_bytes());
+        s[8..16].copy_from_slice(&0x2000u64.to_le_bytes());
+        let mut mem = Regions::new()
+            .with(0x1000, s)
+            .with(0x2000, vec![b'o', 0, b'k', 0]);
+        let o = UnicodeOffsets::X64;
+        assert!(o.read_is(&mut mem, 0x1000, Some("ok")));
+        assert!(!o.read_is(&mut mem, 0x1000, Some("ok!")));
+        assert!(!o.read_is(&mut mem, 0x1000, None));
+        assert!(o.read_is(&mut mem, 0x3000, None));
+        assert!(!o.read_is(&mut mem, 0x3000, Some("ok")));
     }
 
     #[test]

@@ -169,7 +169,11 @@ impl LinuxGuest {
                 task.identity.thread.name = Some(comm.to_string());
             }
             if task.identity.process.key.object == leader && leader == t {
-                task.identity.process.name = comm.to_string();
+                task.identity.process.name = if task.identity.process.kernel {
+                    format!("[{comm}]")
+                } else {
+                    comm.to_string()
+                };
             }
         }
     }
@@ -261,7 +265,7 @@ impl LinuxGuest {
         self.write_u64(f(t.mm), mm.unwrap_or(0));
         self.write_u64(f(t.group_leader), leader_at);
         self.write(f(t.comm), &comm_bytes(comm));
-        let kernel = flags & PF_KTHREAD != 0;
+        let kernel = flags & PF_KTHREAD != 0 || mm.is_none();
         let process = process.unwrap_or_else(|| ProcessFacts {
             key: ProcessKey {
                 object: at,

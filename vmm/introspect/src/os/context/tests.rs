@@ -1,6 +1,8 @@
 //! Scripted samples through [`GuestContext`] on the synthetic guests: every sample's identity
 //! exact, what each kind of sample costs in reads, and hostile per-CPU areas and pointers.
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::collections::BTreeMap;
 
 use super::*;
@@ -282,4 +284,73 @@ fn the_thread_cache_is_emptied_when_full() {
     visit(&mut g, &mut ctx, MAX_CACHED_THREADS);
     visit(&mut g, &mut ctx, 1);
     assert_eq!(ctx.stats().reads, MAX_CACHED_THREADS as u64 + 2);
+}
+
+thread_local! {
+    /// Allocations made by this thread so far.
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The system allocator, counting each thread's allocations (so a test can show that a path
+/// allocates nothing whatever other tests do at the same time).
+struct CountingAllocator;
+
+// SAFETY: every call goes to the system allocator unchanged; the count is a thread-local Cell
+// without a destructor, which touching never allocates.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.with(|a| a.set(a.get() + 1));
+        // SAFETY: the caller keeps GlobalAlloc::alloc's contract, which is System's.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from System.alloc (above) with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+fn allocations() -> usize {
+    ALLOCATIONS.with(Cell::get)
+}
+
+#[test]
+fn cache_hits_and_re_checks_allocate_nothing() {
+    let mut g = WindowsGuest::new(&ntproc_layout());
+    let mut ctx = GuestContext::new(g.os());
+    let a = g.processes[1].clone();
+    let threads = [a.threads[0].ethread, a.threads[1].ethread];
+    for &t in &threads {
+        g.switch(0, t);
+        assert!(ctx.identify(&mut g.kmem(), &g.regs(0, 0, false)).is_ok());
+    }
+    let before = allocations();
+    for n in 0..3 * RECHECK_EVERY as usize {
+        // Runs of 3 samples of one thread, then the other: hits, re-checks and fast paths.
+        g.switch(0, threads[n / 3 % 2]);
+        assert!(ctx.identify(&mut g.kmem(), &g.regs(0, 3, false)).is_ok());
+    }
+    assert_eq!(allocations() - before, 0, "Windows");
+
+    let mut g = LinuxGuest::new(&test_layout(true));
+    let mut ctx = GuestContext::new(g.os());
+    let tasks = [g.tasks[4].task, g.tasks[5].task];
+    for &t in &tasks {
+        g.switch(0, t);
+        assert!(ctx.identify(&mut g.kmem(), &g.regs(0, 0, false)).is_ok());
+    }
+    let before = allocations();
+    for n in 0..3 * RECHECK_EVERY as usize {
+        g.switch(0, tasks[n / 3 % 2]);
+        assert!(ctx.identify(&mut g.kmem(), &g.regs(0, 3, false)).is_ok());
+    }
+    assert_eq!(allocations() - before, 0, "Linux");
+    // The count works: a full read allocates (the names).
+    g.switch(0, g.tasks[3].task);
+    let before = allocations();
+    assert!(ctx.identify(&mut g.kmem(), &g.regs(0, 0, false)).is_ok());
+    assert!(allocations() > before);
 }

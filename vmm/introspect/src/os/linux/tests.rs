@@ -134,3 +134,22 @@ fn a_long_comm_is_cut_at_fifteen_bytes() {
     let id = identify(&mut g.kmem(), &g.layout, sh).unwrap();
     assert_eq!(id.thread.name.as_deref(), Some("0123456789abcde"));
 }
+
+#[test]
+fn a_task_without_an_mm_is_the_kernel_s() {
+    // sh past exit_mm: no PF_KTHREAD, mm NULL: a bracketed kernel row without a CR3.
+    let mut g = LinuxGuest::new(&test_layout(false));
+    let sh = g.tasks[3].task;
+    g.write_u64(sh + u64::from(g.layout.task_struct.mm), 0);
+    let id = identify(&mut g.kmem(), &g.layout, sh).unwrap();
+    assert_eq!(id.process.name, "[sh]");
+    assert!(id.process.kernel && id.process.cr3s.is_empty());
+    assert_eq!(id.process.key.space, 0);
+    assert_eq!(id.thread.name.as_deref(), Some("sh"));
+    // A user task's mm->pgd outside the kernel half gives no CR3 (and no error).
+    let mut g = LinuxGuest::new(&test_layout(false));
+    let mm = g.tasks[4].identity.process.key.space;
+    g.write_u64(mm + u64::from(g.layout.mm_struct.pgd), 0x1000);
+    let id = identify(&mut g.kmem(), &g.layout, g.tasks[4].task).unwrap();
+    assert!(id.process.cr3s.is_empty() && !id.process.kernel);
+}

@@ -116,6 +116,20 @@ pub fn thread_name(kmem: &mut dyn Memory, layout: &WindowsLayout, name_ptr: u64)
     unicode(layout).read(kmem, name_ptr)
 }
 
+/// True when the thread's `ThreadName` pointer names `name` (None: no name), read without
+/// allocating.
+pub fn thread_name_is(
+    kmem: &mut dyn Memory,
+    layout: &WindowsLayout,
+    name_ptr: u64,
+    name: Option<&str>,
+) -> bool {
+    if name_ptr == 0 || kernel_object("ThreadName", name_ptr).is_err() {
+        return name.is_none();
+    }
+    unicode(layout).read_is(kmem, name_ptr, name)
+}
+
 fn unicode(layout: &WindowsLayout) -> UnicodeOffsets {
     UnicodeOffsets {
         length: layout.unicode_string.length,
