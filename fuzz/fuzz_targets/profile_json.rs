@@ -37,6 +37,7 @@ fuzz_target!(|data: &[u8]| {
     let (objects, _) = compare_profiles(&p, &p, &opts, Scope::All, [&none, &none]);
     for o in &objects {
         let _ = markdown("fuzz", &o.functions, &opts, 5);
+        let _ = markdown("fuzz", &o.processes, &opts, 5);
         let _ = junit("fuzz", &o.functions, &[]);
     }
     let mut second = p.clone();

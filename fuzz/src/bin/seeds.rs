@@ -455,7 +455,7 @@ fn guest_types_btf() -> Vec<u8> {
 
 fn main() -> std::io::Result<()> {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
-    let seeds: [(&str, &str, Vec<u8>); 15] = [
+    let seeds: [(&str, &str, Vec<u8>); 16] = [
         ("platform_io", "virtio-ioeventfd", virtio(true, false)),
         ("platform_io", "virtio-exits", virtio(false, false)),
         ("platform_io", "virtio-ring", virtio(true, true)),
@@ -471,6 +471,12 @@ fn main() -> std::io::Result<()> {
             "profile_json",
             "two-objects",
             PROFILE_JSON.as_bytes().to_vec(),
+        ),
+        // Format 4: three processes, five threads, per-thread counts, stacks with threads.
+        (
+            "profile_json",
+            "processes",
+            include_bytes!("../../../vmm/report/testdata/profile-v4-processes.json").to_vec(),
         ),
         ("qcow2_header", "qemu-img", qcow2_header()),
         ("qcow2_refcounts", "small", qcow2_small()),

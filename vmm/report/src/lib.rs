@@ -11,11 +11,12 @@
 //! | --- | --- | --- |
 //! | profile.json | [`json`] | the profile itself, versioned (docs/profile-json.md) |
 //! | profile.pb.gz | [`pprof`] | pprof protobuf for `go tool pprof` |
-//! | flamegraph.svg | [`flame`] | inferno flame graph of object → module → function → bucket |
+//! | flamegraph.svg | [`flame`] | inferno flame graph of object → (guest process) → module → function → bucket |
 //! | report.txt | [`text`] | Kernrate-style tables per module, function and bucket |
 //!
 //! [`annotate`] disassembles the hottest buckets; [`load`] finds the symbols for a saved
-//! profile; [`compare`] compares and merges saved profiles.
+//! profile; [`compare`] compares and merges saved profiles; [`processes`] gives every output
+//! the guest's processes and threads (profile.json format 4).
 #![warn(missing_docs)]
 
 pub mod annotate;

@@ -272,4 +272,29 @@ pub(crate) mod tests {
             ]
         );
     }
+
+    /// A guest names its processes and threads: control characters, `;` and markup in them
+    /// reach no output raw (report.txt, the folded stacks' frames).
+    #[test]
+    fn hostile_process_and_thread_names_stay_inert() {
+        let mut p = tasks_profile();
+        p.processes[0].name = "a;b\x1b[31m\n</g>".into();
+        p.threads[0].name = Some("t\x07\r".into());
+        crate::validate::check(&p).unwrap();
+        let symbols = crate::profile::tests::call_site_symbols();
+        let text = crate::text::render(&p, &symbols, 20);
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{text:?}"
+        );
+        assert!(
+            text.contains("Functions in a;b\u{fffd}[31m\u{fffd}</g> (pid 57)"),
+            "{text}"
+        );
+        for line in crate::flame::folded(&p, &symbols) {
+            assert!(!line.chars().any(char::is_control), "{line:?}");
+        }
+        let first = &crate::flame::folded(&p, &symbols)[0];
+        assert!(first.starts_with("object 1 (all processes);a:b"), "{first}");
+    }
 }

@@ -212,6 +212,20 @@ fn call_graph(out: &mut String, o: &ProfileObject, symbols: &Symbols, n: usize) 
     }
 }
 
+/// A name the guest gave (a process's, a thread's) on one table row: line breaks and tabs as
+/// U+FFFD (the whole report's controls are [`crate::sanitize::terminal`]'s).
+fn one_line(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if matches!(c, '\n' | '\r' | '\t') {
+                crate::sanitize::REPLACEMENT
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
 /// The guest's processes in one object, from its per-thread counts (nothing when it has
 /// none): the Processes table (with the user/kernel split by the bucket's address, bit 63),
 /// the `top` threads, and the functions of the [`PROCESS_FUNCTION_TABLES`] busiest
@@ -227,7 +241,11 @@ fn process_tables(
     if rows.is_empty() {
         return;
     }
-    let name = |key: u32| tasks.process(key).map(|p| p.name.as_str()).unwrap_or("");
+    let name = |key: u32| {
+        tasks
+            .process(key)
+            .map_or_else(String::new, |p| one_line(&p.name))
+    };
     let w = rows
         .iter()
         .map(|r| name(r.process).chars().count() + 2)
@@ -254,7 +272,7 @@ fn process_tables(
         let _ = writeln!(
             out,
             "  {:<w$} {pid:>8} {:>10} {:>7.2}% {:>10} {:>10}",
-            format!("{}{mark}", p.name),
+            format!("{}{mark}", one_line(&p.name)),
             r.samples,
             percent(r.samples, o.total),
             r.user,
@@ -276,7 +294,8 @@ fn process_tables(
             let t = tasks.thread(key)?;
             let p = tasks.process(t.process)?;
             let tid = t.tid.map_or_else(|| "-".to_string(), |n| n.to_string());
-            Some((p.label(), tid, t.name.clone().unwrap_or_default(), n))
+            let name = t.name.as_deref().map(one_line).unwrap_or_default();
+            Some((one_line(&p.label()), tid, name, n))
         })
         .collect();
     let pw = threads
@@ -315,7 +334,7 @@ fn process_tables(
             .collect();
         shares_table(
             out,
-            &format!("Functions in {}", p.label()),
+            &format!("Functions in {}", one_line(&p.label())),
             &functions,
             r.samples,
             "% Proc",

@@ -212,8 +212,8 @@ pub fn check_object(at: &str, o: &ProfileObject) -> Result<(), Inconsistent> {
 }
 
 /// Checks the process and thread tables: unique keys, every thread's process listed, times
-/// finite and not negative.
-fn check_tables(p: &Profile) -> Result<(), Inconsistent> {
+/// finite and not negative. Returns the thread keys.
+fn check_tables(p: &Profile) -> Result<BTreeSet<u32>, Inconsistent> {
     let mut processes = BTreeSet::new();
     for (n, r) in p.processes.iter().enumerate() {
         if !processes.insert(r.key) {
@@ -249,25 +249,31 @@ fn check_tables(p: &Profile) -> Result<(), Inconsistent> {
             ));
         }
     }
-    Ok(())
+    Ok(threads)
 }
 
-/// Checks that `o`'s threads (per-thread counts, stacks) are in the thread table, and that
-/// no thread's stacks count more samples than the thread's counts.
-fn check_object_threads(p: &Profile, at: &str, o: &ProfileObject) -> Result<(), Inconsistent> {
-    let known = |k: u32| p.threads.iter().any(|t| t.key == k);
+/// Checks that `o`'s threads (per-thread counts, stacks) are in the thread table (`known`,
+/// its keys), and that no thread's stacks count more samples than the thread's counts.
+fn check_object_threads(
+    known: &BTreeSet<u32>,
+    at: &str,
+    o: &ProfileObject,
+) -> Result<(), Inconsistent> {
+    // Per thread: samples in its counts. Each fits: they add up to the object's counts.
+    let mut counted: BTreeMap<u32, u64> = BTreeMap::new();
     for (n, t) in o.threads.iter().enumerate() {
-        if !known(t.thread) {
+        if !known.contains(&t.thread) {
             return Err(bad(
                 format!("{at}.threads[{n}].thread"),
                 format!("{} is no thread's key", t.thread),
             ));
         }
+        counted.insert(t.thread, t.counts.iter().map(|(_, c)| *c).sum());
     }
     let mut stacked: BTreeMap<u32, u64> = BTreeMap::new();
     for (n, s) in o.stacks.iter().enumerate() {
         let Some(k) = s.thread else { continue };
-        if !known(k) {
+        if !known.contains(&k) {
             return Err(bad(
                 format!("{at}.stacks[{n}].thread"),
                 format!("{k} is no thread's key"),
@@ -280,13 +286,7 @@ fn check_object_threads(p: &Profile, at: &str, o: &ProfileObject) -> Result<(), 
         return Ok(());
     }
     for (k, n) in stacked {
-        // Each thread's counts fit: they were checked to add up to the object's.
-        let counted: u64 = o
-            .threads
-            .iter()
-            .filter(|t| t.thread == k)
-            .flat_map(|t| t.counts.iter().map(|(_, c)| *c))
-            .sum();
+        let counted = counted.get(&k).copied().unwrap_or(0);
         if n > counted {
             return Err(bad(
                 format!("{at}.stacks"),
@@ -313,10 +313,10 @@ pub fn check(p: &Profile) -> Result<(), Inconsistent> {
     for (i, m) in p.guest_modules.iter().enumerate() {
         range_fits(&format!("guest_modules[{i}].size"), m.base.0, m.size.0)?;
     }
-    check_tables(p)?;
+    let threads = check_tables(p)?;
     for (i, o) in p.objects.iter().enumerate() {
         check_object(&format!("objects[{i}]"), o)?;
-        check_object_threads(p, &format!("objects[{i}]"), o)?;
+        check_object_threads(&threads, &format!("objects[{i}]"), o)?;
     }
     match checked_sum(p.objects.iter().map(|o| o.total)) {
         Some(t) if t <= i64::MAX.unsigned_abs() => Ok(()),

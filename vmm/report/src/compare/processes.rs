@@ -38,32 +38,34 @@ pub fn process_rows(tasks: &Tasks, o: &ProfileObject) -> Option<Rows> {
 
 /// `o`'s function rows keyed by process name: `NAME: module!function` named by `symbols`, or
 /// with `symbols` None, `NAME: start..end` per bucket (so both sides name rows alike).
+/// Threads of one process name are gathered first, in one pass over the threads.
 pub fn process_function_rows(tasks: &Tasks, o: &ProfileObject, symbols: Option<&Symbols>) -> Rows {
-    let mut rows: BTreeMap<String, u64> = BTreeMap::new();
-    for r in processes::process_samples(tasks, o) {
-        let Some(p) = tasks.process(r.process) else {
+    let mut by_name: BTreeMap<&str, BTreeMap<u64, u64>> = BTreeMap::new();
+    for t in &o.threads {
+        let Some(p) = tasks.process_of(t.thread) else {
             continue;
         };
-        let buckets = processes::process_buckets(tasks, o, r.process);
-        match symbols {
-            Some(s) => {
-                for f in processes::function_counts(o, &buckets, s) {
-                    *rows
-                        .entry(format!("{}: {}", p.name, f.qualified()))
-                        .or_default() += f.samples;
-                }
-            }
-            None => {
-                for (index, count) in buckets {
-                    let (start, end) = o.bucket_range(index);
-                    *rows
-                        .entry(format!("{}: {start:#x}..{end:#x}", p.name))
-                        .or_default() += count;
-                }
-            }
+        let buckets = by_name.entry(p.name.as_str()).or_default();
+        for &(index, count) in &t.counts {
+            // A checked profile's per-thread counts add up to the object's total.
+            *buckets.entry(index).or_default() += count;
         }
     }
-    rows.into_iter().collect()
+    let mut rows = Rows::new();
+    for (name, buckets) in by_name {
+        match symbols {
+            Some(s) => rows.extend(
+                processes::function_counts(o, &buckets, s)
+                    .into_iter()
+                    .map(|f| (format!("{name}: {}", f.qualified()), f.samples)),
+            ),
+            None => rows.extend(buckets.into_iter().map(|(index, count)| {
+                let (start, end) = o.bucket_range(index);
+                (format!("{name}: {start:#x}..{end:#x}"), count)
+            })),
+        }
+    }
+    rows
 }
 
 /// Keys ran out while renumbering: the tables together have more than 2^32-1 rows.
