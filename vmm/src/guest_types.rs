@@ -10,7 +10,9 @@ use introspect::pe::CodeView;
 use report::bounded;
 use report::symbols::path::SymbolPath;
 use report::symbols::pdb::PdbId;
-use report::symbols::types::{layout_from_file, linux_layout_from_elf, pdb::windows_layout};
+use report::symbols::types::{
+    layout_from_file, linux_layout_from_elf, pdb::windows_layout, TypeError,
+};
 use report::symbols::Finder;
 
 use crate::outcome::{Blame, Fault};
@@ -141,8 +143,16 @@ pub fn guest_types(
                 Ok(l) => return Ok(GuestTypes::Linux(l)),
                 Err(e) if choice == GuestOsChoice::Linux => return Err(e),
                 // Not a vmlinux with types (a bzImage, a PVH kernel without debug
-                // information): nothing to say unless the user asked for Linux.
-                Err(e) => log::info!("guest processes are not named from the kernel: {e}"),
+                // information): a note, unless its types are there but wanting.
+                Err(
+                    e @ GuestTypesError::Types {
+                        source: TypeError::NoTypes | TypeError::Elf(_),
+                        ..
+                    },
+                ) => log::info!("guest processes are not named from the kernel: {e}"),
+                Err(e) => log::warn!(
+                    "guest processes are not named: {e}; samples are split by address space"
+                ),
             }
         } else if choice == GuestOsChoice::Linux {
             return Err(GuestTypesError::NoLinuxSource);
