@@ -125,6 +125,7 @@ pub fn profile(report: &RunReport, meta: &RunMetadata) -> Profile {
         guest_modules: report.guest_modules.iter().map(guest_module).collect(),
         processes: processes(&report.processes),
         threads: threads(&report.threads),
+        timelines: Vec::new(),
     })
 }
 

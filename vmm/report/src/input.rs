@@ -31,6 +31,8 @@ pub struct RunInput<'a> {
     pub processes: Vec<ProcessInput>,
     /// The guest's threads the samples ran in, keyed by [`ThreadInput::key`].
     pub threads: Vec<ThreadInput>,
+    /// The host profiles' timelines (those started with one).
+    pub timelines: Vec<crate::timeline::Timeline>,
 }
 
 /// A guest process host-side samples ran in, as the VMM named it.
@@ -421,6 +423,7 @@ mod tests {
             guest_modules: Vec::new(),
             processes: Vec::new(),
             threads: Vec::new(),
+            timelines: Vec::new(),
         });
         let owners: Vec<ObjectOwner> = p.objects.iter().map(|o| o.owner).collect();
         assert_eq!(owners, [ObjectOwner::Guest, ObjectOwner::Host]);
@@ -486,6 +489,7 @@ mod tests {
                     name: None,
                 })
                 .to_vec(),
+            timelines: Vec::new(),
         });
         assert_eq!(
             (p.processes[0].label(), p.processes[0].cr3s[0]),

@@ -36,6 +36,7 @@ pub mod profile;
 pub mod sanitize;
 pub mod symbols;
 pub mod text;
+pub mod timeline;
 pub mod validate;
 
 use std::fs::File;
