@@ -4,7 +4,8 @@
 # images/linux/init, uncompressed). tinyconfig plus hvprof.config, and pvm-host-quirks.patch,
 # which changes nothing unless the kernel is booted with "pvm_host_quirks".
 #
-# Needs: linux-source-6.1, busybox-static, gcc, make, bc, bison, flex, libelf-dev, xz-utils.
+# Needs: linux-source-6.1, busybox-static, gcc, make, bc, bison, flex, libelf-dev, xz-utils,
+# and pahole (Debian's dwarves), which writes the kernel's types as BTF into vmlinux's .BTF.
 # The kernel is built again only when its recipe changes.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -14,6 +15,8 @@ busybox=/bin/busybox
 for f in "$src_tar" "$busybox"; do
     [ -e "$f" ] || { echo "build.sh: $f is missing (apt-get install linux-source-6.1 busybox-static)" >&2; exit 2; }
 done
+# Without pahole Kconfig sees PAHOLE_VERSION=0 and drops DEBUG_INFO_BTF; say why up front.
+command -v pahole >/dev/null || { echo "build.sh: pahole is missing (apt-get install dwarves)" >&2; exit 2; }
 
 build_kernel() {
     rm -f "$out/recipe"
@@ -37,6 +40,12 @@ build_kernel() {
     fi
     echo "build.sh: building vmlinux with $(nproc) jobs"
     make -C "$tree" -s -j"$(nproc)" vmlinux
+    # The types hvprof reads (task_struct, mm_struct) are in .BTF; a pahole that failed
+    # quietly would leave a kernel without them.
+    if ! readelf -S -W "$tree/vmlinux" | grep -qF ' .BTF '; then
+        echo "build.sh: $tree/vmlinux has no .BTF section (pahole $(pahole --version))" >&2
+        exit 1
+    fi
     cp "$tree/vmlinux" "$out/vmlinux"
 }
 
@@ -61,6 +70,8 @@ dir /tmp 1777 0 0
 nod /dev/console 600 0 0 c 5 1
 file /bin/busybox $busybox 755 0 0
 slink /bin/sh busybox 777 0 0
+slink /bin/awk busybox 777 0 0
+slink /bin/seq busybox 777 0 0
 file /init $here/init 755 0 0
 LIST
 "$tree/usr/gen_init_cpio" "$out/initramfs.list" >"$out/initramfs.cpio"
