@@ -32,9 +32,10 @@ const BOOT: Budget = Budget {
     floor: Duration::from_secs(120),
 };
 
-/// The test guest's kernel and initramfs.
+/// The test guest's kernel, its types as raw BTF, and its initramfs.
 struct Guest {
     vmlinux: PathBuf,
+    btf: PathBuf,
     initramfs: PathBuf,
 }
 
@@ -44,12 +45,13 @@ fn guest() -> Guest {
         .unwrap_or_else(|| crate::harness::workspace_root().join("target/linux"));
     let g = Guest {
         vmlinux: dir.join("vmlinux"),
+        btf: dir.join("vmlinux.btf"),
         initramfs: dir.join("initramfs.cpio"),
     };
     assert!(
-        g.vmlinux.is_file() && g.initramfs.is_file(),
+        g.vmlinux.is_file() && g.btf.is_file() && g.initramfs.is_file(),
         "no Linux test guest in {}: build it with `bash images/linux/build.sh` \
-         (apt-get install linux-source-6.1 busybox-static bc bison flex libelf-dev), \
+         (apt-get install linux-source-6.1 busybox-static bc bison flex libelf-dev dwarves), \
          or set HVPROF_TEST_LINUX_DIR",
         dir.display()
     );
@@ -251,8 +253,8 @@ fn kernel_text_symbols(vmlinux: &Path) -> Vec<String> {
 
 /// The member offsets hvprof reads from the test guest's vmlinux to name processes
 /// (`report::symbols::types`: `.BTF`, else DWARF) agree with pahole's own reading of the DWARF,
-/// member by member and structure size by structure size, and the `.BTF` section and the DWARF
-/// give the same layout; the symbols agree with `nm`.
+/// member by member and structure size by structure size; vmlinux's `.BTF` section, the
+/// vmlinux.btf beside it and its DWARF give the same layout; the symbols agree with `nm`.
 #[test]
 fn vmlinux_types_agree_with_pahole() {
     use introspect::os::layout::{MmStruct, TaskStruct};
@@ -264,33 +266,27 @@ fn vmlinux_types_agree_with_pahole() {
     let layout = linux_layout_from_elf(&bytes)
         .unwrap_or_else(|e| panic!("{}: no layout: {e}", g.vmlinux.display()));
 
-    // The .BTF section alone, and the vmlinux without it (its DWARF), give the same structures.
-    let blob = dir.join("vmlinux.btf");
+    // vmlinux.btf alone, and the vmlinux without its .BTF section (so: its DWARF), give the
+    // same structures.
     let nobtf = dir.join("vmlinux-dwarf");
-    let v = g.vmlinux.to_str().unwrap();
     tool(
         "objcopy",
         "binutils",
         &[
-            "-O",
-            "binary",
-            "--only-section=.BTF",
-            v,
-            blob.to_str().unwrap(),
+            "--remove-section=.BTF",
+            g.vmlinux.to_str().unwrap(),
+            nobtf.to_str().unwrap(),
         ],
     );
-    tool(
-        "objcopy",
-        "binutils",
-        &["--remove-section=.BTF", v, nobtf.to_str().unwrap()],
-    );
-    let from_btf = btf::linux_layout(&std::fs::read(&blob).unwrap()).unwrap();
-    let from_dwarf = linux_layout_from_elf(&std::fs::read(&nobtf).unwrap()).unwrap();
-    assert_eq!(from_dwarf, layout, "DWARF and .BTF differ");
+    let from_btf = btf::linux_layout(&std::fs::read(&g.btf).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", g.btf.display()));
+    let from_dwarf = linux_layout_from_elf(&std::fs::read(&nobtf).unwrap())
+        .unwrap_or_else(|e| panic!("vmlinux's DWARF: {e}"));
+    assert_eq!(from_dwarf, layout, "vmlinux's DWARF and its .BTF differ");
     assert_eq!(
         (from_btf.task_struct, from_btf.mm_struct, from_btf.pcpu_hot),
         (layout.task_struct, layout.mm_struct, layout.pcpu_hot),
-        "the BTF blob and the vmlinux differ"
+        "vmlinux.btf and vmlinux differ"
     );
 
     // pahole's reading of the DWARF, built into the same structures by member path.
