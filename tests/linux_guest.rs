@@ -565,10 +565,17 @@ fn processes_are_named_with_the_guests_own_shares() {
     let sampled: u64 = samples.iter().sum();
     assert!(sampled > 0, "no samples in awk or seq\n{out}");
     let report = std::fs::read_to_string(out_dir.join("report.txt")).unwrap();
-    let table: Vec<&str> = report
+    // The Processes table: the lines after its title, up to the next blank line.
+    let mut lines = report
         .lines()
-        .skip_while(|l| !l.trim_start().starts_with("Processes"))
-        .take_while(|l| !l.trim().is_empty() || l.trim_start().starts_with("Processes"))
+        .skip_while(|l| !l.trim_start().starts_with("Processes"));
+    assert!(
+        lines.next().is_some(),
+        "report.txt has no Processes table\n{report}"
+    );
+    let table: Vec<&str> = lines
+        .skip_while(|l| l.trim().is_empty())
+        .take_while(|l| !l.trim().is_empty())
         .collect();
     for (p, &n) in procs.iter().zip(&samples) {
         let guest_share = 100.0 * p.ticks as f64 / guest_ticks as f64;
@@ -585,10 +592,12 @@ fn processes_are_named_with_the_guests_own_shares() {
             p.pid
         );
         let pid = p.pid.to_string();
+        // A row names the process and its pid (as a word of its own, or "(pid N)").
         assert!(
             table.iter().any(|l| {
-                let w: Vec<&str> = l.split_whitespace().collect();
-                w.contains(&p.name.as_str()) && w.contains(&pid.as_str())
+                let words = || l.split_whitespace();
+                words().any(|w| w.trim_matches(|c: char| !c.is_alphanumeric()) == p.name)
+                    && words().any(|w| w.trim_matches(|c: char| !c.is_ascii_digit()) == pid)
             }),
             "report.txt's Processes table has no row for {} (pid {pid})\n{report}",
             p.name
