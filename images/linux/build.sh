@@ -50,12 +50,12 @@ build_kernel() {
 # quietly would leave a kernel without the types hvprof names processes with: checked.
 add_btf() {
     rm -f "$out/vmlinux.btf"
-    pahole --btf_encode_detached="$out/vmlinux.btf" "$out/vmlinux"
-    chmod 644 "$out/vmlinux.btf"
-    if [ "$(od -An -tx1 -N2 "$out/vmlinux.btf" 2>/dev/null | tr -d ' ')" != 9feb ]; then
-        echo "build.sh: pahole $(pahole --version) wrote no BTF to $out/vmlinux.btf" >&2
+    if ! pahole --btf_encode_detached="$out/vmlinux.btf" "$out/vmlinux" ||
+        [ "$(od -An -tx1 -N2 "$out/vmlinux.btf" 2>/dev/null | tr -d ' ')" != 9feb ]; then
+        echo "build.sh: pahole $(pahole --version) wrote no BTF from $out/vmlinux (built without DWARF?)" >&2
         exit 1
     fi
+    chmod 644 "$out/vmlinux.btf"
     objcopy --add-section .BTF="$out/vmlinux.btf" --set-section-flags .BTF=readonly \
         "$out/vmlinux" "$out/vmlinux.tmp"
     mv "$out/vmlinux.tmp" "$out/vmlinux"
