@@ -548,6 +548,7 @@ fn processes_are_named_with_the_guests_own_shares() {
         .assert_stderr_contains("guest powered off");
     assert_eq!(fact(&out, "procs"), "done", "{out}");
     let procs = guest_procs(&out);
+    eprintln!("the guest's processes: {procs:?}");
     let names: Vec<&str> = procs.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, ["awk", "seq"], "{out}");
     let guest_ticks: u64 = procs.iter().map(|p| p.ticks).sum();
