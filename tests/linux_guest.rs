@@ -32,9 +32,10 @@ const BOOT: Budget = Budget {
     floor: Duration::from_secs(120),
 };
 
-/// The test guest's kernel and initramfs.
+/// The test guest's kernel, its types as raw BTF, and its initramfs.
 struct Guest {
     vmlinux: PathBuf,
+    btf: PathBuf,
     initramfs: PathBuf,
 }
 
@@ -44,12 +45,13 @@ fn guest() -> Guest {
         .unwrap_or_else(|| crate::harness::workspace_root().join("target/linux"));
     let g = Guest {
         vmlinux: dir.join("vmlinux"),
+        btf: dir.join("vmlinux.btf"),
         initramfs: dir.join("initramfs.cpio"),
     };
     assert!(
-        g.vmlinux.is_file() && g.initramfs.is_file(),
+        g.vmlinux.is_file() && g.btf.is_file() && g.initramfs.is_file(),
         "no Linux test guest in {}: build it with `bash images/linux/build.sh` \
-         (apt-get install linux-source-6.1 busybox-static bc bison flex libelf-dev), \
+         (apt-get install linux-source-6.1 busybox-static bc bison flex libelf-dev dwarves), \
          or set HVPROF_TEST_LINUX_DIR",
         dir.display()
     );
@@ -247,4 +249,359 @@ fn kernel_text_symbols(vmlinux: &Path) -> Vec<String> {
             matches!(kind, "t" | "T").then(|| name.to_string())
         })
         .collect()
+}
+
+/// The member offsets hvprof reads from the test guest's vmlinux to name processes
+/// (`report::symbols::types`: `.BTF`, else DWARF) agree with pahole's own reading of the DWARF,
+/// member by member and structure size by structure size; vmlinux's `.BTF` section, the
+/// vmlinux.btf beside it and its DWARF give the same layout; the symbols agree with `nm`.
+#[test]
+fn vmlinux_types_agree_with_pahole() {
+    use introspect::os::layout::{MmStruct, TaskStruct};
+    use report::symbols::types::{btf, linux_layout_from_elf};
+
+    let g = guest();
+    let dir = TempDir::new("linux-types");
+    let bytes = std::fs::read(&g.vmlinux).unwrap();
+    let layout = linux_layout_from_elf(&bytes)
+        .unwrap_or_else(|e| panic!("{}: no layout: {e}", g.vmlinux.display()));
+
+    // vmlinux.btf alone, and the vmlinux without its .BTF section (so: its DWARF), give the
+    // same structures.
+    let nobtf = dir.join("vmlinux-dwarf");
+    tool(
+        "objcopy",
+        "binutils",
+        &[
+            "--remove-section=.BTF",
+            g.vmlinux.to_str().unwrap(),
+            nobtf.to_str().unwrap(),
+        ],
+    );
+    let from_btf = btf::linux_layout(&std::fs::read(&g.btf).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", g.btf.display()));
+    let from_dwarf = linux_layout_from_elf(&std::fs::read(&nobtf).unwrap())
+        .unwrap_or_else(|e| panic!("vmlinux's DWARF: {e}"));
+    assert_eq!(from_dwarf, layout, "vmlinux's DWARF and its .BTF differ");
+    assert_eq!(
+        (from_btf.task_struct, from_btf.mm_struct, from_btf.pcpu_hot),
+        (layout.task_struct, layout.mm_struct, layout.pcpu_hot),
+        "vmlinux.btf and vmlinux differ"
+    );
+
+    // pahole's reading of the DWARF, built into the same structures by member path.
+    let pahole = pahole_structs(&g.vmlinux, &["task_struct", "mm_struct"]);
+    let expect = |name: &str| {
+        pahole
+            .get(name)
+            .unwrap_or_else(|| panic!("pahole printed no struct {name}"))
+    };
+    let task = expect(TaskStruct::NAME);
+    let want_task = TaskStruct::build(task.size, |m| task.members.get(m).copied())
+        .unwrap_or_else(|e| panic!("pahole's task_struct: {e}"));
+    let mm = expect(MmStruct::NAME);
+    let want_mm = MmStruct::build(mm.size, |m| mm.members.get(m).copied())
+        .unwrap_or_else(|e| panic!("pahole's mm_struct: {e}"));
+    assert_eq!(layout.task_struct, want_task);
+    assert_eq!(layout.mm_struct, want_mm);
+    // Every optional member this kernel has (tasks) was found.
+    for m in TaskStruct::OPTIONAL {
+        assert!(task.members.contains_key(*m), "pahole: no task_struct.{m}");
+    }
+    assert_eq!(layout.task_struct.tasks, task.members.get("tasks").copied());
+    // 6.1 keeps current_task as a per-CPU variable of its own: no pcpu_hot (6.2 on).
+    assert_eq!(layout.pcpu_hot, None);
+
+    let nm = kernel_symbols(&g.vmlinux);
+    let sym = |name: &str| nm.iter().find(|(n, _)| n == name).map(|&(_, a)| a);
+    let s = layout.symbols;
+    assert_eq!(s.current_task, sym("current_task"));
+    assert_eq!(s.this_cpu_off, sym("this_cpu_off"));
+    assert_eq!(s.per_cpu_offset, sym("__per_cpu_offset"));
+    assert_eq!(s.init_task, sym("init_task"));
+    assert_eq!(s.pcpu_hot, None);
+    assert!(
+        s.current_task.is_some() && s.this_cpu_off.is_some() && s.init_task.is_some(),
+        "{s:?}"
+    );
+}
+
+/// A structure as pahole prints it: its size and its members' byte offsets by name, members of
+/// anonymous structures and unions included (as C names them).
+struct PaholeStruct {
+    size: u32,
+    members: std::collections::HashMap<String, u32>,
+}
+
+/// `pahole -F dwarf -C a,b vmlinux`, parsed.
+fn pahole_structs(
+    vmlinux: &Path,
+    names: &[&str],
+) -> std::collections::HashMap<String, PaholeStruct> {
+    let out = Command::new("pahole")
+        .args(["-F", "dwarf", "-C", &names.join(",")])
+        .arg(vmlinux)
+        .output()
+        .expect("cannot run pahole: install Debian's dwarves");
+    assert!(out.status.success(), "pahole: {out:?}");
+    parse_pahole(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// Parses pahole's C-like output: `struct NAME {` opens a structure, a member line ends in
+/// `/* OFFSET SIZE */` (bitfields `/* OFFSET: BIT SIZE */`), `/* size: N, ... */` gives the
+/// size.
+fn parse_pahole(text: &str) -> std::collections::HashMap<String, PaholeStruct> {
+    let mut all = std::collections::HashMap::new();
+    let mut current: Option<(String, PaholeStruct)> = None;
+    for line in text.lines() {
+        if let Some(name) = line
+            .strip_prefix("struct ")
+            .and_then(|l| l.strip_suffix(" {"))
+        {
+            current = Some((
+                name.to_string(),
+                PaholeStruct {
+                    size: 0,
+                    members: Default::default(),
+                },
+            ));
+            continue;
+        }
+        let Some((_, s)) = current.as_mut() else {
+            continue;
+        };
+        let t = line.trim();
+        if let Some(rest) = t.strip_prefix("/* size: ") {
+            s.size = rest.split(',').next().unwrap().trim().parse().unwrap();
+            continue;
+        }
+        // The structure's own closing brace is the only one at the start of a line (`};`, or
+        // `} __attribute__((__aligned__(64)));`).
+        if line.starts_with('}') {
+            let (name, s) = current.take().unwrap();
+            all.insert(name, s);
+            continue;
+        }
+        // "TYPE NAME[N]:BITS;   /* OFFSET[: BIT] SIZE */": the name is the last word before
+        // ';', less any array dimension and bit width. Function pointers and nested blocks'
+        // closing lines have no plain name there and are skipped.
+        let Some((decl, comment)) = t.split_once(";") else {
+            continue;
+        };
+        let Some(name) = decl.split_whitespace().last() else {
+            continue;
+        };
+        let name = name.trim_start_matches('*');
+        let name = name.split(['[', ':']).next().unwrap();
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            continue;
+        }
+        let Some(offset) = comment
+            .trim()
+            .strip_prefix("/*")
+            .and_then(|c| c.split([' ', ':']).find(|w| !w.is_empty()))
+            .and_then(|w| w.parse().ok())
+        else {
+            continue;
+        };
+        s.members.entry(name.to_string()).or_insert(offset);
+    }
+    all
+}
+
+/// Every symbol of vmlinux with its address, by `nm`.
+fn kernel_symbols(vmlinux: &Path) -> Vec<(String, u64)> {
+    let out = Command::new("nm")
+        .arg(vmlinux)
+        .output()
+        .expect("cannot run nm: install Debian's binutils");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let (addr, _, name) = (w.next()?, w.next()?, w.next()?);
+            Some((name.to_string(), u64::from_str_radix(addr, 16).ok()?))
+        })
+        .collect()
+}
+
+/// How long the `procs` step runs its two processes, in guest seconds: at the guest's 100 Hz
+/// tick, 2,000 ticks between them, so the guest's own split is known to well under a point.
+const PROCS_SECONDS: u64 = 20;
+
+/// A process the guest reported: "hvtest: proc NAME pid=PID ticks=T utime=U stime=S".
+#[derive(Debug)]
+struct GuestProc {
+    name: String,
+    pid: u64,
+    ticks: u64,
+}
+
+/// The guest's `hvtest: proc` lines.
+fn guest_procs(out: &Output) -> Vec<GuestProc> {
+    out.stdout
+        .lines()
+        .filter_map(|l| l.trim_end().strip_prefix("hvtest: proc "))
+        .map(|rest| {
+            let mut words = rest.split_whitespace();
+            let name = words.next().unwrap_or_default().to_string();
+            let field = |key: &str| -> u64 {
+                rest.split_whitespace()
+                    .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| panic!("no {key} in {rest:?}\n{out}"))
+            };
+            GuestProc {
+                pid: field("pid"),
+                ticks: field("ticks"),
+                name,
+            }
+        })
+        .collect()
+}
+
+/// The samples profile.json counts for the guest process named `name` with id `pid`: the
+/// counts of every thread of every process row with that pid and name, in every object.
+fn process_samples(profile: &serde_json::Value, name: &str, pid: u64) -> u64 {
+    let rows: Vec<u64> = profile["processes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("profile.json has no processes[]"))
+        .iter()
+        .filter(|p| p["pid"].as_u64() == Some(pid) && p["name"].as_str() == Some(name))
+        .filter_map(|p| p["key"].as_u64())
+        .collect();
+    assert!(
+        !rows.is_empty(),
+        "profile.json has no process {name} with pid {pid}: {}",
+        profile["processes"]
+    );
+    let threads: Vec<u64> = profile["threads"]
+        .as_array()
+        .unwrap_or_else(|| panic!("profile.json has no threads[]"))
+        .iter()
+        .filter(|t| t["process"].as_u64().is_some_and(|p| rows.contains(&p)))
+        .filter_map(|t| t["key"].as_u64())
+        .collect();
+    let mut samples = 0;
+    for object in profile["objects"].as_array().into_iter().flatten() {
+        for t in object["threads"].as_array().into_iter().flatten() {
+            if t["thread"].as_u64().is_some_and(|k| threads.contains(&k)) {
+                samples += counts_total(&t["counts"]);
+            }
+        }
+    }
+    samples
+}
+
+/// The sum of a counts value: `[["0xBUCKET", N], ...]` as objects' counts are written.
+fn counts_total(counts: &serde_json::Value) -> u64 {
+    counts
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|pair| {
+            pair[1]
+                .as_u64()
+                .unwrap_or_else(|| panic!("bad count {pair}"))
+        })
+        .sum()
+}
+
+/// `hvprof profile --kernel vmlinux` of two user-mode processes competing for one vCPU (awk at
+/// nice 0, seq at nice 5: about 75:25) names both by the guest kernel's own structures: their
+/// pids and names are the guest's, and their shares of the samples, taken over the two, are
+/// within 3 points of the shares of CPU time the guest kernel charged them (/proc/PID/stat,
+/// read with both stopped). The guest's ticks, not a fixed split, are the ground truth: how a
+/// host shares its time among a guest's processes is the guest scheduler's business.
+#[test]
+fn processes_are_named_with_the_guests_own_shares() {
+    let g = guest();
+    let dir = TempDir::new("linux-procs");
+    let out_dir = dir.join("out");
+    let mut limit = BOOT.limit();
+    // The step's own seconds are guest wall-clock time, the same on every host.
+    limit.timeout += Duration::from_secs(PROCS_SECONDS);
+    limit.harness += Duration::from_secs(PROCS_SECONDS);
+    let timeout = limit.timeout_arg();
+    let cmd = cmdline(&format!("hvtest=procs hvprocs={PROCS_SECONDS}"));
+    let out = hvprof([
+        "profile",
+        "--kernel",
+        g.vmlinux.to_str().unwrap(),
+        "--initrd",
+        g.initramfs.to_str().unwrap(),
+        "--cmdline",
+        &cmd,
+        "--memory",
+        MEMORY_MIB,
+        "--cpus",
+        "1",
+        "--quiet",
+        "--timeout",
+        &timeout,
+        "--out",
+        out_dir.to_str().unwrap(),
+    ])
+    .host_limit(&limit)
+    .run();
+    out.assert_status(status::CLEAN)
+        .assert_stderr_contains("guest powered off");
+    assert_eq!(fact(&out, "procs"), "done", "{out}");
+    let procs = guest_procs(&out);
+    eprintln!("the guest's processes: {procs:?}");
+    let names: Vec<&str> = procs.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["awk", "seq"], "{out}");
+    let guest_ticks: u64 = procs.iter().map(|p| p.ticks).sum();
+    assert!(
+        guest_ticks >= PROCS_SECONDS * 50,
+        "the two processes were charged only {guest_ticks} ticks in {PROCS_SECONDS} s\n{out}"
+    );
+
+    let profile: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("profile.json")).unwrap()).unwrap();
+    let samples: Vec<u64> = procs
+        .iter()
+        .map(|p| process_samples(&profile, &p.name, p.pid))
+        .collect();
+    let sampled: u64 = samples.iter().sum();
+    assert!(sampled > 0, "no samples in awk or seq\n{out}");
+    let report = std::fs::read_to_string(out_dir.join("report.txt")).unwrap();
+    // The Processes table: the lines after its title, up to the next blank line.
+    let mut lines = report
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("Processes"));
+    assert!(
+        lines.next().is_some(),
+        "report.txt has no Processes table\n{report}"
+    );
+    let table: Vec<&str> = lines
+        .skip_while(|l| l.trim().is_empty())
+        .take_while(|l| !l.trim().is_empty())
+        .collect();
+    for (p, &n) in procs.iter().zip(&samples) {
+        let guest_share = 100.0 * p.ticks as f64 / guest_ticks as f64;
+        let share = 100.0 * n as f64 / sampled as f64;
+        eprintln!(
+            "{} (pid {}): guest {} ticks = {guest_share:.1}%, hvprof {n} samples = {share:.1}%",
+            p.name, p.pid, p.ticks
+        );
+        assert!(
+            (share - guest_share).abs() <= 3.0,
+            "{} (pid {}): {share:.1}% of the two processes' samples, but the guest charged it \
+             {guest_share:.1}% of their ticks ({procs:?}, samples {samples:?})\n{report}",
+            p.name,
+            p.pid
+        );
+        let pid = p.pid.to_string();
+        // A row names the process and its pid (as a word of its own, or "(pid N)").
+        assert!(
+            table.iter().any(|l| {
+                let words = || l.split_whitespace();
+                words().any(|w| w.trim_matches(|c: char| !c.is_alphanumeric()) == p.name)
+                    && words().any(|w| w.trim_matches(|c: char| !c.is_ascii_digit()) == pid)
+            }),
+            "report.txt's Processes table has no row for {} (pid {pid})\n{report}",
+            p.name
+        );
+    }
 }

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Builds hvprof's Linux test guest from Debian's linux-source-6.1 into OUT (default
-# target/linux): OUT/vmlinux (a PVH ELF with symbols) and OUT/initramfs.cpio (busybox and
+# target/linux): OUT/vmlinux (a PVH ELF with symbols, DWARF and a .BTF section),
+# OUT/vmlinux.btf (its types as raw BTF) and OUT/initramfs.cpio (busybox and
 # images/linux/init, uncompressed). tinyconfig plus hvprof.config, and pvm-host-quirks.patch,
 # which changes nothing unless the kernel is booted with "pvm_host_quirks".
 #
-# Needs: linux-source-6.1, busybox-static, gcc, make, bc, bison, flex, libelf-dev, xz-utils.
+# Needs: linux-source-6.1, busybox-static, gcc, make, bc, bison, flex, libelf-dev, xz-utils,
+# and pahole (Debian's dwarves), which writes the kernel's types as BTF (vmlinux.btf).
 # The kernel is built again only when its recipe changes.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -14,6 +16,7 @@ busybox=/bin/busybox
 for f in "$src_tar" "$busybox"; do
     [ -e "$f" ] || { echo "build.sh: $f is missing (apt-get install linux-source-6.1 busybox-static)" >&2; exit 2; }
 done
+command -v pahole >/dev/null || { echo "build.sh: pahole is missing (apt-get install dwarves)" >&2; exit 2; }
 
 build_kernel() {
     rm -f "$out/recipe"
@@ -38,13 +41,31 @@ build_kernel() {
     echo "build.sh: building vmlinux with $(nproc) jobs"
     make -C "$tree" -s -j"$(nproc)" vmlinux
     cp "$tree/vmlinux" "$out/vmlinux"
+    add_btf
+}
+
+# The kernel's types as BTF, from its DWARF by pahole: OUT/vmlinux.btf (a raw blob, as
+# /sys/kernel/btf/vmlinux is) and the same in a .BTF section of OUT/vmlinux, not loaded (no
+# program header covers it), where hvprof finds it with the symbols. A pahole that failed
+# quietly would leave a kernel without the types hvprof names processes with: checked.
+add_btf() {
+    rm -f "$out/vmlinux.btf"
+    if ! pahole --btf_encode_detached="$out/vmlinux.btf" "$out/vmlinux" ||
+        [ "$(od -An -tx1 -N2 "$out/vmlinux.btf" 2>/dev/null | tr -d ' ')" != 9feb ]; then
+        echo "build.sh: pahole $(pahole --version) wrote no BTF from $out/vmlinux (built without DWARF?)" >&2
+        exit 1
+    fi
+    chmod 644 "$out/vmlinux.btf"
+    objcopy --add-section .BTF="$out/vmlinux.btf" --set-section-flags .BTF=readonly \
+        "$out/vmlinux" "$out/vmlinux.tmp"
+    mv "$out/vmlinux.tmp" "$out/vmlinux"
 }
 
 tree="$out/linux-source-6.1"
 # The kernel is rebuilt when its recipe (this script, the config, the patch, the source)
 # changes; the initramfs is cheap and always rebuilt.
 recipe=$(cat "$0" "$here/hvprof.config" "$here/pvm-host-quirks.patch" "$src_tar" | sha256sum | cut -d' ' -f1)
-if [ -f "$out/vmlinux" ] && [ -x "$tree/usr/gen_init_cpio" ] && [ "$(cat "$out/recipe" 2>/dev/null)" = "$recipe" ]; then
+if [ -f "$out/vmlinux" ] && [ -f "$out/vmlinux.btf" ] && [ -x "$tree/usr/gen_init_cpio" ] && [ "$(cat "$out/recipe" 2>/dev/null)" = "$recipe" ]; then
     echo "build.sh: $out/vmlinux is up to date"
 else
     build_kernel
@@ -61,6 +82,8 @@ dir /tmp 1777 0 0
 nod /dev/console 600 0 0 c 5 1
 file /bin/busybox $busybox 755 0 0
 slink /bin/sh busybox 777 0 0
+slink /bin/awk busybox 777 0 0
+slink /bin/seq busybox 777 0 0
 file /init $here/init 755 0 0
 LIST
 "$tree/usr/gen_init_cpio" "$out/initramfs.list" >"$out/initramfs.cpio"
