@@ -566,18 +566,17 @@ fn processes_are_named_with_the_guests_own_shares() {
     let sampled: u64 = samples.iter().sum();
     assert!(sampled > 0, "no samples in awk or seq\n{out}");
     let report = std::fs::read_to_string(out_dir.join("report.txt")).unwrap();
-    // The Processes table: the lines after its title, up to the next blank line.
-    let mut lines = report
-        .lines()
-        .skip_while(|l| !l.trim_start().starts_with("Processes"));
+    // The Processes table: the rows after its header (`Process  PID  Samples ...`), up to the
+    // next blank line.
+    let mut lines = report.lines().skip_while(|l| {
+        let mut words = l.split_whitespace();
+        !(words.next() == Some("Process") && words.next() == Some("PID"))
+    });
     assert!(
         lines.next().is_some(),
         "report.txt has no Processes table\n{report}"
     );
-    let table: Vec<&str> = lines
-        .skip_while(|l| l.trim().is_empty())
-        .take_while(|l| !l.trim().is_empty())
-        .collect();
+    let table: Vec<&str> = lines.take_while(|l| !l.trim().is_empty()).collect();
     for (p, &n) in procs.iter().zip(&samples) {
         let guest_share = 100.0 * p.ticks as f64 / guest_ticks as f64;
         let share = 100.0 * n as f64 / sampled as f64;
