@@ -2,7 +2,9 @@
 //! busybox initramfs whose /init reads its steps from the command line) booted as a PVH ELF
 //! with nothing but `console=ttyS0`, and on a PVM-based KVM host the host-quirk options. Its
 //! drivers, not ours, judge the platform: PCI found through ACPI, virtio-blk over MSI-X, the
-//! PM timer, rtc_cmos, one CPU package, power-off and reboot through ACPI.
+//! PM timer, rtc_cmos, one CPU package, power-off and reboot through ACPI. Its types (the
+//! .BTF and DWARF of vmlinux, vmlinux.btf) and two processes with the guest's own CPU-time
+//! figures check how hvprof names a sample's process.
 //!
 //! The kernel is built by `images/linux/build.sh` (which .ci/run runs) into target/linux, or
 //! the directory $HVPROF_TEST_LINUX_DIR names. A boot takes about a minute on a host whose
