@@ -2,8 +2,8 @@
 //! tests/viewer/package-lock.json) opens a `perf script` text in Debian's headless Chromium,
 //! served on loopback with every other host unreachable, and tests/viewer/speedscope.mjs reads
 //! back from the page what a person would see: no import error, the workload's functions in the
-//! sandwich view's table, and those functions in time order along the time-ordered flame chart
-//! (found by moving the mouse across it and reading its hover tooltip).
+//! sandwich view's table, and those functions one after the other, in phases, along the
+//! time-ordered flame chart (found by moving the mouse across it and reading its hover tooltip).
 //!
 //! Needs Node.js, Debian's `chromium` and `npm ci --prefix tests/viewer` (.ci/run does all
 //! three); without one of them these tests fail and say what to install.
@@ -168,17 +168,32 @@ fn speedscope_shows_the_workload_in_time_order() {
         .assert_says("refguest pid: 1 tid: 1");
 }
 
-/// The check can fail: a workload whose f2 is named f3, looked for in the wrong order.
+/// The check can fail: a workload whose f2 is named f3 and whose f4 phase has 10 ms of f1 in
+/// its middle, looked for as f1, f2, f4, f3: f2 is missing, f1 overlaps f4, f3 comes before f4.
 #[test]
 fn speedscope_check_fails_on_wrong_functions_and_order() {
     let text = std::fs::read_to_string(workspace_root().join(WORKLOAD)).expect("the fixture");
-    assert!(text.contains(" f2+"), "the fixture has f2");
+    let samples: Vec<String> = text
+        .split("\n\n")
+        .enumerate()
+        .map(|(i, sample)| {
+            // Samples 0-39 are f1, 40-64 f2, 65-99 f4.
+            let sample = sample.replace(" f2+", " f3+");
+            if (80..90).contains(&i) {
+                assert!(sample.contains(" f4+"), "sample {i} is f4's: {sample}");
+                sample.replace(" f4+", " f1+")
+            } else {
+                sample
+            }
+        })
+        .collect();
     let dir = TempDir::new("viewer-wrong");
-    let profile = dir.write("timeline.perf.txt", text.replace(" f2+", " f3+").as_bytes());
-    speedscope(&profile, &["f4", "f1", "f2"]).assert_failed_with(&[
+    let profile = dir.write("timeline.perf.txt", samples.join("\n\n").as_bytes());
+    speedscope(&profile, &["f1", "f2", "f4", "f3"]).assert_failed_with(&[
         "the sandwich table lacks f2",
         "the time-ordered chart shows no f2",
-        "the time-ordered chart shows f1 from x=",
+        "the time-ordered chart shows f1 until x=",
+        "the time-ordered chart shows f3 from x=",
     ]);
 }
 

@@ -1,6 +1,7 @@
 // Opens a profile in the speedscope web app (its npm package) in headless Chromium, offline, and
 // checks what the page shows: no import error, the expected functions in its sandwich table, and
-// the expected functions in that order along the time-ordered flame chart.
+// the expected functions one after the other (each shown only after the whole of the one
+// before it) along the time-ordered flame chart.
 //
 // Usage: node speedscope.mjs --chromium PATH --profile FILE --order f1,f2,f4 [--shot DIR]
 //
@@ -388,12 +389,16 @@ function judge(order, sandwich, timeline) {
     if (missing.length > 0) {
       failures.push(`the time-ordered chart shows no ${missing.join(", ")} (it shows ${Object.keys(timeline.first).join(", ")})`);
     }
-    // Each function first shows strictly right of (later than) the one before it.
+    // The workload runs in phases: each function shows only right of (later than) the whole
+    // of the one before it.
     const shown = order.filter((n) => n in timeline.first);
+    const at = (x) => x.toFixed(0);
     for (let i = 1; i < shown.length; i++) {
       const [a, b] = [shown[i - 1], shown[i]];
       if (!(timeline.first[a] < timeline.first[b])) {
-        failures.push(`the time-ordered chart shows ${b} from x=${timeline.first[b]}, not after ${a} (from x=${timeline.first[a]})`);
+        failures.push(`the time-ordered chart shows ${b} from x=${at(timeline.first[b])}, not after ${a} (from x=${at(timeline.first[a])})`);
+      } else if (!(timeline.last[a] < timeline.first[b])) {
+        failures.push(`the time-ordered chart shows ${a} until x=${at(timeline.last[a])}, after ${b} began (x=${at(timeline.first[b])})`);
       }
     }
   }
