@@ -111,8 +111,11 @@ class Browser {
     ];
     // Chromium's sandbox refuses to start as root (CI runs as root).
     if (process.getuid?.() === 0) flags.push("--no-sandbox");
+    // A process group of its own, so that its helper processes (renderer, GPU, network) can be
+    // ended with it; it also ends by itself when the pipe closes with this process.
     this.proc = spawn(chromium, [...flags, "about:blank"], {
       stdio: ["ignore", "ignore", "pipe", "pipe", "pipe"],
+      detached: true,
     });
     this.stderr = "";
     this.proc.stderr.on("data", (d) => {
@@ -174,6 +177,16 @@ class Browser {
     }
     if (this.proc.exitCode === null && this.proc.signalCode === null) this.proc.kill("SIGKILL");
     await this.exited;
+    this.killGroup();
+  }
+
+  // Ends whatever is left of the browser's process group (helpers still writing its profile).
+  killGroup() {
+    try {
+      process.kill(-this.proc.pid, "SIGKILL");
+    } catch {
+      // None left.
+    }
   }
 }
 
@@ -418,6 +431,7 @@ async function main() {
   setTimeout(() => {
     console.log(`FAIL: no verdict within ${WHOLE_LIMIT_MS} ms; chromium said:\n${browser.stderr}`);
     browser.proc.kill("SIGKILL");
+    browser.killGroup();
     rmSync(profileDir, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
     process.exit(1);
   }, WHOLE_LIMIT_MS).unref();
