@@ -51,5 +51,7 @@ mod stacks;
 mod structure;
 /// `--symbol-path`: symbol stores, a symbol server on loopback, `_NT_SYMBOL_PATH`.
 mod symserver;
+/// Timeline exports opened in speedscope in headless Chromium (Node.js, Debian's chromium).
+mod viewer;
 /// virtio-blk driven by a fixture kernel.
 mod virtio_blk;
