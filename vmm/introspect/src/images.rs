@@ -145,7 +145,10 @@ impl ImageCache {
 
     /// [`ImageCache::find`] without the memo of pages: the image's place in `images`, and
     /// for no image, whether the answer holds for the whole page (no image and no header
-    /// found ends inside it: a hostile guest's image may end mid-page).
+    /// found ends inside it: a hostile guest's image may end mid-page). Out of line, so that
+    /// the remembered pages' path stays small.
+    #[cold]
+    #[inline(never)]
     fn find_uncached(
         &mut self,
         mem: &mut dyn Memory,

@@ -140,9 +140,24 @@ impl UnwindCache {
                 return e.plan.run(mem, regs);
             }
         }
+        self.decode_and_unwind(mem, image, space, lookup, regs)
+    }
+
+    /// Decodes the plan for this frame, keeps it and applies it; or unwinds uncached.
+    #[cold]
+    #[inline(never)]
+    fn decode_and_unwind(
+        &mut self,
+        mem: &mut dyn Memory,
+        image: &Image,
+        space: u64,
+        lookup: u64,
+        regs: &mut Regs,
+    ) -> Result<bool, UnwindError> {
         let Some(plan) = decode(mem, image, lookup, regs.rip) else {
             return uncached(mem, image, lookup, regs);
         };
+        let slot = self.slot(space, regs.rip);
         if self.entries.is_empty() {
             self.entries = vec![None; self.slots];
         }

@@ -109,8 +109,10 @@ impl<'a> GuestVirt<'a> {
     /// The translation of the virtual page `page`, or None if it is not mapped to guest RAM.
     fn page(&mut self, page: u64) -> Option<TlbEntry<'a>> {
         let slot = usize::try_from((page >> 12) % TLB_ENTRIES as u64).unwrap_or(0);
-        if let Some(e) = self.tlb[slot].filter(|e| e.virt == page) {
-            return Some(e);
+        if let Some(e) = &self.tlb[slot] {
+            if e.virt == page {
+                return Some(*e);
+            }
         }
         let phys = translate(&self.ram, &self.paging, page).ok()?.gpa & !(PAGE - 1);
         // A page lies in one region: regions start and end on page boundaries.
