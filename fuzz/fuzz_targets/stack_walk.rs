@@ -1,11 +1,13 @@
 //! The stack walker over an arbitrary image and arbitrary stack bytes: it must end, never
-//! panic, keep its limits, and give the same stack with a warm image cache as with a cold one.
+//! panic, keep its limits, and give the same stack with warm caches (images found, unwind
+//! plans kept) as with cold ones and as without kept plans (every frame from the guest's
+//! bytes).
 //! With the shape bit set the image gets well-formed PE32+ headers and an exception directory
 //! over fuzzer bytes, so unwind codes and epilogues are reached without seeds; the image and
 //! the stack sit at small addresses so that small stack words point into the image.
 #![no_main]
 
-use introspect::{walk, End, ImageCache, Options, Regions, Regs};
+use introspect::{walk, End, Options, Regions, Regs, WalkCache};
 use libfuzzer_sys::fuzz_target;
 
 const BASE: u64 = 0x1000;
@@ -49,10 +51,18 @@ fuzz_target!(|data: &[u8]| {
     let mut mem = Regions::new().with(BASE, image).with(STACK, stack.to_vec());
     let regs = Regs::new(rip, rsp, rbp);
     let opts = Options { max_depth };
-    let mut cache = ImageCache::new(0x4000);
+    let mut cache = WalkCache::new(0x4000);
     let cold = walk(&mut mem, &mut cache, 0x1000, regs, opts);
     let warm = walk(&mut mem, &mut cache, 0x1000, regs, opts);
-    assert_eq!(cold, warm);
+    let reference = walk(
+        &mut mem,
+        &mut WalkCache::without_plans(0x4000),
+        0x1000,
+        regs,
+        opts,
+    );
+    assert_eq!(cold, reference);
+    assert_eq!(warm, reference);
     assert!(cold.pcs.len() <= max_depth);
     assert_eq!(
         cold.end == End::Depth,

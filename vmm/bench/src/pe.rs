@@ -65,7 +65,7 @@ pub fn deep_module() -> Vec<u8> {
 mod tests {
     use super::*;
     use introspect::pe::Image;
-    use introspect::{walk, End, ImageCache, Options, Regions, Regs};
+    use introspect::{walk, End, Options, Regions, Regs, WalkCache};
 
     #[test]
     fn the_module_unwinds_frame_by_frame_to_its_caller() {
@@ -86,7 +86,7 @@ mod tests {
         let regs = Regs::new(ret + 3, 0x10_0000, 0);
         let s = walk(
             &mut mem,
-            &mut ImageCache::new(1 << 20),
+            &mut WalkCache::new(1 << 20),
             0,
             regs,
             Options::default(),

@@ -6,6 +6,11 @@
 //! may have unmapped or replaced them since the last sample, but not during a walk, which
 //! happens while the sampled vCPU is out of the guest) and the page ranges known to hold no
 //! header (forgotten every [`MISS_LIFETIME`] lookups, so an image mapped later is found).
+//!
+//! Most frames of a walk, and of the walks after it, lie on pages looked up before: the answer
+//! for each page (an image, or none) is remembered in a small table, valid until the images or
+//! the header-free ranges change, so such a lookup costs a hash and a compare. An image found
+//! there is still re-checked on its first use in each walk.
 
 use crate::mem::Memory;
 use crate::pe::{Image, PAGE};
@@ -20,6 +25,18 @@ pub const MISS_LIFETIME: u32 = 16_384;
 pub const KERNEL_SPACE: u64 = u64::MAX;
 /// Newly found images kept until the caller takes them; more are not reported.
 const MAX_FOUND: usize = 256;
+/// Pages whose lookup is remembered (a direct-mapped table).
+const MEMO: usize = 64;
+
+/// A page's lookup, as it was at `generation`.
+#[derive(Clone, Copy, Debug)]
+struct Memo {
+    space: u64,
+    page: u64,
+    generation: u64,
+    /// The image's place in `images`, or None: no image holds the page.
+    image: Option<usize>,
+}
 
 /// The address-space key of `addr` under the page tables at `cr3`: [`KERNEL_SPACE`] for
 /// kernel addresses, else `cr3` without its PCID bits.
@@ -29,6 +46,12 @@ pub fn space_of(cr3: u64, addr: u64) -> u64 {
     } else {
         cr3 & !(PAGE - 1)
     }
+}
+
+/// The memo slot of a page.
+fn memo_slot(space: u64, page: u64) -> usize {
+    let h = (page ^ space.rotate_left(23)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    usize::try_from(h >> 58).unwrap_or(0) % MEMO
 }
 
 /// PE images found in guest address spaces.
@@ -45,6 +68,11 @@ pub struct ImageCache {
     walk: u64,
     /// Images found by a scan since [`ImageCache::take_found`] was last called.
     found: Vec<(u64, Image)>,
+    /// Lookups by page; an entry holds while `generation` is unchanged.
+    memo: [Memo; MEMO],
+    /// Changed whenever an image is added or dropped, or the header-free ranges are forgotten:
+    /// whatever could change a lookup's answer (adding a header-free range cannot).
+    generation: u64,
 }
 
 impl ImageCache {
@@ -57,6 +85,13 @@ impl ImageCache {
             lookups: 0,
             walk: 0,
             found: Vec::new(),
+            memo: [Memo {
+                space: 0,
+                page: 0,
+                generation: u64::MAX,
+                image: None,
+            }; MEMO],
+            generation: 0,
         }
     }
 
@@ -80,7 +115,46 @@ impl ImageCache {
         if self.lookups >= MISS_LIFETIME {
             self.lookups = 0;
             self.misses.clear();
+            self.generation += 1;
         }
+        let page = pc & !(PAGE - 1);
+        let slot = memo_slot(space, page);
+        let m = self.memo[slot];
+        if m.generation == self.generation && (m.space, m.page) == (space, page) {
+            match m.image {
+                None => return None,
+                Some(i) => {
+                    let (_, cached, checked) = self.images[i];
+                    if checked == self.walk && cached.contains(pc) {
+                        return Some(cached);
+                    }
+                }
+            }
+        }
+        let (found, whole_page) = self.find_uncached(mem, space, pc);
+        if found.is_some() || whole_page {
+            self.memo[slot] = Memo {
+                space,
+                page,
+                generation: self.generation,
+                image: found,
+            };
+        }
+        found.map(|i| self.images[i].1)
+    }
+
+    /// [`ImageCache::find`] without the memo of pages: the image's place in `images`, and
+    /// for no image, whether the answer holds for the whole page (no image and no header
+    /// found ends inside it: a hostile guest's image may end mid-page). Out of line, so that
+    /// the remembered pages' path stays small.
+    #[cold]
+    #[inline(never)]
+    fn find_uncached(
+        &mut self,
+        mem: &mut dyn Memory,
+        space: u64,
+        pc: u64,
+    ) -> (Option<usize>, bool) {
         if let Some(i) = self
             .images
             .iter()
@@ -89,24 +163,34 @@ impl ImageCache {
             let (_, cached, checked) = self.images[i];
             if checked == self.walk || Image::read(mem, cached.base).ok() == Some(cached) {
                 self.images[i].2 = self.walk;
-                return Some(cached);
+                return (Some(i), false);
             }
             self.images.remove(i);
+            self.generation += 1;
         }
-        let found = self.scan(mem, space, pc);
-        if let Some(image) = found {
+        let header = self.scan(mem, space, pc);
+        if let Some(image) = header.filter(|h| h.contains(pc)) {
             if self.images.len() == MAX_IMAGES {
                 self.images.remove(0);
             }
             self.images.push((space, image, self.walk));
+            self.generation += 1;
             if self.found.len() < MAX_FOUND {
                 self.found.push((space, image));
             }
+            return (Some(self.images.len() - 1), false);
         }
-        found
+        let page = pc & !(PAGE - 1);
+        let ends_below = |im: &Image| im.base.saturating_add(u64::from(im.size)) <= page;
+        let whole_page = header.is_none_or(|h| ends_below(&h))
+            && self.images.iter().all(|(s, im, _)| {
+                *s != space || ends_below(im) || im.base >= page.saturating_add(PAGE)
+            });
+        (None, whole_page)
     }
 
-    /// Scans down from `pc`'s page, jumping over ranges known to hold no header.
+    /// Scans down from `pc`'s page, jumping over ranges known to hold no header: the first
+    /// header found, whether or not its image reaches `pc`.
     fn scan(&mut self, mem: &mut dyn Memory, space: u64, pc: u64) -> Option<Image> {
         let top = pc & !(PAGE - 1);
         let floor = top.saturating_sub(self.scan_limit);
@@ -141,12 +225,13 @@ impl ImageCache {
         if probed && first <= top {
             self.remember_miss(space, first, top);
         }
-        header.filter(|h| h.contains(pc))
+        header
     }
 
     fn remember_miss(&mut self, space: u64, first: u64, last: u64) {
         if self.misses.len() == MAX_MISSES {
             self.misses.clear();
+            self.generation += 1;
         }
         self.misses.push((space, first, last));
     }
@@ -236,6 +321,50 @@ mod tests {
         }
         assert_eq!(mem.1, 5, "a remembered miss reads nothing");
         assert_eq!(cache.misses.len(), 1, "and adds nothing");
+    }
+
+    #[test]
+    fn a_page_where_an_image_ends_is_answered_per_address() {
+        // A hostile header: SizeOfImage ends mid-page.
+        let base = 0x1_4000_0000;
+        let mut mem = Regions::new().with(base, ImageBuilder::new(0x1800).build());
+        let mut cache = ImageCache::new(0x10_0000);
+        for _ in 0..2 {
+            cache.begin_walk();
+            assert_eq!(cache.find(&mut mem, 0, base + 0x1900), None);
+            assert_eq!(
+                cache.find(&mut mem, 0, base + 0x1700).map(|i| i.base),
+                Some(base)
+            );
+            assert_eq!(cache.find(&mut mem, 0, base + 0x1900), None);
+        }
+    }
+
+    #[test]
+    fn remembered_pages_cost_no_reads_until_the_next_walk() {
+        let base = 0x1_4000_0000;
+        let mut mem = Counting(
+            Regions::new().with(base, ImageBuilder::new(0x2000).build()),
+            0,
+        );
+        let mut cache = ImageCache::new(0x4000);
+        cache.begin_walk();
+        assert!(cache.find(&mut mem, 0, base + 0x1010).is_some());
+        assert_eq!(cache.find(&mut mem, 0, base + 0x5010), None);
+        let reads = mem.1;
+        for _ in 0..10 {
+            assert!(cache.find(&mut mem, 0, base + 0x1020).is_some());
+            assert_eq!(cache.find(&mut mem, 0, base + 0x5020), None);
+        }
+        assert_eq!(
+            mem.1, reads,
+            "within a walk, a page looked up before reads nothing"
+        );
+        // The next walk checks the image's headers again, once.
+        cache.begin_walk();
+        assert!(cache.find(&mut mem, 0, base + 0x1030).is_some());
+        assert!(cache.find(&mut mem, 0, base + 0x1040).is_some());
+        assert!(mem.1 > reads);
     }
 
     #[test]

@@ -42,4 +42,4 @@ pub mod testimage;
 pub use images::{space_of, ImageCache, KERNEL_SPACE};
 pub use mem::{Memory, Regions, Unreadable};
 pub use regs::Regs;
-pub use walk::{walk, End, Options, Stack};
+pub use walk::{walk, End, Options, Stack, WalkCache};

@@ -1,9 +1,9 @@
 //! Walking a whole stack: one unwinder per frame, bounded depth, and a reason for the end.
 
-use crate::images::ImageCache;
+use crate::images::{space_of, ImageCache};
 use crate::mem::{canonical, Memory};
-use crate::x64::UnwindError;
-use crate::{fp, x64, Regs};
+use crate::x64::{UnwindCache, UnwindError};
+use crate::{fp, Regs};
 
 /// How far a walk may go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,14 +51,44 @@ impl Stack {
     }
 }
 
+/// What a walker keeps from one walk to the next: the PE images found and the unwind plans
+/// decoded from them (each with its own invalidation rule: [`ImageCache`], [`UnwindCache`]).
+#[derive(Debug)]
+pub struct WalkCache {
+    /// The images found, per address space.
+    pub images: ImageCache,
+    /// Decoded unwind information, per image and PC.
+    pub unwind: UnwindCache,
+}
+
+impl WalkCache {
+    /// Empty caches; image scans look at most `scan_limit` bytes below a PC.
+    pub fn new(scan_limit: u64) -> Self {
+        WalkCache {
+            images: ImageCache::new(scan_limit),
+            unwind: UnwindCache::new(),
+        }
+    }
+
+    /// An image cache as [`WalkCache::new`]'s, but no unwind plans kept: every frame is
+    /// unwound from the guest's bytes (the reference the plans are tested against).
+    pub fn without_plans(scan_limit: u64) -> Self {
+        WalkCache {
+            images: ImageCache::new(scan_limit),
+            unwind: UnwindCache::disabled(),
+        }
+    }
+}
+
 /// Walks the stack of a vCPU whose registers are `regs`, in the address space `cr3`.
 pub fn walk(
     mem: &mut dyn Memory,
-    images: &mut ImageCache,
+    cache: &mut WalkCache,
     cr3: u64,
     mut regs: Regs,
     opts: Options,
 ) -> Stack {
+    let WalkCache { images, unwind } = cache;
     let mut pcs = Vec::with_capacity(opts.max_depth.min(64));
     if opts.max_depth == 0 {
         return Stack {
@@ -68,6 +98,7 @@ pub fn walk(
     }
     pcs.push(regs.rip);
     images.begin_walk();
+    unwind.begin_walk();
     let end = loop {
         if pcs.len() >= opts.max_depth {
             break End::Depth;
@@ -80,12 +111,7 @@ pub fn walk(
             regs.rip.wrapping_sub(1)
         };
         let stepped = match images.find(mem, cr3, lookup) {
-            Some(image) => match image.function(mem, lookup) {
-                Ok(Some(f)) => x64::unwind(mem, &image, f, &mut regs).map(|u| u.machine_frame),
-                // No RUNTIME_FUNCTION: a leaf, its return address on top of the stack.
-                Ok(None) => leaf(mem, &mut regs),
-                Err(e) => Err(e.into()),
-            },
+            Some(image) => unwind.unwind(mem, &image, space_of(cr3, lookup), lookup, &mut regs),
             None if regs.rbp() == 0 => break End::Complete,
             None => fp::step(mem, &mut regs).map(|()| false).map_err(Into::into),
         };
@@ -106,14 +132,6 @@ pub fn walk(
         pcs.push(regs.rip);
     };
     Stack { pcs, end }
-}
-
-/// Unwinds a function without unwind data: it moved nothing, the return address is at RSP.
-fn leaf(mem: &mut dyn Memory, regs: &mut Regs) -> Result<bool, UnwindError> {
-    let rsp = regs.rsp();
-    regs.rip = mem.read_u64(rsp)?;
-    regs.gpr[Regs::RSP] = rsp.wrapping_add(8);
-    Ok(false)
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ fn opts(max_depth: usize) -> Options {
 fn walk_in(mem: &mut Regions, regs: Regs, max_depth: usize) -> Stack {
     walk(
         mem,
-        &mut ImageCache::new(0x10_0000),
+        &mut WalkCache::new(0x10_0000),
         0x1000,
         regs,
         opts(max_depth),

@@ -16,41 +16,51 @@ const WINDOW: usize = 48;
 /// Integer registers the calling convention preserves; no epilogue pops more.
 const MAX_POPS: usize = 10;
 
-/// The rest of an epilogue, from the PC on.
+/// Where the pops of an epilogue start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Start {
+    /// RSP plus this (0 when there is no `add rsp`).
+    Rsp(i64),
+    /// `lea rsp, [reg + disp]`: the frame register plus this.
+    Frame(u8, i64),
+}
+
+/// The rest of an epilogue, from the PC on: what its bytes say, independent of the registers
+/// (so a decoded one can be kept and applied to later frames at the same PC).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Epilog {
-    /// RSP after the `add`/`lea` (RSP itself if there is none).
-    rsp: u64,
+    start: Start,
     pops: [u8; MAX_POPS],
-    npops: usize,
+    npops: u8,
     /// Bytes `ret imm16` releases after the return address.
     release: u16,
 }
 
 impl Epilog {
-    /// Recognises an epilogue starting at `regs.rip` in a function spanning `function`.
+    /// Recognises an epilogue starting at `rip` in a function spanning `function`.
     pub fn parse(
         mem: &mut dyn Memory,
-        regs: &Regs,
+        rip: u64,
         frame_reg: u8,
         function: Range<u64>,
     ) -> Result<Option<Epilog>, Unreadable> {
         let mut buf = [0u8; WINDOW];
         // The window may end early at a page the guest has not mapped.
-        let to_page_end = usize::try_from(PAGE - regs.rip % PAGE).unwrap_or(WINDOW);
-        let len = if mem.read(regs.rip, &mut buf).is_ok() {
+        let to_page_end = usize::try_from(PAGE - rip % PAGE).unwrap_or(WINDOW);
+        let len = if mem.read(rip, &mut buf).is_ok() {
             WINDOW
         } else {
             let n = to_page_end.min(WINDOW);
-            mem.read(regs.rip, &mut buf[..n])?;
+            mem.read(rip, &mut buf[..n])?;
             n
         };
-        Ok(Self::decode(&buf[..len], regs, frame_reg, function))
+        Ok(Self::decode(&buf[..len], rip, frame_reg, function))
     }
 
-    fn decode(code: &[u8], regs: &Regs, frame_reg: u8, function: Range<u64>) -> Option<Epilog> {
+    fn decode(code: &[u8], rip: u64, frame_reg: u8, function: Range<u64>) -> Option<Epilog> {
         let at = |i: usize| code.get(i).copied();
         let mut e = Epilog {
-            rsp: regs.rsp(),
+            start: Start::Rsp(0),
             pops: [0; MAX_POPS],
             npops: 0,
             release: 0,
@@ -66,7 +76,7 @@ impl Epilog {
                     7,
                 )
             };
-            e.rsp = e.rsp.wrapping_add_signed(imm);
+            e.start = Start::Rsp(imm);
             p = len;
         } else if frame_reg != 0 && at(0)? & 0xfe == 0x48 && at(1)? == 0x8d {
             // lea rsp, [frame_reg + disp8/disp32]
@@ -91,7 +101,7 @@ impl Epilog {
                 p = d + 4;
                 i64::from(i32::from_le_bytes(code.get(d..d + 4)?.try_into().ok()?))
             };
-            e.rsp = regs.gpr[usize::from(frame_reg)].wrapping_add_signed(disp);
+            e.start = Start::Frame(frame_reg, disp);
         }
         loop {
             let reg = match (at(p)?, at(p + 1)) {
@@ -105,13 +115,13 @@ impl Epilog {
                 }
                 _ => break,
             };
-            if e.npops == MAX_POPS {
+            if usize::from(e.npops) == MAX_POPS {
                 return None;
             }
-            e.pops[e.npops] = reg;
+            e.pops[usize::from(e.npops)] = reg;
             e.npops += 1;
         }
-        let next = |len: usize| regs.rip.wrapping_add((p + len) as u64);
+        let next = |len: usize| rip.wrapping_add((p + len) as u64);
         let outside = |target: u64| !function.contains(&target);
         let ends = match (at(p)?, at(p + 1), at(p + 2)) {
             (0xc3, ..) | (0xf3, Some(0xc3), _) => true,
@@ -136,8 +146,11 @@ impl Epilog {
 
     /// Runs the rest of the epilogue on `regs`: the pops, then the return.
     pub fn apply(&self, mem: &mut dyn Memory, regs: &mut Regs) -> Result<(), Unreadable> {
-        let mut rsp = self.rsp;
-        for &r in &self.pops[..self.npops] {
+        let mut rsp = match self.start {
+            Start::Rsp(add) => regs.rsp().wrapping_add_signed(add),
+            Start::Frame(reg, disp) => regs.gpr[usize::from(reg)].wrapping_add_signed(disp),
+        };
+        for &r in &self.pops[..usize::from(self.npops)] {
             regs.gpr[usize::from(r)] = mem.read_u64(rsp)?;
             rsp = rsp.wrapping_add(8);
         }

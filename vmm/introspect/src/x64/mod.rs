@@ -7,11 +7,17 @@
 //! - Chained unwind info (UNW_FLAG_CHAININFO) continues with the parent function's codes.
 //! - PUSH_MACHFRAME restores RIP and RSP from an interrupt or exception frame; otherwise the
 //!   return address is popped last.
+//!
+//! [`UnwindCache`] keeps, per PC, what this decodes from the guest's bytes, so that a frame
+//! seen before costs only its stack reads.
 
+mod cache;
 mod epilog;
 mod info;
 #[cfg(test)]
 mod tests;
+
+pub use cache::{UnwindCache, REDECODE_WALKS};
 
 use crate::mem::{Memory, Unreadable};
 use crate::pe::{Image, RuntimeFunction};
@@ -53,7 +59,7 @@ pub fn unwind(
     let offset = regs.rip.wrapping_sub(begin);
     if offset >= u64::from(info.prolog_size) {
         let end = image.base + u64::from(f.end);
-        if let Some(e) = epilog::Epilog::parse(mem, regs, info.frame_reg, begin..end)? {
+        if let Some(e) = epilog::Epilog::parse(mem, regs.rip, info.frame_reg, begin..end)? {
             e.apply(mem, regs)?;
             return Ok(Unwound {
                 machine_frame: false,

@@ -7,60 +7,143 @@
 
 use introspect::nt::Kernel;
 use introspect::os::WindowsLayout;
-use introspect::paging::{translate, Paging};
+use introspect::paging::{translate, Paging, PhysRead};
 use introspect::pe::{CodeView, Image};
-use introspect::{ImageCache, Memory, Options, Regs, Stack, Unreadable, KERNEL_SPACE};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use introspect::{Memory, Options, Regs, Stack, Unreadable, WalkCache, KERNEL_SPACE};
+use vm_memory::{
+    ByteValued, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion,
+    VolatileMemory, VolatileSlice,
+};
 
 use crate::arch::cpu_state::CpuState;
-use crate::memory::GuestPhys;
 
 /// How far below a PC the search for its PE image's header looks: more than the largest
 /// Windows kernel image, so a PC anywhere in ntoskrnl finds its header.
 pub const IMAGE_SCAN_LIMIT: u64 = 64 << 20;
-/// Translations remembered during one walk (stack pages, image headers, unwind data, code).
-const TLB_ENTRIES: usize = 8;
+/// Translations remembered during one walk (stack pages, image headers, unwind data, code):
+/// a direct-mapped table by virtual page.
+const TLB_ENTRIES: usize = 16;
 const PAGE: u64 = 0x1000;
+const PAGE_BYTES: usize = 0x1000;
 
-/// One address space of the guest, read-only, as one sample's walk sees it.
-pub struct GuestVirt<'a> {
+/// One translation: a virtual page, its guest-physical page and the host's view of it.
+#[derive(Clone, Copy)]
+struct TlbEntry<'a> {
+    virt: u64,
+    phys: u64,
+    bytes: VolatileSlice<'a>,
+}
+
+/// Guest RAM regions held as the host maps them; RAM beyond these is looked up per access.
+const RAM_REGIONS: usize = 4;
+
+/// Guest RAM for the page-table walker and the walk's pages: each region's start and the
+/// host's view of all of it, taken once per walk, so that reaching a guest-physical address is a
+/// compare or two instead of a search of the memory map.
+struct Ram<'a> {
     mem: &'a GuestMemoryMmap,
+    regions: [Option<(u64, VolatileSlice<'a>)>; RAM_REGIONS],
+}
+
+impl<'a> Ram<'a> {
+    fn new(mem: &'a GuestMemoryMmap) -> Self {
+        let mut regions = [None; RAM_REGIONS];
+        for (slot, r) in regions.iter_mut().zip(mem.iter()) {
+            *slot = r.as_volatile_slice().ok().map(|v| (r.start_addr().0, v));
+        }
+        Ram { mem, regions }
+    }
+
+    /// The host's view of `len` bytes of guest RAM at `gpa`, if they lie in one region.
+    fn slice(&self, gpa: u64, len: usize) -> Option<VolatileSlice<'a>> {
+        for (start, bytes) in self.regions.iter().flatten() {
+            if let Some(off) = gpa.checked_sub(*start) {
+                if let Ok(off) = usize::try_from(off) {
+                    if off < bytes.len() {
+                        return bytes.subslice(off, len).ok();
+                    }
+                }
+            }
+        }
+        self.mem.get_slice(GuestAddress(gpa), len).ok()
+    }
+}
+
+/// `T` at `offset` of a page, read at once (volatile: other vCPUs may be writing it).
+fn load<T: ByteValued>(page: &VolatileSlice, offset: u64) -> Option<T> {
+    let offset = usize::try_from(offset).ok()?;
+    page.get_ref::<T>(offset).ok().map(|r| r.load())
+}
+
+impl PhysRead for Ram<'_> {
+    fn read_u64(&self, gpa: u64) -> Option<u64> {
+        load::<u64>(&self.slice(gpa, 8)?, 0).map(u64::from_le)
+    }
+
+    fn read_u32(&self, gpa: u64) -> Option<u32> {
+        load::<u32>(&self.slice(gpa, 4)?, 0).map(u32::from_le)
+    }
+}
+
+/// One address space of the guest, read-only, as one sample's walk sees it. Each page it
+/// touches is translated through the guest's page tables once per walk; the walk reads a page's
+/// bytes straight from the host's mapping of guest RAM (volatile reads of just the bytes
+/// asked for: other vCPUs may be writing them).
+pub struct GuestVirt<'a> {
+    ram: Ram<'a>,
     paging: Paging,
-    /// (virtual page, physical page) pairs, valid for this walk only.
-    tlb: [(u64, u64); TLB_ENTRIES],
-    used: usize,
+    /// Valid for this walk only: the guest may change its page tables once its vCPU runs.
+    tlb: [Option<TlbEntry<'a>>; TLB_ENTRIES],
 }
 
 impl<'a> GuestVirt<'a> {
     /// The address space `paging` describes.
     pub fn new(mem: &'a GuestMemoryMmap, paging: Paging) -> Self {
         GuestVirt {
-            mem,
+            ram: Ram::new(mem),
             paging,
-            tlb: [(u64::MAX, 0); TLB_ENTRIES],
-            used: 0,
+            tlb: [None; TLB_ENTRIES],
         }
     }
 
-    /// The guest-physical page behind the virtual page `page`.
-    fn page(&mut self, page: u64) -> Option<u64> {
-        if let Some(&(_, phys)) = self.tlb.iter().find(|(virt, _)| *virt == page) {
-            return Some(phys);
+    /// The translation of the virtual page `page`, or None if it is not mapped to guest RAM.
+    fn page(&mut self, page: u64) -> Option<TlbEntry<'a>> {
+        let slot = usize::try_from((page >> 12) % TLB_ENTRIES as u64).unwrap_or(0);
+        if let Some(e) = &self.tlb[slot] {
+            if e.virt == page {
+                return Some(*e);
+            }
         }
-        let phys = translate(&GuestPhys(self.mem), &self.paging, page)
-            .ok()?
-            .gpa
-            & !(PAGE - 1);
-        self.tlb[self.used % TLB_ENTRIES] = (page, phys);
-        self.used += 1;
-        Some(phys)
+        let phys = translate(&self.ram, &self.paging, page).ok()?.gpa & !(PAGE - 1);
+        // A page lies in one region: regions start and end on page boundaries.
+        let bytes = self.ram.slice(phys, PAGE_BYTES)?;
+        let e = TlbEntry {
+            virt: page,
+            phys,
+            bytes,
+        };
+        self.tlb[slot] = Some(e);
+        Some(e)
+    }
+
+    /// `T` at `addr` if it lies in one page, read at once; None if it spans two.
+    fn load<T: ByteValued>(&mut self, addr: u64) -> Option<Result<T, Unreadable>> {
+        let within = addr % PAGE;
+        if within + std::mem::size_of::<T>() as u64 > PAGE {
+            return None;
+        }
+        Some(
+            self.page(addr - within)
+                .and_then(|e| load::<T>(&e.bytes, within))
+                .ok_or(Unreadable(addr)),
+        )
     }
 }
 
 impl Memory for GuestVirt<'_> {
     fn physical(&mut self, addr: u64) -> Option<u64> {
         let within = addr % PAGE;
-        self.page(addr - within).map(|p| p + within)
+        self.page(addr - within).map(|e| e.phys + within)
     }
 
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), Unreadable> {
@@ -68,14 +151,40 @@ impl Memory for GuestVirt<'_> {
         while done < buf.len() {
             let va = addr.wrapping_add(done as u64);
             let within = va % PAGE;
-            let phys = self.page(va - within).ok_or(Unreadable(va))?;
+            let e = self.page(va - within).ok_or(Unreadable(va))?;
             let n = (buf.len() - done).min(usize::try_from(PAGE - within).unwrap_or(0));
-            self.mem
-                .read_slice(&mut buf[done..done + n], GuestAddress(phys + within))
-                .map_err(|_| Unreadable(va))?;
+            let from = usize::try_from(within).map_err(|_| Unreadable(va))?;
+            let src = e.bytes.subslice(from, n).map_err(|_| Unreadable(va))?;
+            if src.copy_to(&mut buf[done..done + n]) != n {
+                return Err(Unreadable(va));
+            }
             done += n;
         }
         Ok(())
+    }
+
+    // Stack slots, unwind data and header fields: one volatile load where the value lies in
+    // one page (nearly always), instead of a copy into a buffer.
+    fn read_u64(&mut self, addr: u64) -> Result<u64, Unreadable> {
+        match self.load::<u64>(addr) {
+            Some(v) => v.map(u64::from_le),
+            None => {
+                let mut b = [0; 8];
+                self.read(addr, &mut b)?;
+                Ok(u64::from_le_bytes(b))
+            }
+        }
+    }
+
+    fn read_u32(&mut self, addr: u64) -> Result<u32, Unreadable> {
+        match self.load::<u32>(addr) {
+            Some(v) => v.map(u32::from_le),
+            None => {
+                let mut b = [0; 4];
+                self.read(addr, &mut b)?;
+                Ok(u32::from_le_bytes(b))
+            }
+        }
     }
 }
 
@@ -140,7 +249,7 @@ pub fn listed_module(
 /// every one it found (the guest's modules, as far as samples reached them, and every module
 /// on a Windows kernel's list once a sample reached the kernel).
 pub struct StackWalker {
-    images: ImageCache,
+    cache: WalkCache,
     modules: Vec<FoundModule>,
     /// The modules on the Windows kernel's list as last walked (replaced by each walk: a later
     /// walk at the PDB's offsets corrects one at the built-in ones).
@@ -154,7 +263,7 @@ pub struct StackWalker {
 impl Default for StackWalker {
     fn default() -> Self {
         StackWalker {
-            images: ImageCache::new(IMAGE_SCAN_LIMIT),
+            cache: WalkCache::new(IMAGE_SCAN_LIMIT),
             modules: Vec::new(),
             listed: Vec::new(),
             kernel: None,
@@ -172,8 +281,8 @@ impl StackWalker {
     /// Looks for the image holding the sampled PC only (a sample whose stack is not walked).
     pub fn note_pc(&mut self, mem: &GuestMemoryMmap, cpu: &CpuState) {
         let mut virt = GuestVirt::new(mem, cpu.paging);
-        self.images.begin_walk();
-        self.images.find(&mut virt, cpu.paging.cr3, cpu.rip);
+        self.cache.images.begin_walk();
+        self.cache.images.find(&mut virt, cpu.paging.cr3, cpu.rip);
         self.collect(&mut virt);
     }
 
@@ -184,8 +293,8 @@ impl StackWalker {
             return;
         }
         let mut virt = GuestVirt::new(mem, paging);
-        self.images.begin_walk();
-        self.images.find(&mut virt, paging.cr3, addr);
+        self.cache.images.begin_walk();
+        self.cache.images.find(&mut virt, paging.cr3, addr);
         self.collect(&mut virt);
     }
 
@@ -203,7 +312,7 @@ impl StackWalker {
     /// CodeView record while its address space is the one being walked. The first kernel-space
     /// image that is the Windows kernel brings in every module on its list.
     fn collect(&mut self, virt: &mut GuestVirt) {
-        for (space, image) in self.images.take_found() {
+        for (space, image) in self.cache.images.take_found() {
             let process = (space != KERNEL_SPACE).then_some(space);
             let name = image.export_name(virt);
             self.add(virt, process, image, name);
@@ -285,7 +394,7 @@ impl StackWalker {
         let mut virt = GuestVirt::new(mem, cpu.paging);
         let stack = introspect::walk(
             &mut virt,
-            &mut self.images,
+            &mut self.cache,
             cpu.paging.cr3,
             regs,
             Options { max_depth },
@@ -299,6 +408,7 @@ impl StackWalker {
 mod tests {
     use super::*;
     use introspect::End;
+    use vm_memory::Bytes;
 
     const CR0_PG: u64 = 1 << 31;
     const CR4_PAE: u64 = 1 << 5;
