@@ -49,10 +49,6 @@ pub enum ReportError {
         /// The version this build reads and writes.
         newest: u32,
     },
-    /// A window asked of a profile that has no timeline (`hvprof compare --from/--to`,
-    /// `--phase`), or a phase it does not have.
-    #[error(transparent)]
-    Window(#[from] crate::timeline::window::WindowError),
     /// An error about one file.
     #[error("{}", .path.display())]
     File {

@@ -13,7 +13,7 @@
 //! | profile.pb.gz | [`pprof`] | pprof protobuf for `go tool pprof` |
 //! | flamegraph.svg | [`flame`] | inferno flame graph of object → (guest process) → module → function → bucket |
 //! | report.txt | [`text`] | Kernrate-style tables per module, function and bucket |
-//! | timeline.json, timeline.fxprof.json, timeline.perf.txt | [`timeline`] | the samples on a time axis, when the run recorded them (`--timeline`) |
+//! | timeline.json, timeline.fxprof.json, timeline.perf.txt | [`time_axis`] | the samples on a time axis ([`timeline`]), when the run recorded them (`--timeline`) |
 //!
 //! [`annotate`] disassembles the hottest buckets; [`load`] finds the symbols for a saved
 //! profile; [`compare`] compares and merges saved profiles; [`processes`] gives every output
@@ -37,6 +37,7 @@ pub mod profile;
 pub mod sanitize;
 pub mod symbols;
 pub mod text;
+pub mod time_axis;
 pub mod timeline;
 pub mod validate;
 
@@ -98,7 +99,7 @@ fn stage_file(
 /// profile is symbolized on a copy, unless it already was with these symbols).
 ///
 /// With a timeline ([`Profile::timelines`]), also timeline.json, timeline.fxprof.json and
-/// timeline.perf.txt ([`timeline`]); without one, a timeline.json left in `dir` by an
+/// timeline.perf.txt ([`time_axis`]); without one, a timeline.json left in `dir` by an
 /// earlier run is removed once the new files are in place, so that it is never read as this
 /// profile's.
 ///
@@ -129,9 +130,9 @@ pub fn write_all(
             Vec::new()
         } else {
             vec![
-                dir.join(timeline::file::FILE_NAME),
-                dir.join(timeline::fxprof::FILE_NAME),
-                dir.join(timeline::perf::FILE_NAME),
+                dir.join(time_axis::file::FILE_NAME),
+                dir.join(time_axis::fxprof::FILE_NAME),
+                dir.join(time_axis::perf::FILE_NAME),
             ]
         },
     };
@@ -148,18 +149,18 @@ pub fn write_all(
     ];
     if let [json, fxprof, perf] = files.timeline.as_slice() {
         staged.push(stage_file(json.clone(), |w| {
-            timeline::file::write(profile, w)
+            time_axis::file::write(profile, w)
         })?);
         staged.push(stage_file(fxprof.clone(), |w| {
-            timeline::fxprof::write(profile, symbols, w)
+            time_axis::fxprof::write(profile, symbols, w)
         })?);
         staged.push(stage_file(perf.clone(), |w| {
-            timeline::perf::write(profile, symbols, w)
+            time_axis::perf::write(profile, symbols, w)
         })?);
     }
     atomic::commit_all(staged)?;
     if files.timeline.is_empty() {
-        let stale = timeline::file::path_beside(&files.json);
+        let stale = time_axis::file::path_beside(&files.json);
         match std::fs::remove_file(&stale) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 return Err(ReportError::File {
@@ -174,7 +175,7 @@ pub fn write_all(
 }
 
 /// Reads a profile.json file, and its timeline when one is beside it
-/// ([`timeline::file::path_beside`]: timeline.json beside a profile.json).
+/// ([`time_axis::file::path_beside`]: timeline.json beside a profile.json).
 pub fn read_profile(path: &Path) -> Result<Profile, ReportError> {
     let wrap = |path: &Path| {
         let path = path.to_path_buf();
@@ -185,13 +186,13 @@ pub fn read_profile(path: &Path) -> Result<Profile, ReportError> {
     };
     let text = bounded::read(path, bounded::PROFILE)?;
     let mut profile = json::read(text.as_slice()).map_err(wrap(path))?;
-    let beside = timeline::file::path_beside(path);
+    let beside = time_axis::file::path_beside(path);
     // A missing timeline is a run recorded without one; anything else there is read (and
     // refused by kind, size or content like every input).
     if std::fs::symlink_metadata(&beside).is_ok() {
         let text = bounded::read(&beside, bounded::TIMELINE)?;
         profile.timelines =
-            timeline::file::read(&profile, text.as_slice()).map_err(wrap(&beside))?;
+            time_axis::file::read(&profile, text.as_slice()).map_err(wrap(&beside))?;
     }
     Ok(profile)
 }

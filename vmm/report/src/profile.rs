@@ -55,7 +55,7 @@ pub struct Profile {
     pub objects: Vec<ProfileObject>,
     /// The host profiles' timelines (those started with one): not part of profile.json,
     /// whose meaning is unchanged, but kept beside it in timeline.json
-    /// ([`crate::timeline::file`]), read back with it by [`crate::read_profile`].
+    /// ([`crate::time_axis::file`]), read back with it by [`crate::read_profile`].
     #[serde(skip)]
     pub timelines: Vec<crate::timeline::Timeline>,
 }

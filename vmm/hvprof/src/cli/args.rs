@@ -386,8 +386,8 @@ pub struct CompareArgs {
 
 impl CompareArgs {
     /// The time window asked for, if any.
-    pub fn window(&self) -> Option<report::timeline::window::Window> {
-        use report::timeline::window::Window;
+    pub fn window(&self) -> Option<report::time_axis::window::Window> {
+        use report::time_axis::window::Window;
         match (&self.phase, self.from, self.to) {
             (Some(name), _, _) => Some(Window::Phase(name.clone())),
             (None, None, None) => None,

@@ -44,7 +44,7 @@ pub fn report(a: &ReportArgs) -> ExitCode {
     symbols::report_missing(&symbols);
     if a.timeline && profile.timelines.is_empty() {
         return fail(
-            report::timeline::window::WindowError::NoTimeline,
+            report::time_axis::window::WindowError::NoTimeline,
             STATUS_CONFIG_ERROR,
         );
     }
@@ -61,12 +61,12 @@ pub fn report(a: &ReportArgs) -> ExitCode {
     }
     if a.timeline {
         let bins = match a.bin {
-            Some(s) => report::timeline::text::Bins::Seconds(s),
-            None => report::timeline::text::Bins::Phases,
+            Some(s) => report::time_axis::text::Bins::Seconds(s),
+            None => report::time_axis::text::Bins::Phases,
         };
         print!(
             "{}",
-            report::timeline::text::render(&profile, &symbols, bins, a.top)
+            report::time_axis::text::render(&profile, &symbols, bins, a.top)
         );
         return ExitCode::SUCCESS;
     }
@@ -147,8 +147,8 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
             (&mut base, &symbols[0], &a.base),
             (&mut new, &symbols[1], &a.new),
         ] {
-            let windowed = report::timeline::window::resolve(p, &window)
-                .and_then(|(from, to)| report::timeline::window::restrict(p, from, to));
+            let windowed = report::time_axis::window::resolve(p, &window)
+                .and_then(|(from, to)| report::time_axis::window::restrict(p, from, to));
             match windowed {
                 Ok(mut w) => {
                     if !s.modules().is_empty() {
@@ -163,8 +163,8 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
             }
         }
         title.push_str(&match window {
-            report::timeline::window::Window::Phase(name) => format!(", phase {name}"),
-            report::timeline::window::Window::Seconds { from, to } => match to {
+            report::time_axis::window::Window::Phase(name) => format!(", phase {name}"),
+            report::time_axis::window::Window::Seconds { from, to } => match to {
                 Some(to) => format!(", {from} s to {to} s"),
                 None => format!(", from {from} s"),
             },

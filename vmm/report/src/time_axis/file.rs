@@ -20,9 +20,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Marker, MarkerKind, Timeline, TimelineSample};
 use crate::hex::{Big, Hex};
 use crate::profile::{ObjectOwner, Profile};
+use crate::timeline::{Marker, MarkerKind, Timeline, TimelineSample};
 use crate::validate::Inconsistent;
 use crate::ReportError;
 

@@ -4,26 +4,7 @@
 //! recorder is the VMM's, the exports (Firefox Profiler, `perf script` text, a text timeline)
 //! are written from this model.
 //!
-//! [`crate::write_all`] writes a profile's timelines, when it has any, beside profile.json:
-//!
-//! | file | module | what |
-//! | --- | --- | --- |
-//! | timeline.json | [`file`] | the timelines themselves: columnar, times delta-encoded, stacks as a table (docs/profile-json.md) |
-//! | timeline.fxprof.json | [`fxprof`] | the Firefox Profiler's processed format: a track per vCPU, per guest process and thread, markers |
-//! | timeline.perf.txt | [`perf`] | `perf script` text (speedscope, Firefox Profiler, Perfetto, inferno) |
-//!
-//! [`text`] prints a coarse timeline per vCPU and time bin (`hvprof report --timeline`);
-//! [`window`] restricts a profile to a time window or phase (`hvprof compare --from/--to`,
-//! `--phase`), rebuilding its counts from the timeline's samples.
-
-pub mod file;
-pub mod fxprof;
-pub mod perf;
-pub mod text;
-pub mod window;
-
-#[cfg(test)]
-pub(crate) mod testdata;
+//! The files written from it and the views of it are [`crate::time_axis`]'s.
 
 use serde::{Deserialize, Serialize};
 

@@ -19,12 +19,12 @@
 
 use std::io::Write;
 
-use super::Timeline;
 use crate::flame::frame_name;
 use crate::processes::Tasks;
 use crate::profile::Profile;
 use crate::sanitize::flame_frame;
 use crate::symbols::Symbols;
+use crate::timeline::Timeline;
 use crate::ReportError;
 
 /// The file name beside profile.json.

@@ -12,8 +12,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{MarkerKind, Timeline};
 use crate::profile::{Profile, ProfileObject, StackCount, ThreadCounts, VcpuStats};
+use crate::timeline::{MarkerKind, Timeline};
 
 /// Why a profile could not be windowed. All of these are the user's to mend.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

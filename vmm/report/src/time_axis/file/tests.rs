@@ -1,7 +1,7 @@
 use std::path::Path;
 
 use super::*;
-use crate::timeline::testdata::{profile, timeline, MS};
+use crate::time_axis::testdata::{profile, timeline, MS};
 
 fn written(p: &Profile) -> Vec<u8> {
     let mut out = Vec::new();

@@ -15,11 +15,11 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::window::secs;
-use super::{Marker, MarkerKind, Timeline};
 use crate::flame::frame_name;
 use crate::processes::Tasks;
 use crate::profile::Profile;
 use crate::symbols::Symbols;
+use crate::timeline::{Marker, MarkerKind, Timeline};
 
 /// The most bins printed: a `--bin` that would cut the run finer is widened to this many.
 pub const MAX_BINS: u64 = 10_000;

@@ -2,7 +2,7 @@ use serde_json::Value;
 
 use super::*;
 use crate::profile::tests::call_site_symbols;
-use crate::timeline::testdata::profile;
+use crate::time_axis::testdata::profile;
 
 fn exported() -> Value {
     let mut out = Vec::new();

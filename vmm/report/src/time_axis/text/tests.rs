@@ -1,6 +1,6 @@
 use super::*;
 use crate::profile::tests::call_site_symbols;
-use crate::timeline::testdata::profile;
+use crate::time_axis::testdata::profile;
 
 #[test]
 fn by_phase_each_vcpu_gives_its_top_functions_and_processes() {

@@ -1,7 +1,7 @@
 use super::*;
 use crate::compare::{compare_profiles, Scope, TestOptions};
 use crate::profile::tests::call_site_symbols;
-use crate::timeline::testdata::{profile, MS, OBJECT};
+use crate::time_axis::testdata::{profile, MS, OBJECT};
 
 #[test]
 fn phases_and_seconds_resolve_to_intervals() {

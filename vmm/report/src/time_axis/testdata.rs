@@ -8,10 +8,10 @@
 //! 1..2 s (stack 0, CPL 3, awk's threads: tid 57 on vCPUs 0 and 1, `worker` tid 58 on vCPU
 //! 2), `until-exit` 2..3 s (stack 2 in init, CPL 3, every fifth sample stack 3 at CPL 0).
 
-use super::{Marker, MarkerKind, Timeline, TimelineSample};
 use crate::hex::{Hex, OptHex};
 use crate::profile::tests::sample_profile;
 use crate::profile::{ObjectOwner, ProcessInfo, Profile, ProfileObject, ThreadInfo};
+use crate::timeline::{Marker, MarkerKind, Timeline, TimelineSample};
 
 /// Milliseconds as nanoseconds.
 pub(crate) const MS: u64 = 1_000_000;

@@ -28,12 +28,12 @@ use fx::{
 use fxprof_processed_profile as fx;
 
 use super::text::kind_name;
-use super::{MarkerKind, Timeline};
 use crate::flame::frame_name;
 use crate::processes::is_kernel_address;
 use crate::profile::Profile;
 use crate::sanitize::flame_frame;
 use crate::symbols::Symbols;
+use crate::timeline::{MarkerKind, Timeline};
 use crate::ReportError;
 
 /// The file name beside profile.json.

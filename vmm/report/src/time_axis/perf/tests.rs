@@ -4,7 +4,7 @@ use inferno::collapse::Collapse;
 
 use super::*;
 use crate::profile::tests::call_site_symbols;
-use crate::timeline::testdata::profile;
+use crate::time_axis::testdata::profile;
 
 fn text() -> String {
     let mut out = Vec::new();
