@@ -4,7 +4,7 @@
 //!
 //! | file | module | what |
 //! | --- | --- | --- |
-//! | timeline.json | [`file`] | the timelines themselves: columnar, times delta-encoded, stacks as a table (docs/profile-json.md) |
+//! | timeline.json | [`file`](mod@file) | the timelines themselves: columnar, times delta-encoded, stacks as a table (docs/profile-json.md) |
 //! | timeline.fxprof.json | [`fxprof`] | the Firefox Profiler's processed format: a track per vCPU, per guest process and thread, markers |
 //! | timeline.perf.txt | [`perf`] | `perf script` text (speedscope, Firefox Profiler, Perfetto, inferno) |
 //!
