@@ -298,3 +298,92 @@ fn compare_matches_processes_by_name_across_pids() {
     out.assert_status(0);
     out.assert_stdout_contains("Processes: not recorded in the base profile");
 }
+
+/// The processes fixture as a run of 2 s on 2 vCPUs sampled every millisecond, all in awk's
+/// thread: a `boot` phase (0 to 0.2 s) running 0x1040 in `boot_share` of its samples and
+/// 0x1070 in the rest, then a `steady` phase running 0x1070; its host profile's counts are
+/// the timeline's samples.
+fn timeline_profile(boot_share: u64) -> report::Profile {
+    use report::timeline::{Marker, MarkerKind, Timeline, TimelineSample};
+    const MS: u64 = 1_000_000;
+    let mut p = processes_profile();
+    let mut samples = Vec::new();
+    for ms in 0..2000u64 {
+        for vcpu in 0..2u32 {
+            let boot = ms < 200;
+            samples.push(TimelineSample {
+                t_ns: ms * MS + u64::from(vcpu) * 1000,
+                vcpu,
+                cpl: 3,
+                thread: Some(20),
+                stack: u32::from(boot && (ms % 100) < boot_share),
+            });
+        }
+    }
+    let phase = |start, end, name: &str| Marker {
+        kind: MarkerKind::Phase,
+        vcpu: None,
+        start_ns: start * MS,
+        end_ns: end * MS,
+        name: name.to_string(),
+    };
+    let t = Timeline {
+        object: 1,
+        start_unix_ns: 1_700_000_000_123_000_000,
+        samples,
+        stacks: vec![vec![0x1070], vec![0x1040]],
+        markers: vec![phase(0, 200, "boot"), phase(200, 2000, "steady")],
+        dropped_samples: 0,
+        dropped_markers: 0,
+    };
+    p.objects[0] = report::time_axis::window::rebuild(&p.objects[0], &t, 0, u64::MAX, false);
+    p.timelines = vec![t];
+    p
+}
+
+/// A regression in one phase is flagged when both runs are restricted to it, and not in
+/// another phase or time window; a profile without a timeline cannot be windowed (status 2).
+#[test]
+fn compare_restricted_to_a_phase_or_window() {
+    let dir = TempDir::new("compare-window");
+    let symbols = report::Symbols::default();
+    let (base_dir, new_dir) = (dir.join("base"), dir.join("new"));
+    report::write_all(&base_dir, &timeline_profile(50), &symbols).unwrap();
+    report::write_all(&new_dir, &timeline_profile(90), &symbols).unwrap();
+    let (b, n) = (base_dir.join("profile.json"), new_dir.join("profile.json"));
+    for f in ["timeline.json", "timeline.fxprof.json", "timeline.perf.txt"] {
+        assert!(base_dir.join(f).exists(), "{f}");
+    }
+    let out = compare(&b, &n, &["--phase", "boot", "--scope", "host"]);
+    out.assert_status(1);
+    out.assert_stdout_contains(", phase boot");
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with("| ❌") && l.contains("`awk: 0x1040` | 200 | 360 |")),
+        "{out}"
+    );
+    compare(&b, &n, &["--phase", "steady", "--scope", "host"]).assert_status(0);
+    compare(&b, &n, &["--from", "0.2", "--scope", "host"]).assert_status(0);
+    compare(&b, &n, &["--from", "0", "--to", "0.2", "--scope", "host"]).assert_status(1);
+    let out = compare(&b, &n, &["--phase", "shutdown"]);
+    out.assert_status(crate::harness::status::USAGE);
+    out.assert_error_line(&["no phase \"shutdown\"", "boot, steady"]);
+    // Without a timeline.
+    let plain = save(&dir, "plain.json", &processes_profile());
+    let out = compare(&plain, &n, &["--phase", "boot"]);
+    out.assert_status(crate::harness::status::USAGE);
+    out.assert_error_line(&["plain.json", "the profile has no timeline"]);
+
+    // hvprof report --timeline: a bin per phase, a vCPU per line.
+    let out = hvprof(["report", n.to_str().unwrap(), "--timeline"]).run();
+    out.assert_status(0);
+    out.assert_stdout_contains("0.000-0.200 s  boot\n  vCPU 0      200 samples  0x1040 180, 0x1070 20 | awk (pid 57) 200\n");
+    let out = hvprof(["report", n.to_str().unwrap(), "--timeline", "--bin", "1"]).run();
+    out.assert_status(0);
+    out.assert_stdout_contains(
+        "1.000-2.000 s\n  vCPU 0     1000 samples  0x1070 1000 | awk (pid 57) 1000\n",
+    );
+    let out = hvprof(["report", plain.to_str().unwrap(), "--timeline"]).run();
+    out.assert_status(crate::harness::status::USAGE);
+}

@@ -24,6 +24,7 @@ const FUZZ_TARGETS: &[(&str, &[&str])] = &[
     ("page_walk", &["introspect"]),
     ("guest_context", &["introspect"]),
     ("profile_json", &["report"]),
+    ("timeline_json", &["report"]),
     ("symbol_files", &["report"]),
     ("guest_types", &["report"]),
     // The control API's HTTP parser, and the kernel loaders, are the VMM library's.

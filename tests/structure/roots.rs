@@ -166,6 +166,8 @@ const REPORT: Root = Root {
     floors: &[
         ("atomic", 0),
         ("bounded", 0),
+        // A run on a time axis: plain data, what the VMM hands over.
+        ("timeline", 0),
         ("hex", 0),
         ("sanitize", 0),
         // The time axis of a run (issue 32): plain data, written and exported above.
@@ -181,6 +183,8 @@ const REPORT: Root = Root {
         ("load", 5),
         ("pprof", 5),
         ("callers", 6),
+        // What is made of a timeline: its files, a text timeline, windows of a profile.
+        ("time_axis", 6),
         ("text", 7),
         ("annotate", 8),
         ("compare", 8),

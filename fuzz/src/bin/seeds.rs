@@ -453,9 +453,13 @@ fn guest_types_btf() -> Vec<u8> {
     b
 }
 
+/// A timeline.json of timeline_json's fixed profile: three samples on two vCPUs (one in
+/// thread 0 with a two-frame stack), a phase, a halt and a hypercall.
+const TIMELINE_JSON: &str = r#"{"format":"hvprof-timeline","format_version":1,"run_start_time":"2026-11-26T09:00:00.000Z","timelines":[{"object":1,"start_unix_ns":"0x179b2e1a2f5c8000","dropped_samples":2,"dropped_markers":0,"samples":{"t_delta_ns":[0,1000,5],"vcpu":[0,1,0],"cpl":[0,3,3],"thread":[null,0,0],"stack":[0,1,1]},"stacks":[["0x100"],["0x2040","0x1050"]],"markers":{"kind":["phase","halt","hypercall"],"vcpu":[null,1,0],"start_delta_ns":[0,10,20],"duration_ns":[2000,30,0],"name":["kernel","hlt","QUERY -> OK"]}}]}"#;
+
 fn main() -> std::io::Result<()> {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
-    let seeds: [(&str, &str, Vec<u8>); 16] = [
+    let seeds: [(&str, &str, Vec<u8>); 17] = [
         ("platform_io", "virtio-ioeventfd", virtio(true, false)),
         ("platform_io", "virtio-exits", virtio(false, false)),
         ("platform_io", "virtio-ring", virtio(true, true)),
@@ -467,6 +471,7 @@ fn main() -> std::io::Result<()> {
         ("stack_walk", "pe-frames", pe_frames()),
         ("pe_image", "named", pe_image()),
         ("nt_modules", "three", nt_modules()),
+        ("timeline_json", "phases", TIMELINE_JSON.as_bytes().to_vec()),
         (
             "profile_json",
             "two-objects",

@@ -17,6 +17,7 @@
 //! | `--firmware`, `--vars` | [`FIRMWARE`]: 16 MiB (the flash area below 4 GiB) |
 //! | `--symbols`, PDBs and images from a symbol path | [`SYMBOLS`]: 4 GiB |
 //! | a saved profile.json (report, compare, merge) | [`PROFILE`]: 1 GiB |
+//! | a saved timeline.json beside it | [`TIMELINE`]: 1 GiB |
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;
@@ -59,6 +60,12 @@ pub const SYMBOLS: Limit = Limit {
 /// A saved profile.json (`hvprof report`, `compare`, `merge`).
 pub const PROFILE: Limit = Limit {
     what: "a saved profile",
+    max: GIB,
+};
+
+/// A saved timeline.json, read with the profile.json beside it.
+pub const TIMELINE: Limit = Limit {
+    what: "a saved timeline",
     max: GIB,
 };
 

@@ -38,6 +38,17 @@ pub enum ReportError {
         /// The newest (the one it writes).
         newest: u32,
     },
+    /// The JSON is not an hvprof timeline file (timeline.json).
+    #[error("not an hvprof timeline (its \"format\" is not \"hvprof-timeline\")")]
+    NotATimeline,
+    /// A timeline.json of a format version this build does not read.
+    #[error("timeline format version {found}; this hvprof reads version {newest}")]
+    TimelineVersion {
+        /// The file's version, as written (`missing` when it has none).
+        found: String,
+        /// The version this build reads and writes.
+        newest: u32,
+    },
     /// An error about one file.
     #[error("{}", .path.display())]
     File {

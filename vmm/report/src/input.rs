@@ -228,6 +228,17 @@ impl Profile {
                         .map(|h| ProfileObject::from_host(h, vcpus)),
                 )
                 .collect(),
+            timelines: input
+                .timelines
+                .into_iter()
+                .map(|mut t| {
+                    // In order as recorded; a stable sort keeps it so and costs one pass
+                    // then, and timeline.json is written only in order.
+                    t.samples.sort_by_key(|s| s.t_ns);
+                    t.markers.sort_by_key(|m| m.start_ns);
+                    t
+                })
+                .collect(),
         }
     }
 }

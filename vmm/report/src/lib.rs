@@ -13,6 +13,7 @@
 //! | profile.pb.gz | [`pprof`] | pprof protobuf for `go tool pprof` |
 //! | flamegraph.svg | [`flame`] | inferno flame graph of object → (guest process) → module → function → bucket |
 //! | report.txt | [`text`] | Kernrate-style tables per module, function and bucket |
+//! | timeline.json, timeline.fxprof.json, timeline.perf.txt | [`time_axis`] | the samples on a time axis ([`timeline`]), when the run recorded them (`--timeline`) |
 //!
 //! [`annotate`] disassembles the hottest buckets; [`load`] finds the symbols for a saved
 //! profile; [`compare`] compares and merges saved profiles; [`processes`] gives every output
@@ -36,6 +37,7 @@ pub mod profile;
 pub mod sanitize;
 pub mod symbols;
 pub mod text;
+pub mod time_axis;
 pub mod timeline;
 pub mod validate;
 
@@ -62,12 +64,22 @@ pub struct WrittenFiles {
     pub flamegraph: PathBuf,
     /// report.txt
     pub text: PathBuf,
+    /// timeline.json, timeline.fxprof.json and timeline.perf.txt, when the profile has a
+    /// timeline (empty otherwise).
+    pub timeline: Vec<PathBuf>,
 }
 
 impl WrittenFiles {
-    /// The four paths.
-    pub fn all(&self) -> [&Path; 4] {
-        [&self.json, &self.pprof, &self.flamegraph, &self.text]
+    /// Every path written.
+    pub fn all(&self) -> Vec<&Path> {
+        let mut v = vec![
+            self.json.as_path(),
+            &self.pprof,
+            &self.flamegraph,
+            &self.text,
+        ];
+        v.extend(self.timeline.iter().map(PathBuf::as_path));
+        v
     }
 }
 
@@ -86,7 +98,12 @@ fn stage_file(
 /// needed). With symbols, the profile.json gets their modules and per-function totals (the
 /// profile is symbolized on a copy, unless it already was with these symbols).
 ///
-/// The four files are replaced together (see [`atomic`]): all are written and fsynced beside
+/// With a timeline ([`Profile::timelines`]), also timeline.json, timeline.fxprof.json and
+/// timeline.perf.txt ([`time_axis`]); without one, a timeline.json left in `dir` by an
+/// earlier run is removed once the new files are in place, so that it is never read as this
+/// profile's.
+///
+/// The files are replaced together (see [`atomic`]): all are written and fsynced beside
 /// their final names before any is renamed into place, so a failure while writing any of
 /// them (a full file system) leaves every previous file as it was.
 pub fn write_all(
@@ -109,8 +126,17 @@ pub fn write_all(
         pprof: dir.join("profile.pb.gz"),
         flamegraph: dir.join("flamegraph.svg"),
         text: dir.join("report.txt"),
+        timeline: if profile.timelines.is_empty() {
+            Vec::new()
+        } else {
+            vec![
+                dir.join(time_axis::file::FILE_NAME),
+                dir.join(time_axis::fxprof::FILE_NAME),
+                dir.join(time_axis::perf::FILE_NAME),
+            ]
+        },
     };
-    let staged = vec![
+    let mut staged = vec![
         stage_file(files.json.clone(), |w| json::write(profile, w))?,
         stage_file(files.pprof.clone(), |w| pprof::write(profile, symbols, w))?,
         stage_file(files.flamegraph.clone(), |w| {
@@ -121,18 +147,54 @@ pub fn write_all(
                 .map_err(ReportError::Io)
         })?,
     ];
+    if let [json, fxprof, perf] = files.timeline.as_slice() {
+        staged.push(stage_file(json.clone(), |w| {
+            time_axis::file::write(profile, w)
+        })?);
+        staged.push(stage_file(fxprof.clone(), |w| {
+            time_axis::fxprof::write(profile, symbols, w)
+        })?);
+        staged.push(stage_file(perf.clone(), |w| {
+            time_axis::perf::write(profile, symbols, w)
+        })?);
+    }
     atomic::commit_all(staged)?;
+    if files.timeline.is_empty() {
+        let stale = time_axis::file::path_beside(&files.json);
+        match std::fs::remove_file(&stale) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(ReportError::File {
+                    path: stale,
+                    source: Box::new(ReportError::Io(e)),
+                })
+            }
+            _ => {}
+        }
+    }
     Ok(files)
 }
 
-/// Reads a profile.json file.
+/// Reads a profile.json file, and its timeline when one is beside it
+/// ([`time_axis::file::path_beside`]: timeline.json beside a profile.json).
 pub fn read_profile(path: &Path) -> Result<Profile, ReportError> {
-    let wrap = |e: ReportError| ReportError::File {
-        path: path.to_path_buf(),
-        source: Box::new(e),
+    let wrap = |path: &Path| {
+        let path = path.to_path_buf();
+        move |e: ReportError| ReportError::File {
+            path,
+            source: Box::new(e),
+        }
     };
     let text = bounded::read(path, bounded::PROFILE)?;
-    json::read(text.as_slice()).map_err(wrap)
+    let mut profile = json::read(text.as_slice()).map_err(wrap(path))?;
+    let beside = time_axis::file::path_beside(path);
+    // A missing timeline is a run recorded without one; anything else there is read (and
+    // refused by kind, size or content like every input).
+    if std::fs::symlink_metadata(&beside).is_ok() {
+        let text = bounded::read(&beside, bounded::TIMELINE)?;
+        profile.timelines =
+            time_axis::file::read(&profile, text.as_slice()).map_err(wrap(&beside))?;
+    }
+    Ok(profile)
 }
 
 #[cfg(test)]

@@ -53,6 +53,11 @@ pub struct Profile {
     pub threads: Vec<ThreadInfo>,
     /// Every profile object that ran.
     pub objects: Vec<ProfileObject>,
+    /// The host profiles' timelines (those started with one): not part of profile.json,
+    /// whose meaning is unchanged, but kept beside it in timeline.json
+    /// ([`crate::time_axis::file`]), read back with it by [`crate::read_profile`].
+    #[serde(skip)]
+    pub timelines: Vec<crate::timeline::Timeline>,
 }
 
 /// A guest process in a profile's process table (docs/profile-json.md).
@@ -596,6 +601,7 @@ pub(crate) mod tests {
             processes: Vec::new(),
             threads: Vec::new(),
             objects: vec![object],
+            timelines: Vec::new(),
         }
     }
 

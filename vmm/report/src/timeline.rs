@@ -3,6 +3,8 @@
 //! (halts, hypercalls, pauses, slow exits, the run's phases). Interface of issue 32; the
 //! recorder is the VMM's, the exports (Firefox Profiler, `perf script` text, a text timeline)
 //! are written from this model.
+//!
+//! The files written from it and the views of it are [`crate::time_axis`]'s.
 
 use serde::{Deserialize, Serialize};
 

@@ -299,8 +299,33 @@ pub struct ReportArgs {
     /// these symbols (for symbols found after the run).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Print the run's timeline instead of the tables: per vCPU and time bin, the top
+    /// functions and guest processes (the run recorded with --timeline).
+    #[arg(long)]
+    pub timeline: bool,
+    /// The timeline's bins in seconds (default: the run's phases, else 1 s).
+    #[arg(long, value_name = "SECONDS", requires = "timeline", value_parser = parse_bin)]
+    pub bin: Option<f64>,
     #[command(flatten)]
     pub filter: FilterArgs,
+}
+
+/// A `--bin`: a positive, finite number of seconds.
+fn parse_bin(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a positive number of seconds")),
+    }
+}
+
+/// A `--from` or `--to`: a finite number of seconds, not negative.
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a number of seconds from the run's start"
+        )),
+    }
 }
 
 /// `hvprof compare`.
@@ -345,8 +370,33 @@ pub struct CompareArgs {
     /// saved profile records is never opened).
     #[arg(long = "symbols", value_name = "FILE[@0xBASE]")]
     pub symbols: Vec<report::SymbolSpec>,
+    /// Compare only the samples from this many seconds after each run's start (both runs
+    /// recorded with --timeline).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, conflicts_with = "phase")]
+    pub from: Option<f64>,
+    /// Compare only the samples before this many seconds after each run's start.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, conflicts_with = "phase")]
+    pub to: Option<f64>,
+    /// Compare only the samples inside each run's phase marker of this name (`kernel`).
+    #[arg(long, value_name = "NAME")]
+    pub phase: Option<String>,
     #[command(flatten)]
     pub filter: FilterArgs,
+}
+
+impl CompareArgs {
+    /// The time window asked for, if any.
+    pub fn window(&self) -> Option<report::time_axis::window::Window> {
+        use report::time_axis::window::Window;
+        match (&self.phase, self.from, self.to) {
+            (Some(name), _, _) => Some(Window::Phase(name.clone())),
+            (None, None, None) => None,
+            (None, from, to) => Some(Window::Seconds {
+                from: from.unwrap_or(0.0),
+                to,
+            }),
+        }
+    }
 }
 
 /// `hvprof merge`.

@@ -42,6 +42,12 @@ pub fn report(a: &ReportArgs) -> ExitCode {
         Err(e) => return fail(e, STATUS_CONFIG_ERROR),
     };
     symbols::report_missing(&symbols);
+    if a.timeline && profile.timelines.is_empty() {
+        return fail(
+            report::time_axis::window::WindowError::NoTimeline,
+            STATUS_CONFIG_ERROR,
+        );
+    }
     if let Some(dir) = &a.out {
         // --out was writable a moment ago: a failure now is the host's (a full file system).
         match report::write_all(dir, &profile, &symbols) {
@@ -52,6 +58,17 @@ pub fn report(a: &ReportArgs) -> ExitCode {
             }
             Err(e) => return fail(e, STATUS_HOST_ERROR),
         }
+    }
+    if a.timeline {
+        let bins = match a.bin {
+            Some(s) => report::time_axis::text::Bins::Seconds(s),
+            None => report::time_axis::text::Bins::Phases,
+        };
+        print!(
+            "{}",
+            report::time_axis::text::render(&profile, &symbols, bins, a.top)
+        );
+        return ExitCode::SUCCESS;
     }
     let mut out = report::text::render(&profile, &symbols, a.top);
     if a.annotate {
@@ -122,6 +139,37 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
             }
         }
     }
+    // A window: both runs' host profiles rebuilt from their timelines' samples inside it,
+    // named again with the symbols at hand.
+    let mut title = format!("{} vs {}", a.base.display(), a.new.display());
+    if let Some(window) = a.window() {
+        for (p, s, path) in [
+            (&mut base, &symbols[0], &a.base),
+            (&mut new, &symbols[1], &a.new),
+        ] {
+            let windowed = report::time_axis::window::resolve(p, &window)
+                .and_then(|(from, to)| report::time_axis::window::restrict(p, from, to));
+            match windowed {
+                Ok(mut w) => {
+                    if !s.modules().is_empty() {
+                        w.symbolize(s);
+                    }
+                    *p = w;
+                }
+                Err(e) => {
+                    let e = anyhow::Error::new(e).context(path.display().to_string());
+                    return fail(e, STATUS_CONFIG_ERROR);
+                }
+            }
+        }
+        title.push_str(&match window {
+            report::time_axis::window::Window::Phase(name) => format!(", phase {name}"),
+            report::time_axis::window::Window::Seconds { from, to } => match to {
+                Some(to) => format!(", {from} s to {to} s"),
+                None => format!(", from {from} s"),
+            },
+        });
+    }
     let (objects, unmatched) =
         compare_profiles(&base, &new, &opts, scope, [&symbols[0], &symbols[1]]);
     if objects.is_empty() {
@@ -130,7 +178,6 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
             STATUS_CONFIG_ERROR,
         );
     }
-    let title = format!("{} vs {}", a.base.display(), a.new.display());
     // Comparing other kernels or configurations is allowed (a new kernel build is the point
     // of a regression run), but said on stderr, in the Markdown and in the JUnit file.
     let warnings: Vec<String> = run_differences(&base.run, &new.run)

@@ -371,6 +371,8 @@ pub fn merge_profiles(mut profiles: Vec<Profile>) -> Result<Profile, MergeError>
     }
     let mut iter = profiles.into_iter();
     let mut merged = iter.next().ok_or(MergeError::Empty)?;
+    // The runs' times do not line up: a merged profile has no timeline.
+    merged.timelines.clear();
     let mut runs = 1;
     let list = |all: &str, one: &str| -> String {
         if all.split(" | ").any(|x| x == one) {
