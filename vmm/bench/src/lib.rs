@@ -76,6 +76,11 @@ pub struct BenchReport {
     pub sample_ratio: f64,
     /// Full sample path with a frame-pointer stack walk / bare kick, medians.
     pub stack_ratio: f64,
+    /// The same host profile recording a timeline (issue 32) / the same without, medians,
+    /// same run.
+    pub timeline_ratio: f64,
+    /// The sample path with the stack walk and the timeline to re-entry, median.
+    pub kick_timeline_ns: f64,
     /// Perf-overflow sample path (a host profile on task-clock) / bare kick, medians; not a
     /// number where perf events are closed to the user.
     pub perf_ratio: f64,
@@ -235,6 +240,8 @@ enum Kind {
     Stack,
     /// The perf-overflow sample path, for a host profile on the task clock.
     Perf,
+    /// `Stack` with the profile recording a timeline.
+    Timeline,
 }
 
 /// Kick timings per kind, how many timed out, and the frames the walks found.
@@ -244,6 +251,7 @@ struct Timings {
     full: Vec<u64>,
     stack: Vec<u64>,
     perf: Vec<u64>,
+    timeline: Vec<u64>,
     lost: usize,
     frames: u64,
     walks: u64,
@@ -254,6 +262,13 @@ fn stack_profile() -> HostProfileSpec {
     let mut spec = HostProfileSpec::whole_space();
     spec.cpl = Some(3);
     spec.vcpus = Some(vec![0]);
+    spec
+}
+
+/// [`stack_profile`] recording a timeline.
+fn timeline_profile() -> HostProfileSpec {
+    let mut spec = stack_profile();
+    spec.timeline = true;
     spec
 }
 
@@ -275,7 +290,7 @@ fn task_clock_fd(control: &VmControl, stamp: &EntryObserver) -> Option<i32> {
 fn measure_kicks(control: &VmControl, stamp: &EntryObserver, opts: &BenchOptions) -> Timings {
     let mut t = Timings::default();
     let perf_fd = task_clock_fd(control, stamp);
-    let mut kinds = vec![Kind::Bare, Kind::Full, Kind::Stack];
+    let mut kinds = vec![Kind::Bare, Kind::Full, Kind::Stack, Kind::Timeline];
     if perf_fd.is_some() {
         kinds.push(Kind::Perf);
     }
@@ -286,6 +301,7 @@ fn measure_kicks(control: &VmControl, stamp: &EntryObserver, opts: &BenchOptions
             let profile = match kind {
                 Kind::Stack => control.profiler.start_host_profile(stack_profile()).ok(),
                 Kind::Perf => control.profiler.start_host_profile(perf_profile()).ok(),
+                Kind::Timeline => control.profiler.start_host_profile(timeline_profile()).ok(),
                 _ => None,
             };
             let send = match (kind, perf_fd) {
@@ -302,12 +318,16 @@ fn measure_kicks(control: &VmControl, stamp: &EntryObserver, opts: &BenchOptions
                     (Some(ns), Kind::Full) => t.full.push(ns),
                     (Some(ns), Kind::Stack) => t.stack.push(ns),
                     (Some(ns), Kind::Perf) => t.perf.push(ns),
+                    (Some(ns), Kind::Timeline) => t.timeline.push(ns),
                     (None, _) => t.lost += 1,
                 }
                 std::thread::sleep(opts.gap);
             }
             if let Some(id) = profile {
                 let _ = control.profiler.stop_host_profile(id);
+                if kind != Kind::Stack {
+                    continue; // frames per walk are the stack kind's
+                }
                 if let Some(r) = control.profiler.host_result(id) {
                     for (k, n) in &r.stacks.stacks {
                         t.frames += k.pcs.len() as u64 * n;
@@ -373,7 +393,11 @@ fn session(
         .unwrap_or_else(|e| e.into_inner())
         .take()
         .ok_or_else(|| BenchError::Guest("start its profile and spin", text.clone()))?;
-    if timings.bare.is_empty() || timings.full.is_empty() || timings.stack.is_empty() {
+    if timings.bare.is_empty()
+        || timings.full.is_empty()
+        || timings.stack.is_empty()
+        || timings.timeline.is_empty()
+    {
         return Err(BenchError::Guest(
             "keep running while the kicks were timed",
             text,
@@ -425,6 +449,8 @@ pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
     Ok(BenchReport {
         sample_ratio: kf / kb,
         stack_ratio: ks / kb,
+        timeline_ratio: median(&t.timeline) / ks,
+        kick_timeline_ns: median(&t.timeline),
         perf_ratio: kp / kb,
         kick_perf_ns: kp,
         unwind_ratio: us / ub,
