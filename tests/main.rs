@@ -51,5 +51,7 @@ mod stacks;
 mod structure;
 /// `--symbol-path`: symbol stores, a symbol server on loopback, `_NT_SYMBOL_PATH`.
 mod symserver;
+/// The run on a time axis: the reference guest's known phases against hvprof's timeline.
+mod timeline;
 /// virtio-blk driven by a fixture kernel.
 mod virtio_blk;
