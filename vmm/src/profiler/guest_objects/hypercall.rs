@@ -35,20 +35,9 @@ fn reply<T: Wire>(block: &mut [u8], result: CallResult<T>) -> (NtStatus, Option<
 }
 
 /// Runs the call whose request block is at `gpa`, rung by vCPU `vcpu` in state `cpu`, on
-/// `objects` (`counters`: every vCPU's, for READ_STATS). Returns the status (also written into
-/// the block when the block is reachable).
-pub fn hypercall(
-    objects: &GuestObjects,
-    counters: &[VcpuProfileStats],
-    vcpu: usize,
-    gpa: u64,
-    cpu: &CpuState,
-) -> NtStatus {
-    run(objects, counters, vcpu, gpa, cpu).1
-}
-
-/// As [`hypercall`], also returning the call's number when its header passed its checks (for
-/// the timeline's marker).
+/// `objects` (`counters`: every vCPU's, for READ_STATS). Returns the call's number when its
+/// header passed its checks (for the timeline's marker) and the status (also written into the
+/// block when the block is reachable).
 pub fn run(
     objects: &GuestObjects,
     counters: &[VcpuProfileStats],
