@@ -295,6 +295,13 @@ mod tests {
             HostProfileBody::parse(b"").unwrap(),
             HostProfileBody::default()
         );
+        assert!(!HostProfileBody::parse(b"{}").unwrap().timeline);
+        assert!(
+            HostProfileBody::parse(br#"{"timeline": true}"#)
+                .unwrap()
+                .timeline
+        );
+        assert!(HostProfileBody::parse(br#"{"timeline": 1}"#).is_err());
     }
 
     #[test]
