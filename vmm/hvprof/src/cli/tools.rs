@@ -406,6 +406,10 @@ pub fn bench(a: &BenchArgs) -> ExitCode {
                 "timeline_ratio  {:>9.3}   (target <= 1.05; the stack walk's profile recording a timeline, over the same without)",
                 r.timeline_ratio
             );
+            println!(
+                "timeline:       {:>9.0} ns a sample to record it (off the vCPU), so {:.4} of the stack path",
+                r.timeline_record_ns, r.timeline_record_ratio
+            );
             if r.perf_ratio.is_nan() {
                 println!("perf path:      not measured (perf events are closed to this user)");
             } else {
