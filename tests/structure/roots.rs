@@ -168,6 +168,7 @@ const REPORT: Root = Root {
         ("bounded", 0),
         ("hex", 0),
         ("sanitize", 0),
+        ("timeline", 0),
         ("symbols", 1),
         ("profile", 2),
         ("input", 3),
