@@ -51,6 +51,8 @@ mod stacks;
 mod structure;
 /// `--symbol-path`: symbol stores, a symbol server on loopback, `_NT_SYMBOL_PATH`.
 mod symserver;
+/// The run on a time axis: the reference guest's known phases against hvprof's timeline.
+mod timeline;
 /// Timeline exports opened in speedscope in headless Chromium (Node.js, Debian's chromium).
 mod viewer;
 /// virtio-blk driven by a fixture kernel.

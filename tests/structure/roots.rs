@@ -170,8 +170,6 @@ const REPORT: Root = Root {
         ("timeline", 0),
         ("hex", 0),
         ("sanitize", 0),
-        // The time axis of a run (issue 32): plain data, written and exported above.
-        ("timeline", 0),
         ("symbols", 1),
         ("profile", 2),
         ("input", 3),

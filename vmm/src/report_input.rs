@@ -125,7 +125,7 @@ pub fn profile(report: &RunReport, meta: &RunMetadata) -> Profile {
         guest_modules: report.guest_modules.iter().map(guest_module).collect(),
         processes: processes(&report.processes),
         threads: threads(&report.threads),
-        timelines: Vec::new(),
+        timelines: report.timelines.clone(),
     })
 }
 
@@ -387,6 +387,7 @@ mod tests {
             hypercalls: 4,
         };
         RunReport {
+            timelines: Vec::new(),
             outcome: RunOutcome::DebugExit(1),
             protocol: Protocol::Pvh,
             wall_time: Duration::from_millis(1500),

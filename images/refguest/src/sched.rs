@@ -47,6 +47,9 @@ pub struct Process {
     pub tsc: u64,
     /// The TSC when it was last switched in.
     since: u64,
+    /// Not run before this TSC (0: at once): `scenario=phases` leaves its CPU idle, halted,
+    /// between phases with it.
+    pub not_before: u64,
 }
 
 pub struct Table {
@@ -135,6 +138,7 @@ fn insert(table: &mut Table, space: AddressSpace, entry: u64, cpu: usize, args: 
         ticks: 0,
         tsc: 0,
         since: 0,
+        not_before: 0,
     };
     table.procs[pid] = Some(process);
     table.count += 1;
@@ -217,8 +221,11 @@ fn idle_frame(table: &Table, cpu: usize) -> TrapFrame {
 /// Next ready process on `cpu` after `after` (round robin).
 fn pick(table: &Table, cpu: usize, after: Option<usize>) -> Option<usize> {
     let start = after.map_or(0, |p| p + 1);
+    let now = cpu::rdtsc();
     (0..table.count).map(|i| (start + i) % table.count).find(|&p| {
-        table.procs[p].as_ref().is_some_and(|proc| proc.cpu == cpu && proc.state == State::Ready)
+        table.procs[p]
+            .as_ref()
+            .is_some_and(|proc| proc.cpu == cpu && proc.state == State::Ready && proc.not_before <= now)
     })
 }
 

@@ -42,6 +42,32 @@ use vmm::sampler::events::TASK_CLOCK;
 use vmm::signals::{kick_signal, overflow_signal, tick_signal};
 use vmm::vm::{run_with, RunHooks, VmControl, VmError};
 
+/// Samples the recorder takes in [`timeline_record_ns`].
+const TIMELINE_SAMPLES: usize = 200_000;
+
+/// The timeline recorder's work for one sample, as a timeline-recording host profile does it
+/// on the sample path (the clock read, the vCPU's buffer, the stack interned), mean ns.
+fn timeline_record_ns(samples: usize) -> f64 {
+    use vmm::profiler::timeline::Timelines;
+    let t = Timelines::new(1);
+    t.profile_started();
+    let stacks: Vec<Vec<u64>> = (0..64u64)
+        .map(|i| {
+            (0..16u64)
+                .map(|f| 0x4000_0000 + i * 0x40 + f * 0x1000)
+                .collect()
+        })
+        .collect();
+    let start = Instant::now();
+    for (i, stack) in stacks.iter().cycle().take(samples).enumerate() {
+        let now = t.now_ns();
+        t.sample(0, 1, now, 3, Some(u32::try_from(i % 7).unwrap_or(0)), stack);
+    }
+    let ns = start.elapsed().as_nanos() as f64;
+    std::hint::black_box(&t);
+    ns / samples.max(1) as f64
+}
+
 /// Identifications timed in each mix of [`naming`].
 const NAMING_SAMPLES: usize = 200_000;
 
@@ -76,6 +102,17 @@ pub struct BenchReport {
     pub sample_ratio: f64,
     /// Full sample path with a frame-pointer stack walk / bare kick, medians.
     pub stack_ratio: f64,
+    /// The same host profile recording a timeline (issue 32) / the same without, medians,
+    /// same run.
+    pub timeline_ratio: f64,
+    /// The sample path with the stack walk and the timeline to re-entry, median.
+    pub kick_timeline_ns: f64,
+    /// The recorder's own work per sample (`Timelines::sample` with its clock read, a
+    /// 16-frame stack among 64 distinct ones), timed off the vCPU over 200,000 samples, mean.
+    pub timeline_record_ns: f64,
+    /// (Stack path + `timeline_record_ns`) / stack path: the timeline's cost without the
+    /// host's noise in it.
+    pub timeline_record_ratio: f64,
     /// Perf-overflow sample path (a host profile on task-clock) / bare kick, medians; not a
     /// number where perf events are closed to the user.
     pub perf_ratio: f64,
@@ -235,6 +272,8 @@ enum Kind {
     Stack,
     /// The perf-overflow sample path, for a host profile on the task clock.
     Perf,
+    /// `Stack` with the profile recording a timeline.
+    Timeline,
 }
 
 /// Kick timings per kind, how many timed out, and the frames the walks found.
@@ -244,6 +283,7 @@ struct Timings {
     full: Vec<u64>,
     stack: Vec<u64>,
     perf: Vec<u64>,
+    timeline: Vec<u64>,
     lost: usize,
     frames: u64,
     walks: u64,
@@ -254,6 +294,13 @@ fn stack_profile() -> HostProfileSpec {
     let mut spec = HostProfileSpec::whole_space();
     spec.cpl = Some(3);
     spec.vcpus = Some(vec![0]);
+    spec
+}
+
+/// [`stack_profile`] recording a timeline.
+fn timeline_profile() -> HostProfileSpec {
+    let mut spec = stack_profile();
+    spec.timeline = true;
     spec
 }
 
@@ -275,7 +322,7 @@ fn task_clock_fd(control: &VmControl, stamp: &EntryObserver) -> Option<i32> {
 fn measure_kicks(control: &VmControl, stamp: &EntryObserver, opts: &BenchOptions) -> Timings {
     let mut t = Timings::default();
     let perf_fd = task_clock_fd(control, stamp);
-    let mut kinds = vec![Kind::Bare, Kind::Full, Kind::Stack];
+    let mut kinds = vec![Kind::Bare, Kind::Full, Kind::Stack, Kind::Timeline];
     if perf_fd.is_some() {
         kinds.push(Kind::Perf);
     }
@@ -286,6 +333,7 @@ fn measure_kicks(control: &VmControl, stamp: &EntryObserver, opts: &BenchOptions
             let profile = match kind {
                 Kind::Stack => control.profiler.start_host_profile(stack_profile()).ok(),
                 Kind::Perf => control.profiler.start_host_profile(perf_profile()).ok(),
+                Kind::Timeline => control.profiler.start_host_profile(timeline_profile()).ok(),
                 _ => None,
             };
             let send = match (kind, perf_fd) {
@@ -302,12 +350,16 @@ fn measure_kicks(control: &VmControl, stamp: &EntryObserver, opts: &BenchOptions
                     (Some(ns), Kind::Full) => t.full.push(ns),
                     (Some(ns), Kind::Stack) => t.stack.push(ns),
                     (Some(ns), Kind::Perf) => t.perf.push(ns),
+                    (Some(ns), Kind::Timeline) => t.timeline.push(ns),
                     (None, _) => t.lost += 1,
                 }
                 std::thread::sleep(opts.gap);
             }
             if let Some(id) = profile {
                 let _ = control.profiler.stop_host_profile(id);
+                if kind != Kind::Stack {
+                    continue; // frames per walk are the stack kind's
+                }
                 if let Some(r) = control.profiler.host_result(id) {
                     for (k, n) in &r.stacks.stacks {
                         t.frames += k.pcs.len() as u64 * n;
@@ -373,7 +425,11 @@ fn session(
         .unwrap_or_else(|e| e.into_inner())
         .take()
         .ok_or_else(|| BenchError::Guest("start its profile and spin", text.clone()))?;
-    if timings.bare.is_empty() || timings.full.is_empty() || timings.stack.is_empty() {
+    if timings.bare.is_empty()
+        || timings.full.is_empty()
+        || timings.stack.is_empty()
+        || timings.timeline.is_empty()
+    {
         return Err(BenchError::Guest(
             "keep running while the kicks were timed",
             text,
@@ -420,11 +476,16 @@ pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
     };
     let (ub, uf, us) = (median(&u.bare), median(&u.full), median(&u.stack));
     let naming = naming::measure(NAMING_SAMPLES);
+    let record_ns = timeline_record_ns(TIMELINE_SAMPLES);
     let frames = t.frames as f64 / t.walks.max(1) as f64;
     let unwind_frames = u.frames as f64 / u.walks.max(1) as f64;
     Ok(BenchReport {
         sample_ratio: kf / kb,
         stack_ratio: ks / kb,
+        timeline_ratio: median(&t.timeline) / ks,
+        kick_timeline_ns: median(&t.timeline),
+        timeline_record_ns: record_ns,
+        timeline_record_ratio: (ks + record_ns) / ks,
         perf_ratio: kp / kb,
         kick_perf_ns: kp,
         unwind_ratio: us / ub,

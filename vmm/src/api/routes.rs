@@ -34,6 +34,9 @@ struct HostProfileBody {
     /// Guest process names (`["awk"]`).
     #[serde(default)]
     process: Vec<String>,
+    /// Record the run on a time axis (issue 32).
+    #[serde(default)]
+    timeline: bool,
 }
 
 fn start<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -180,6 +183,7 @@ impl ApiState {
                     "bucket_shift": r.spec.bucket_shift, "cr3": OptHex(r.spec.cr3),
                     "vcpus": r.spec.vcpus, "stack_depth": r.spec.stack_depth,
                     "event": r.spec.event, "process": r.spec.process,
+                    "timeline": r.spec.timeline,
                 })
             })
             .collect();
@@ -202,6 +206,7 @@ impl ApiState {
             stack_depth: b.stack_depth.unwrap_or(whole.stack_depth),
             event: b.event,
             process: b.process,
+            timeline: b.timeline,
         };
         if let Some(bad) = spec
             .vcpus
@@ -290,6 +295,13 @@ mod tests {
             HostProfileBody::parse(b"").unwrap(),
             HostProfileBody::default()
         );
+        assert!(!HostProfileBody::parse(b"{}").unwrap().timeline);
+        assert!(
+            HostProfileBody::parse(br#"{"timeline": true}"#)
+                .unwrap()
+                .timeline
+        );
+        assert!(HostProfileBody::parse(br#"{"timeline": 1}"#).is_err());
     }
 
     #[test]

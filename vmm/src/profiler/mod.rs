@@ -7,10 +7,12 @@
 //!   stack of each sample, each vCPU's image cache and the guest modules it found.
 //!
 //! Both claim [`triggers`] on the vCPUs they sample; [`vcpu_counters`] counts what each vCPU's
-//! samples and hypercalls did. [`Profiler`] owns one of each and hands every sample to both.
+//! samples and hypercalls did; [`timeline`] records the run on a time axis while a host
+//! profile started with one runs. [`Profiler`] owns one of each and hands every sample to both.
 
 pub mod guest_objects;
 pub mod host_profiles;
+pub mod timeline;
 mod triggers;
 pub mod vcpu_counters;
 
@@ -31,6 +33,7 @@ use host_profiles::{
     FoundModule, HostProfileError, HostProfileResult, HostProfileSpec, HostProfileSummary,
     HostProfiles,
 };
+use timeline::Timelines;
 use triggers::Triggers;
 use vcpu_counters::{bump, StatsSnapshot, VcpuProfileStats};
 
@@ -41,6 +44,8 @@ pub struct Profiler {
     counters: Box<[VcpuProfileStats]>,
     objects: GuestObjects,
     host: HostProfiles,
+    /// The run on a time axis, recorded while a host profile with a timeline runs.
+    timeline: Arc<Timelines>,
 }
 
 impl Profiler {
@@ -54,13 +59,15 @@ impl Profiler {
         probe: Arc<ProbeReport>,
     ) -> Result<Self, ProfilerError> {
         let triggers = Arc::new(Triggers::new(sampling, kicks));
+        let timeline = Arc::new(Timelines::new(triggers.vcpu_count()));
         Ok(Profiler {
             counters: (0..triggers.vcpu_count())
                 .map(|_| VcpuProfileStats::default())
                 .collect(),
-            objects: GuestObjects::new(mem.clone(), vm_fd, triggers.clone())?,
-            host: HostProfiles::new(mem, triggers.clone(), probe),
+            objects: GuestObjects::new(mem.clone(), vm_fd, triggers.clone(), timeline.clone())?,
+            host: HostProfiles::new(mem, triggers.clone(), probe, timeline.clone()),
             triggers,
+            timeline,
         })
     }
 
@@ -146,7 +153,39 @@ impl Profiler {
         if let Some(c) = self.counters.get(vcpu) {
             bump(&c.hypercalls, 1);
         }
-        guest_objects::hypercall::hypercall(&self.objects, &self.counters, vcpu, gpa, cpu)
+        let timed = self.timeline.recording().then(|| self.timeline.now_ns());
+        let (call, status) =
+            guest_objects::hypercall::run(&self.objects, &self.counters, vcpu, gpa, cpu);
+        if let Some(start) = timed {
+            let name = timeline::hypercall_marker(call, status);
+            let end = self.timeline.now_ns();
+            self.timeline.marker(
+                Some(vcpu),
+                report::timeline::MarkerKind::Hypercall,
+                start,
+                end,
+                name,
+            );
+        }
+        status
+    }
+
+    /// The run's time axis (markers' hooks ask it whether a timeline records).
+    pub fn timeline(&self) -> &Timelines {
+        &self.timeline
+    }
+
+    /// The timelines of the host profiles started with one, the run ending now (call once the
+    /// vCPUs have stopped).
+    pub fn timelines(&self) -> Vec<report::timeline::Timeline> {
+        let ids: Vec<u32> = self
+            .host
+            .summaries()
+            .iter()
+            .filter(|s| s.spec.timeline)
+            .map(|s| s.id)
+            .collect();
+        self.timeline.finish(&ids)
     }
 
     /// Called by vCPU `v`'s thread as it leaves the guest for good (see

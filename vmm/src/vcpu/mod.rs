@@ -24,6 +24,7 @@ use vm_memory::GuestMemoryMmap;
 use crate::arch::cpu_state::{CpuState, WantedMsrs, MSR_KERNEL_GS_BASE, MSR_LSTAR};
 use crate::firmware::rom::ReadOnlySlot;
 use crate::outcome::{RunOutcome, StopSignal};
+use crate::profiler::timeline::{ExitSite, SLOW_EXIT_NS};
 use crate::profiler::Profiler;
 use crate::sampler::vcpu::VcpuSampler;
 use crate::seccomp::{Seccomp, ThreadKind};
@@ -32,6 +33,7 @@ use devices::{Bus, Origin};
 use doorbell::{Doorbell, DoorbellPorts};
 use exit::{handle_exit, Buses, ExitAction};
 use exit_counters::ExitCounters;
+use report::timeline::MarkerKind;
 pub use setup::{configure_vcpu, SetupError};
 use state::State;
 
@@ -107,6 +109,17 @@ pub struct Vcpu {
     sync_regs: bool,
     /// This vCPU's side of the hypercall doorbell (its latch and last status).
     doorbell: Doorbell,
+    /// What is open on the run's time axis (only while a timeline records).
+    marks: OpenMarks,
+}
+
+/// A vCPU's markers begun and not yet ended, in ns from the run's start.
+#[derive(Default)]
+struct OpenMarks {
+    /// A sample found it halted (HLT) at this time; ends when it is seen running.
+    halted: Option<u64>,
+    /// It was paused at this time.
+    paused: Option<u64>,
 }
 
 impl Vcpu {
@@ -128,6 +141,7 @@ impl Vcpu {
             sender,
             counters,
             sync_regs,
+            marks: OpenMarks::default(),
         }
     }
 
@@ -187,7 +201,10 @@ impl Vcpu {
                 State::Paused => self.paused(&mut sampler),
                 State::Exited => break,
             };
+            self.mark_pause(state);
         }
+        self.end_halt();
+        self.mark_pause(State::Exited);
         self.shared.profiler.vcpu_exiting(self.index);
         drop(sampler);
         // Leave the kick table before the vCPU fd (and its kvm_run page) goes with `self`.
@@ -242,14 +259,24 @@ impl Vcpu {
             pio: &self.shared.pio,
             mmio: &self.shared.mmio,
         };
+        let timeline = self.shared.profiler.timeline();
+        // One relaxed load per exit when no timeline records.
+        let timed = timeline.recording();
+        let mut slow = None;
         let action = match self.fd.run() {
-            Ok(exit) => handle_exit(
-                exit,
-                &buses,
-                &mut self.doorbell,
-                &Origin { vcpu: self.index },
-                &self.counters,
-            ),
+            Ok(exit) => {
+                let site = if timed { ExitSite::of(&exit) } else { None };
+                let start = site.map(|_| timeline.now_ns());
+                let action = handle_exit(
+                    exit,
+                    &buses,
+                    &mut self.doorbell,
+                    &Origin { vcpu: self.index },
+                    &self.counters,
+                );
+                slow = site.zip(start);
+                action
+            }
             Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
                 self.counters.count(exit_counters::ExitKind::Kick);
                 ExitAction::Kicked
@@ -259,6 +286,9 @@ impl Vcpu {
                 self.index
             ))),
         };
+        if let Some((site, start)) = slow {
+            self.mark_exit(site, start);
+        }
         match action {
             ExitAction::Continue => State::Running,
             ExitAction::Hypercall(gpa) => {
@@ -285,6 +315,9 @@ impl Vcpu {
                 if stray > 0 {
                     profiler.count_lost(self.index, stray);
                 }
+                if let Some(cpu) = cpu {
+                    self.mark_halt(&cpu);
+                }
                 State::Running
             }
             ExitAction::Stop(outcome) => self.finish(outcome),
@@ -309,6 +342,84 @@ impl Vcpu {
         }
     }
 
+    /// A port or MMIO exit at `site` whose handling began at `start`: a marker if it took
+    /// longer than the timeline's threshold. Either way the vCPU ran, so a halt has ended.
+    fn mark_exit(&mut self, site: ExitSite, start: u64) {
+        let timeline = self.shared.profiler.timeline();
+        let end = timeline.now_ns();
+        if end.saturating_sub(start) > SLOW_EXIT_NS {
+            timeline.marker(Some(self.index), MarkerKind::Exit, start, end, site.name());
+        }
+        self.end_halt_at(start);
+    }
+
+    /// After a sample at `cpu` while a timeline records: is the vCPU halted? HLT stays in
+    /// the kernel with the in-kernel irqchip, so a halt is seen by the samples that find it
+    /// (KVM_GET_MP_STATE, asked only of CPL0 samples: HLT faults at any other level): it
+    /// begins at the first and ends at the first sample or exit that finds the vCPU running,
+    /// each within a sampling interval of the HLT and the wake-up.
+    fn mark_halt(&mut self, cpu: &CpuState) {
+        let timeline = self.shared.profiler.timeline();
+        if !timeline.recording() {
+            self.marks.halted = None;
+            return;
+        }
+        let halted = cpu.cpl == 0
+            && self
+                .fd
+                .get_mp_state()
+                .is_ok_and(|s| s.mp_state == MP_STATE_HALTED);
+        let now = timeline.now_ns();
+        match (halted, self.marks.halted) {
+            (true, None) => self.marks.halted = Some(now),
+            (false, Some(_)) => self.end_halt_at(now),
+            _ => {}
+        }
+    }
+
+    /// Ends an open halt at `end`.
+    fn end_halt_at(&mut self, end: u64) {
+        if let Some(start) = self.marks.halted.take() {
+            self.shared.profiler.timeline().marker(
+                Some(self.index),
+                MarkerKind::Halt,
+                start,
+                end,
+                "halted".into(),
+            );
+        }
+    }
+
+    /// Ends an open halt now (the thread leaves the guest).
+    fn end_halt(&mut self) {
+        if self.marks.halted.is_some() {
+            let now = self.shared.profiler.timeline().now_ns();
+            self.end_halt_at(now);
+        }
+    }
+
+    /// Opens a pause marker as the vCPU enters `Paused`, ends it as it leaves.
+    fn mark_pause(&mut self, state: State) {
+        let timeline = self.shared.profiler.timeline();
+        match (state, self.marks.paused) {
+            (State::Paused, None) if timeline.recording() => {
+                self.marks.paused = Some(timeline.now_ns());
+            }
+            (State::Running | State::Exited, Some(start)) => {
+                self.marks.paused = None;
+                let now = timeline.now_ns();
+                timeline.marker(
+                    Some(self.index),
+                    MarkerKind::Pause,
+                    start,
+                    now,
+                    "paused".into(),
+                );
+            }
+            _ => {}
+        }
+    }
+
     /// The paused state: outside `KVM_RUN`, waiting for the next request.
     fn paused(&mut self, sampler: &mut VcpuSampler) -> State {
         let next = match self.requests.recv() {
@@ -327,6 +438,9 @@ impl Vcpu {
     /// exit just handled, before re-entering the guest, and records its status for the
     /// doorbell's status port.
     fn hypercall(&mut self, gpa: u64) {
+        if self.marks.halted.is_some() {
+            self.end_halt(); // it ran: the doorbell is an OUT
+        }
         let cpu = self.cpu_state();
         let status = self.shared.profiler.hypercall(self.index, gpa, &cpu);
         self.doorbell.set_status(status.0);

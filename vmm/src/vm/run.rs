@@ -68,6 +68,8 @@ pub struct RunReport {
     pub interval_100ns: u32,
     /// What ProfileTime ticked on.
     pub clock: crate::sampler::Clock,
+    /// The timelines of the host profiles started with one (`profiler::timeline`).
+    pub timelines: Vec<report::timeline::Timeline>,
 }
 
 impl RunReport {
@@ -117,6 +119,16 @@ impl RunReport {
                 profile_line(&t),
                 self.results.len(),
                 self.host_results.len()
+            ));
+        }
+        for t in &self.timelines {
+            s.push_str(&format!(
+                "hvprof: timeline of host profile {}: {} samples ({} dropped), {} markers ({} dropped)\n",
+                t.object,
+                t.samples.len(),
+                t.dropped_samples,
+                t.markers.len(),
+                t.dropped_markers
             ));
         }
         s
@@ -317,6 +329,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
     let profile_stats = profiler.stats();
     let results = profiler.results();
     let host_results = profiler.host_results();
+    let timelines = profiler.timelines();
     let guest_modules = profiler.guest_modules();
     let interval_100ns = profiler.time_interval();
     let clock = profiler.sampling().clock();
@@ -343,5 +356,6 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
         threads,
         interval_100ns,
         clock,
+        timelines,
     })
 }

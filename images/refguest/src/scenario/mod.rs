@@ -20,6 +20,7 @@ mod ntkernel;
 mod ntprocs;
 mod objects;
 mod pestacks;
+mod phases;
 mod process;
 mod ramrule;
 mod shares;
@@ -63,6 +64,7 @@ static SCENARIOS: &[Scenario] = &[
     ntprocs::SCENARIO,
     sources::SCENARIO,
     ramrule::SCENARIO,
+    phases::SCENARIO,
 ];
 static SELECTED: AtomicUsize = AtomicUsize::new(usize::MAX);
 

@@ -29,6 +29,7 @@ pub mod smoke;
 pub mod bench;
 pub mod stacks;
 pub mod ntprocs;
+pub mod phases;
 
 /// Start of the user window: code from the `.user` section.
 pub const USER_BASE: u64 = 0x4000_0000;

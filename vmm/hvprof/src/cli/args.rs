@@ -262,8 +262,13 @@ pub struct ProfileArgs {
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=3))]
     pub cpl: Option<u8>,
     /// No host-side profile: collect only the guest agent's objects.
-    #[arg(long, conflicts_with_all = ["range", "bucket", "cr3", "cpl", "stack_depth", "process"])]
+    #[arg(long, conflicts_with_all = ["range", "bucket", "cr3", "cpl", "stack_depth", "process", "timeline"])]
     pub no_host_profile: bool,
+    /// Also record the host-side profile's samples on a time axis (time, vCPU, CPL, guest
+    /// thread, stack) with the run's markers: halts, hypercalls, guest objects, pauses, slow
+    /// exits (at most 2,000,000 samples and 100,000 markers, the rest counted as dropped).
+    #[arg(long)]
+    pub timeline: bool,
     #[command(flatten)]
     pub symbol_path: SymbolArgs,
     /// Call-stack frames walked per host-side sample, the sampled PC included (0: no stacks)
@@ -542,6 +547,7 @@ impl ProfileArgs {
         spec.stack_depth = self.stack_depth;
         spec.event = self.event.clone();
         spec.process.clone_from(&self.process);
+        spec.timeline = self.timeline;
         spec.validate().map_err(|e| e.to_string())?;
         Ok(Some(spec))
     }

@@ -449,6 +449,14 @@ pub fn bench(a: &BenchArgs) -> ExitCode {
                 r.kick_stack_ns, r.stack_frames, r.ns_per_frame
             );
             println!("stack_ratio     {:>9.3}   (target <= 1.25)", r.stack_ratio);
+            println!(
+                "timeline_ratio  {:>9.3}   (target <= 1.05; the stack walk's profile recording a timeline, over the same without)",
+                r.timeline_ratio
+            );
+            println!(
+                "timeline:       {:>9.0} ns a sample to record it (off the vCPU), so {:.4} of the stack path",
+                r.timeline_record_ns, r.timeline_record_ratio
+            );
             if r.perf_ratio.is_nan() {
                 println!("perf path:      not measured (perf events are closed to this user)");
             } else {

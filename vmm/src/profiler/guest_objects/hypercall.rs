@@ -35,15 +35,16 @@ fn reply<T: Wire>(block: &mut [u8], result: CallResult<T>) -> (NtStatus, Option<
 }
 
 /// Runs the call whose request block is at `gpa`, rung by vCPU `vcpu` in state `cpu`, on
-/// `objects` (`counters`: every vCPU's, for READ_STATS). Returns the status (also written into
-/// the block when the block is reachable).
-pub fn hypercall(
+/// `objects` (`counters`: every vCPU's, for READ_STATS). Returns the call's number when its
+/// header passed its checks (for the timeline's marker) and the status (also written into the
+/// block when the block is reachable).
+pub fn run(
     objects: &GuestObjects,
     counters: &[VcpuProfileStats],
     vcpu: usize,
     gpa: u64,
     cpu: &CpuState,
-) -> NtStatus {
+) -> (Option<u32>, NtStatus) {
     if cpu.cpl != 0 {
         if USER_RINGS.fetch_add(1, Ordering::Relaxed) < USER_RING_LOG_LIMIT {
             log::warn!(
@@ -52,21 +53,26 @@ pub fn hypercall(
                 cpu.rip
             );
         }
-        return NtStatus::ACCESS_DENIED;
+        return (None, NtStatus::ACCESS_DENIED);
     }
     if !gpa.is_multiple_of(8) {
-        return NtStatus::DATATYPE_MISALIGNMENT;
+        return (None, NtStatus::DATATYPE_MISALIGNMENT);
     }
     let mem = &objects.mem;
     let mut block = match fetch_block(&objects.ram, mem, gpa) {
         Ok(block) => block,
-        Err(Refused::Untouched(status)) => return status,
+        Err(Refused::Untouched(status)) => return (None, status),
         Err(Refused::InHeader(status)) => {
             // Best effort: the header was readable a moment ago.
             let _ = mem.write_obj(status.0, GuestAddress(gpa + 12));
-            return status;
+            return (None, status);
         }
     };
+    // The header passed its checks: its call number is one the ABI defines.
+    let call = block
+        .get(4..8)
+        .and_then(|b| b.try_into().ok())
+        .map(u32::from_le_bytes);
     let (status, range) = match decode_request(&block) {
         Ok((_, request)) => {
             // The decoded request borrows `block`; copy what the reply needs first.
@@ -78,10 +84,10 @@ pub fn hypercall(
     if let Some(r) = range {
         let at = gpa + r.start as u64;
         if mem.write_slice(&block[r], GuestAddress(at)).is_err() {
-            return NtStatus::ACCESS_VIOLATION;
+            return (call, NtStatus::ACCESS_VIOLATION);
         }
     }
-    status
+    (call, status)
 }
 
 fn dispatch(

@@ -26,6 +26,7 @@ use profile_core::{
 };
 use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
+use super::timeline::Timelines;
 use super::triggers::Triggers;
 use crate::arch::cpu_state::CpuState;
 use crate::memory::{GuestPhys, GuestRam};
@@ -102,6 +103,8 @@ pub struct GuestObjects {
     /// Per vCPU, the profile-interrupt vector, 0 = off.
     vectors: Box<[AtomicU32]>,
     results: Mutex<BTreeMap<ObjectId, ObjectResult>>,
+    /// Objects started and stopped are markers on the run's time axis.
+    timeline: Arc<Timelines>,
 }
 
 impl GuestObjects {
@@ -111,6 +114,7 @@ impl GuestObjects {
         mem: GuestMemoryMmap,
         vm_fd: Arc<VmFd>,
         triggers: Arc<Triggers>,
+        timeline: Arc<Timelines>,
     ) -> Result<Self, ProfilerError> {
         let vcpus = triggers.vcpu_count();
         let count = u32::try_from(vcpus).unwrap_or(u32::MAX);
@@ -130,6 +134,7 @@ impl GuestObjects {
             triggers,
             vectors: (0..vcpus).map(|_| AtomicU32::new(0)).collect(),
             results: Mutex::new(BTreeMap::new()),
+            timeline,
         })
     }
 
@@ -336,8 +341,9 @@ impl GuestObjects {
             pages = pin.page_count();
             Ok(pin)
         })?;
-        let (_, config) = identity(&manager, handle)?;
+        let (object, config) = identity(&manager, handle)?;
         self.cover(&config, true);
+        self.timeline.object_started(object.0);
         Ok(StartReply {
             pinned_pages: u32::try_from(pages).unwrap_or(u32::MAX),
             reserved: 0,
@@ -361,6 +367,7 @@ impl GuestObjects {
         let (object, config) = identity(&manager, handle)?;
         let pin = manager.stop(GUEST_OWNER, handle)?;
         self.cover(&config, false);
+        self.timeline.object_stopped(object.0);
         self.keep_result(object, config, &pin);
         Ok(())
     }
@@ -371,6 +378,7 @@ impl GuestObjects {
         let (object, config) = identity(&manager, handle)?;
         if let Some(pin) = manager.close(GUEST_OWNER, handle)? {
             self.cover(&config, false);
+            self.timeline.object_stopped(object.0);
             self.keep_result(object, config, &pin);
         }
         Ok(())
@@ -401,6 +409,7 @@ impl GuestObjects {
             .collect();
         for (handle, object, config) in handles {
             if let Ok(Some(pin)) = manager.close(GUEST_OWNER, handle) {
+                self.timeline.object_stopped(object.0);
                 self.keep_result(object, config.clone(), &pin);
                 self.cover(&config, false);
             }

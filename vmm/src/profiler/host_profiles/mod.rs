@@ -19,6 +19,7 @@ pub use profile::{
 };
 pub use stacks::FoundModule;
 
+use super::timeline::Timelines;
 use super::triggers::Triggers;
 use crate::arch::cpu_state::CpuState;
 use crate::sampler::probe::ProbeReport;
@@ -39,11 +40,19 @@ pub struct HostProfiles {
     walkers: Box<[Mutex<StackWalker>]>,
     /// The guest's processes and threads.
     guest: GuestAwareness,
+    /// Where profiles with a timeline record their samples.
+    timeline: Arc<Timelines>,
 }
 
 impl HostProfiles {
-    /// No profiles yet, on the vCPUs of `triggers`.
-    pub fn new(mem: GuestMemoryMmap, triggers: Arc<Triggers>, probe: Arc<ProbeReport>) -> Self {
+    /// No profiles yet, on the vCPUs of `triggers`; those started with a timeline record into
+    /// `timeline`.
+    pub fn new(
+        mem: GuestMemoryMmap,
+        triggers: Arc<Triggers>,
+        probe: Arc<ProbeReport>,
+        timeline: Arc<Timelines>,
+    ) -> Self {
         let walkers = (0..triggers.vcpu_count())
             .map(|_| Mutex::new(StackWalker::default()))
             .collect();
@@ -54,6 +63,7 @@ impl HostProfiles {
             triggers,
             probe,
             walkers,
+            timeline,
         }
     }
 
@@ -121,9 +131,29 @@ impl HostProfiles {
             }
             _ => None,
         };
-        profiles()
-            .map(|p| u64::from(p.record(&at, stack.as_ref())))
-            .sum()
+        let mut now = None;
+        let mut counted = 0;
+        for p in profiles() {
+            if !p.record(&at, stack.as_ref()) {
+                continue;
+            }
+            counted += 1;
+            if p.spec.timeline {
+                let t_ns = *now.get_or_insert_with(|| self.timeline.now_ns());
+                let pcs = match &stack {
+                    Some(s) => &s.pcs[..s.pcs.len().min(p.spec.stack_depth)],
+                    None => std::slice::from_ref(&cpu.rip),
+                };
+                let pcs = if pcs.is_empty() {
+                    std::slice::from_ref(&cpu.rip)
+                } else {
+                    pcs
+                };
+                let thread = at.who.map(|(w, _)| w.thread);
+                self.timeline.sample(v, p.id, t_ns, cpu.cpl, thread, pcs);
+            }
+        }
+        counted
     }
 
     /// Called by vCPU `v`'s thread as it leaves the guest for good: if its samples found a
@@ -174,6 +204,9 @@ impl HostProfiles {
         let profile = HostProfile::new(id, spec, self.walkers.len(), trigger);
         self.triggers
             .claim(trigger, |v| profile.samples_vcpu(v), true);
+        if profile.spec.timeline {
+            self.timeline.profile_started();
+        }
         host.push(profile);
         Ok(id)
     }
@@ -190,6 +223,9 @@ impl HostProfiles {
         }
         self.triggers.claim(p.trigger, |v| p.samples_vcpu(v), false);
         p.running = false;
+        if p.spec.timeline {
+            self.timeline.profile_stopped();
+        }
         Ok(())
     }
 

@@ -37,6 +37,9 @@ pub struct HostProfileSpec {
     /// the process's name as the guest kernel keeps it (ImageFileName, comm), ignoring ASCII
     /// case, as processes appear. A sample whose process is not named does not count.
     pub process: Vec<String>,
+    /// Record every sample it counts on the run's time axis, with the run's markers
+    /// (`profiler::timeline`).
+    pub timeline: bool,
 }
 
 /// Process names a profile may be restricted to.
@@ -65,6 +68,7 @@ impl HostProfileSpec {
             stack_depth: DEFAULT_STACK_DEPTH,
             event: None,
             process: Vec::new(),
+            timeline: false,
         }
     }
 
@@ -497,6 +501,7 @@ mod tests {
             stack_depth: 0,
             event: None,
             process: Vec::new(),
+            timeline: false,
         };
         let p = HostProfile::new(1, spec, 2, 0);
         assert!(!p.record(&at(1, 0x3fff_ffff, 0x1000, 3), None));
