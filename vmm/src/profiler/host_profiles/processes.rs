@@ -191,27 +191,7 @@ impl ProcessTable {
         if t.processes.len() >= MAX_PROCESSES || t.threads.len() >= MAX_THREADS {
             return other(t, now_s);
         }
-        let at = ThreadRef {
-            process: row(t.processes.len()),
-            thread: row(t.threads.len()),
-        };
-        t.processes.push(ProcessRow {
-            key: None,
-            pid: None,
-            name: format!("[cr3 {space:#x}]"),
-            path: None,
-            cr3s: vec![space],
-            first_seen_s: now_s,
-            last_seen_s: now_s,
-            kernel: false,
-            peb: 0,
-        });
-        t.threads.push(ThreadRow {
-            key: None,
-            process: at.process,
-            tid: None,
-            name: None,
-        });
+        let at = unnamed(t, format!("[cr3 {space:#x}]"), vec![space], now_s);
         t.by_cr3.insert(space, at);
         at
     }
@@ -258,6 +238,14 @@ fn other(t: &mut Tables, now_s: f64) -> ThreadRef {
         seen(t, at, now_s);
         return at;
     }
+    let at = unnamed(t, "[other]".into(), Vec::new(), now_s);
+    t.other = Some(at);
+    at
+}
+
+/// Adds a process row the guest kernel did not name (`name`, page tables `cr3s`) with one
+/// thread row, seen at `now_s`.
+fn unnamed(t: &mut Tables, name: String, cr3s: Vec<u64>, now_s: f64) -> ThreadRef {
     let at = ThreadRef {
         process: row(t.processes.len()),
         thread: row(t.threads.len()),
@@ -265,9 +253,9 @@ fn other(t: &mut Tables, now_s: f64) -> ThreadRef {
     t.processes.push(ProcessRow {
         key: None,
         pid: None,
-        name: "[other]".into(),
+        name,
         path: None,
-        cr3s: Vec::new(),
+        cr3s,
         first_seen_s: now_s,
         last_seen_s: now_s,
         kernel: false,
@@ -279,7 +267,6 @@ fn other(t: &mut Tables, now_s: f64) -> ThreadRef {
         tid: None,
         name: None,
     });
-    t.other = Some(at);
     at
 }
 
