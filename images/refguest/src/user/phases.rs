@@ -1,15 +1,7 @@
 //! `scenario=phases`' CPL3 code: one phase of work, timed by the process itself.
 
-use super::prof::UNIT;
+use super::prof::{rdtsc, UNIT};
 use super::{exit, nr, syscall};
-
-#[inline(always)]
-fn rdtsc() -> u64 {
-    let (lo, hi): (u32, u32);
-    // SAFETY: RDTSC only reads the time-stamp counter (allowed at CPL3: CR4.TSD is clear).
-    unsafe { core::arch::asm!("rdtsc", out("eax") lo, out("edx") hi, options(nomem, nostack, preserves_flags)) };
-    (u64::from(hi) << 32) | u64::from(lo)
-}
 
 /// Entry point: RDI = the work function's user address (called with `UNIT`), RSI = the
 /// phase's length in TSC ticks. Calls the work function until the phase is over, then reports

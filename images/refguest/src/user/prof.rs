@@ -187,8 +187,9 @@ pub fn plan(phase_tsc: u64, phases: u64, control: bool) -> u64 {
 
 const PHASE_MASK: u64 = (1 << 40) - 1;
 
+/// The time-stamp counter, read at CPL3 (inlined into the caller's `.user.text`).
 #[inline(always)]
-fn rdtsc() -> u64 {
+pub(super) fn rdtsc() -> u64 {
     let (lo, hi): (u32, u32);
     // SAFETY: RDTSC only reads the time-stamp counter (allowed at CPL3: CR4.TSD is clear).
     unsafe { core::arch::asm!("rdtsc", out("eax") lo, out("edx") hi, options(nomem, nostack, preserves_flags)) };
