@@ -72,33 +72,31 @@ impl PhysMem {
     /// The page-table entry that maps `va` at the last level under `root`, made present
     /// (tables and the frame allocated as needed); returns the frame.
     fn frame(&mut self, root: u64, va: u64) -> u64 {
-        let mut table = root;
-        for level in (1..=4).rev() {
-            let slot = table + ((va >> (12 + 9 * (level - 1))) & 0x1ff) * 8;
-            let mut e = self.entry(slot);
-            if e & 1 == 0 {
-                e = self.alloc() | PRESENT_WRITABLE;
-                self.write_phys(slot, &e.to_le_bytes());
-            }
-            table = e & ADDR;
-        }
-        table
+        self.entry_at(root, va, 1) & ADDR
     }
 
     /// Maps `va` to the frame `pa` under `root` (replacing any mapping).
     pub fn map(&mut self, root: u64, va: u64, pa: u64) {
+        let table = self.entry_at(root, va, 2) & ADDR;
+        let slot = table + ((va >> 12) & 0x1ff) * 8;
+        self.write_phys(slot, &((pa & ADDR) | PRESENT_WRITABLE).to_le_bytes());
+    }
+
+    /// The present entry for `va` at paging level `last` (1: the page itself, 2: its page
+    /// table) under `root`, walking down from level 4 and allocating what is missing on the way.
+    fn entry_at(&mut self, root: u64, va: u64, last: u64) -> u64 {
         let mut table = root;
-        for level in (2..=4).rev() {
+        let mut e = 0;
+        for level in (last..=4).rev() {
             let slot = table + ((va >> (12 + 9 * (level - 1))) & 0x1ff) * 8;
-            let mut e = self.entry(slot);
+            e = self.entry(slot);
             if e & 1 == 0 {
                 e = self.alloc() | PRESENT_WRITABLE;
                 self.write_phys(slot, &e.to_le_bytes());
             }
             table = e & ADDR;
         }
-        let slot = table + ((va >> 12) & 0x1ff) * 8;
-        self.write_phys(slot, &((pa & ADDR) | PRESENT_WRITABLE).to_le_bytes());
+        e
     }
 
     /// Unmaps the page at `va` under `root` (if mapped).
