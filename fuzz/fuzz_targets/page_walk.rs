@@ -1,8 +1,10 @@
 //! The guest page-table walker on guest memory made of fuzz bytes, with every paging mode:
-//! it must never panic, and a translation must come from the bytes it was given.
+//! it must never panic, and a translation must come from the bytes it was given. A hole it
+//! reports contains the address, is a power of two in size and aligned to it, and neither of
+//! its ends translates.
 #![no_main]
 
-use introspect::paging::{translate, writable_frames, Paging, PhysRead};
+use introspect::paging::{hole, translate, writable_frames, Paging, PhysRead};
 use libfuzzer_sys::fuzz_target;
 
 /// Guest RAM: the fuzz input, from guest-physical address 0.
@@ -36,6 +38,14 @@ fuzz_target!(|data: &[u8]| {
     };
     let va = word(4);
     let ram = Ram(&data[48..]);
-    let _ = translate(&ram, &paging, va);
+    if let Ok(t) = translate(&ram, &paging, va) {
+        assert!(t.size.is_power_of_two() && t.size >= 0x1000);
+    }
+    if let Some((start, len)) = hole(&ram, &paging, va) {
+        assert!(len.is_power_of_two() && start % len == 0);
+        assert!(start <= va && va - start < len);
+        assert!(translate(&ram, &paging, start).is_err());
+        assert!(translate(&ram, &paging, start + (len - 1)).is_err());
+    }
     let _ = writable_frames(&ram, &paging, va, word(5) & 0x3_ffff);
 });

@@ -189,8 +189,9 @@ impl ImageCache {
         (None, whole_page)
     }
 
-    /// Scans down from `pc`'s page, jumping over ranges known to hold no header: the first
-    /// header found, whether or not its image reaches `pc`.
+    /// Scans down from `pc`'s page, jumping over ranges known to hold no header and over
+    /// ranges the page tables leave unmapped as a whole: the first header found, whether or
+    /// not its image reaches `pc`.
     fn scan(&mut self, mem: &mut dyn Memory, space: u64, pc: u64) -> Option<Image> {
         let top = pc & !(PAGE - 1);
         let floor = top.saturating_sub(self.scan_limit);
@@ -213,6 +214,11 @@ impl ImageCache {
             if let Ok(image) = Image::read(mem, page) {
                 header = Some(image);
                 break;
+            }
+            // An unmapped page may lie in a range the page tables leave unmapped as a whole
+            // (a missing page directory: 2 MiB, or more): no header anywhere in it.
+            if let Some((start, _)) = mem.hole(page) {
+                page = page.min(start);
             }
             match page.checked_sub(PAGE) {
                 Some(below) => page = below,
@@ -307,6 +313,45 @@ mod tests {
             self.1 += 1;
             self.0.read(addr, buf)
         }
+    }
+
+    /// A PC far above the nearest image, over ranges the page tables leave unmapped as a
+    /// whole: the scan steps over each missing page table in one probe, and still finds the
+    /// header (or knows there is none) exactly as a page-by-page scan would.
+    #[test]
+    fn a_scan_steps_over_unmapped_page_tables() {
+        use crate::testguest::{Counting, PhysMem};
+        let mut phys = PhysMem::new(1 << 20);
+        let cr3 = phys.new_root(None);
+        let base = 0x4000_0000u64;
+        let image = ImageBuilder::new(0x2000).build();
+        phys.write(cr3, base, &image);
+        // A lone page 40 MiB above the image: 19 empty page directories entries between.
+        let pc = base + (40 << 20) + 0x123;
+        phys.write(cr3, pc & !0xfff, &[0x90; 16]);
+        let mut mem = Counting {
+            inner: phys.space(cr3),
+            reads: 0,
+        };
+        let mut cache = ImageCache::new(64 << 20);
+        assert_eq!(
+            cache.find(&mut mem, cr3, pc),
+            None,
+            "the image ends far below"
+        );
+        assert_eq!(cache.misses, vec![(cr3, base + 0x1000, pc & !0xfff)]);
+        // Page by page this is 10,241 probes; with the holes, the PC's own 2 MiB (512 pages,
+        // its page table exists) and one probe for each of the 19 empty 2 MiB ranges below.
+        assert!(
+            mem.reads <= 512 + 19 + 8,
+            "{} reads for a scan over 40 MiB of mostly unmapped space",
+            mem.reads
+        );
+        // And an address in the image's own page is found.
+        assert_eq!(
+            cache.find(&mut mem, cr3, base + 0x10).map(|i| i.base),
+            Some(base)
+        );
     }
 
     #[test]

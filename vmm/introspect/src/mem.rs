@@ -43,6 +43,15 @@ pub trait Memory {
         let _ = addr;
         None
     }
+
+    /// When `addr` is unreadable together with a whole range around it, that range (`(start,
+    /// len)`), so a search can step over it at once: a page-table entry above it is not
+    /// present ([`crate::paging::hole`]), or it lies in a large page with no guest RAM behind
+    /// it. None when `addr` is readable, or by default (memory that does not know).
+    fn hole(&mut self, addr: u64) -> Option<(u64, u64)> {
+        let _ = addr;
+        None
+    }
 }
 
 /// True for a canonical 48-bit x86-64 address (bits 63..47 all equal).

@@ -34,6 +34,7 @@ const PTE_PRESENT: u64 = 1;
 const PTE_WRITABLE: u64 = 1 << 1;
 const PTE_LARGE: u64 = 1 << 7;
 const ADDR_MASK: u64 = 0x000f_ffff_ffff_f000;
+const PAGE_4K: u64 = 0x1000;
 
 /// Why an address does not translate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -59,14 +60,55 @@ pub struct Translation {
     pub gpa: u64,
     /// Writable at every level.
     pub writable: bool,
+    /// The bytes the last entry maps: 4 KiB, or a large page (2 MiB, 4 MiB, 1 GiB).
+    pub size: u64,
 }
 
 /// Translates `va` in the address space `paging` describes.
 pub fn translate(mem: &impl PhysRead, paging: &Paging, va: u64) -> Result<Translation, WalkError> {
+    lookup(mem, paging, va).map_err(|m| m.error)
+}
+
+/// The unmapped range around `va`: when `va` does not translate because an entry on the way
+/// is not present, the naturally aligned range that entry would have mapped (`[start, start +
+/// len)`: a 4 KiB page, or 2 MiB, 1 GiB, 512 GiB ... of which no byte is mapped). None when `va`
+/// translates or fails for another reason. A search over many pages can step over such a
+/// range in one walk instead of one walk a page.
+pub fn hole(mem: &impl PhysRead, paging: &Paging, va: u64) -> Option<(u64, u64)> {
+    lookup(mem, paging, va).err().and_then(|m| m.hole(va))
+}
+
+/// Why a walk stopped: the error, and the size (log2 bytes) of what the entry it stopped at
+/// maps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Miss {
+    /// Why.
+    pub error: WalkError,
+    shift: u32,
+}
+
+impl Miss {
+    fn at(error: WalkError, shift: u32) -> Self {
+        Miss { error, shift }
+    }
+
+    /// The unmapped range around the address the walk was for (see [`hole`]).
+    pub fn hole(&self, va: u64) -> Option<(u64, u64)> {
+        if !matches!(self.error, WalkError::NotPresent(_)) {
+            return None;
+        }
+        let len = 1u64.checked_shl(self.shift)?;
+        Some((va & !(len - 1), len))
+    }
+}
+
+/// [`translate`], saying on failure how much around `va` is unmapped with it ([`Miss::hole`]).
+pub fn lookup(mem: &impl PhysRead, paging: &Paging, va: u64) -> Result<Translation, Miss> {
     if paging.cr0 & CR0_PG == 0 {
         return Ok(Translation {
             gpa: va & 0xffff_ffff,
             writable: true,
+            size: PAGE_4K,
         });
     }
     if paging.efer & EFER_LMA != 0 {
@@ -76,16 +118,18 @@ pub fn translate(mem: &impl PhysRead, paging: &Paging, va: u64) -> Result<Transl
         // Canonical: the bits above the top bit are copies of it.
         let sign_extended = i64::from_ne_bytes((va << shift).to_ne_bytes()) >> shift;
         if u64::from_ne_bytes(sign_extended.to_ne_bytes()) != va {
-            return Err(WalkError::NonCanonical(va));
+            return Err(Miss::at(WalkError::NonCanonical(va), 12));
         }
         return walk_64(mem, va, paging.cr3 & ADDR_MASK, levels);
     }
     if paging.cr4 & CR4_PAE != 0 {
         let va = va & 0xffff_ffff;
         let pdpte_at = (paging.cr3 & 0xffff_ffe0) + ((va >> 30) & 3) * 8;
-        let pdpte = mem.read_u64(pdpte_at).ok_or(WalkError::TableNotRam(va))?;
+        let pdpte = mem
+            .read_u64(pdpte_at)
+            .ok_or(Miss::at(WalkError::TableNotRam(va), 30))?;
         if pdpte & PTE_PRESENT == 0 {
-            return Err(WalkError::NotPresent(va));
+            return Err(Miss::at(WalkError::NotPresent(va), 30));
         }
         // PDPTEs have no R/W bit in PAE mode: writability comes from the lower levels.
         return walk_64(mem, va, pdpte & ADDR_MASK, 2);
@@ -94,41 +138,45 @@ pub fn translate(mem: &impl PhysRead, paging: &Paging, va: u64) -> Result<Transl
 }
 
 /// Walks `levels` levels of 8-byte entries from `table`.
-fn walk_64(
-    mem: &impl PhysRead,
-    va: u64,
-    mut table: u64,
-    levels: u32,
-) -> Result<Translation, WalkError> {
+fn walk_64(mem: &impl PhysRead, va: u64, mut table: u64, levels: u32) -> Result<Translation, Miss> {
     let mut writable = true;
     for level in (1..=levels).rev() {
         let shift = 12 + 9 * (level - 1);
         let entry_at = table + ((va >> shift) & 0x1ff) * 8;
-        let entry = mem.read_u64(entry_at).ok_or(WalkError::TableNotRam(va))?;
+        let entry = mem
+            .read_u64(entry_at)
+            .ok_or(Miss::at(WalkError::TableNotRam(va), shift))?;
         if entry & PTE_PRESENT == 0 {
-            return Err(WalkError::NotPresent(va));
+            return Err(Miss::at(WalkError::NotPresent(va), shift));
         }
         writable &= entry & PTE_WRITABLE != 0;
         let large = entry & PTE_LARGE != 0;
         if large && level > 3 {
-            return Err(WalkError::Malformed(va));
+            return Err(Miss::at(WalkError::Malformed(va), shift));
         }
         if level == 1 || large {
             let page_mask = (1u64 << shift) - 1;
             let gpa = (entry & ADDR_MASK & !page_mask) | (va & page_mask);
-            return Ok(Translation { gpa, writable });
+            return Ok(Translation {
+                gpa,
+                writable,
+                size: 1 << shift,
+            });
         }
         table = entry & ADDR_MASK;
     }
-    Err(WalkError::Malformed(va))
+    Err(Miss::at(WalkError::Malformed(va), 12))
 }
 
 /// Legacy 32-bit paging: two levels of 4-byte entries, 4 MiB pages with CR4.PSE.
-fn walk_32(mem: &impl PhysRead, va: u64, paging: &Paging) -> Result<Translation, WalkError> {
+fn walk_32(mem: &impl PhysRead, va: u64, paging: &Paging) -> Result<Translation, Miss> {
     let pde_at = (paging.cr3 & 0xffff_f000) + ((va >> 22) & 0x3ff) * 4;
-    let pde = u64::from(mem.read_u32(pde_at).ok_or(WalkError::TableNotRam(va))?);
+    let pde = mem
+        .read_u32(pde_at)
+        .ok_or(Miss::at(WalkError::TableNotRam(va), 22))?;
+    let pde = u64::from(pde);
     if pde & PTE_PRESENT == 0 {
-        return Err(WalkError::NotPresent(va));
+        return Err(Miss::at(WalkError::NotPresent(va), 22));
     }
     if pde & PTE_LARGE != 0 && paging.cr4 & CR4_PSE != 0 {
         // PSE-36: bits 13..20 of the entry are physical bits 32..39.
@@ -136,16 +184,21 @@ fn walk_32(mem: &impl PhysRead, va: u64, paging: &Paging) -> Result<Translation,
         return Ok(Translation {
             gpa,
             writable: pde & PTE_WRITABLE != 0,
+            size: 4 << 20,
         });
     }
     let pte_at = (pde & 0xffff_f000) + ((va >> 12) & 0x3ff) * 4;
-    let pte = u64::from(mem.read_u32(pte_at).ok_or(WalkError::TableNotRam(va))?);
+    let pte = mem
+        .read_u32(pte_at)
+        .ok_or(Miss::at(WalkError::TableNotRam(va), 12))?;
+    let pte = u64::from(pte);
     if pte & PTE_PRESENT == 0 {
-        return Err(WalkError::NotPresent(va));
+        return Err(Miss::at(WalkError::NotPresent(va), 12));
     }
     Ok(Translation {
         gpa: (pte & 0xffff_f000) | (va & 0xfff),
         writable: pde & pte & PTE_WRITABLE != 0,
+        size: PAGE_4K,
     })
 }
 
@@ -215,7 +268,8 @@ mod tests {
             t,
             Translation {
                 gpa: 0xabc_dabc,
-                writable: true
+                writable: true,
+                size: 0x1000
             }
         );
     }
@@ -228,13 +282,15 @@ mod tests {
         m.0.insert(0x2008, 0x3000 | RW);
         m.0.insert(0x3000, 0x0060_0000 | PTE_PRESENT | PTE_LARGE); // 2 MiB, read-only
         let p = long_mode(0x1000, false);
-        assert_eq!(translate(&m, &p, 0x1234_5678).unwrap().gpa, 0x5234_5678);
+        let t = translate(&m, &p, 0x1234_5678).unwrap();
+        assert_eq!((t.gpa, t.size), (0x5234_5678, 1 << 30));
         let t = translate(&m, &p, 0x4012_3456).unwrap();
         assert_eq!(
             t,
             Translation {
                 gpa: 0x0072_3456,
-                writable: false
+                writable: false,
+                size: 2 << 20
             }
         );
     }
@@ -275,6 +331,43 @@ mod tests {
     }
 
     #[test]
+    fn a_hole_is_the_range_the_missing_entry_would_map() {
+        let mut m = Mem::default();
+        let p = long_mode(0x1000, false);
+        // Nothing below the PML4: 512 GiB.
+        assert_eq!(
+            hole(&m, &p, 0x12_3456_7000),
+            Some((0, 1 << 39)),
+            "the first PML4 entry is not present"
+        );
+        m.0.insert(0x1000, 0x2000 | RW);
+        m.0.insert(0x2000 + 8, 0x3000 | RW); // PDPT entry 1: 1 GiB..2 GiB
+        m.0.insert(0x3000 + 8 * 3, 0x4000 | RW); // PD entry 3: 1 GiB + 6 MiB
+        m.0.insert(0x4000 + 8 * 5, 0x50_0000 | RW);
+        let gib = 1u64 << 30;
+        assert_eq!(hole(&m, &p, 0x8000_0000 + 0x1234), Some((2 * gib, gib)));
+        assert_eq!(hole(&m, &p, gib + 0x1234), Some((gib, 2 << 20)));
+        assert_eq!(
+            hole(&m, &p, gib + (6 << 20)),
+            Some((gib + (6 << 20), 0x1000))
+        );
+        assert_eq!(hole(&m, &p, gib + (6 << 20) + 0x5000), None, "mapped");
+        // A table outside RAM is not a hole: nothing is known about what it maps.
+        m.0.insert(0x3000 + 8 * 4, 0x1_0000_0000 | RW);
+        assert_eq!(hole(&m, &p, gib + (8 << 20)), None);
+        // Legacy 32-bit paging: a missing page directory entry is 4 MiB.
+        let legacy = Paging {
+            cr0: CR0_PG | 1,
+            cr3: 0x8000,
+            cr4: 0,
+            efer: 0,
+        };
+        assert_eq!(hole(&m, &legacy, 0x0123_4567), Some((0x0100_0000, 4 << 20)));
+        // No paging: everything is mapped.
+        assert_eq!(hole(&m, &Paging::default(), 0x1000), None);
+    }
+
+    #[test]
     fn pae_and_legacy_32_bit_paging() {
         let mut m = Mem::default();
         m.0.insert(0x1000, 0x2000 | PTE_PRESENT); // PDPTE 0
@@ -305,7 +398,8 @@ mod tests {
             t,
             Translation {
                 gpa: 0x12_3456,
-                writable: true
+                writable: true,
+                size: 0x1000
             }
         );
     }

@@ -206,6 +206,10 @@ impl Memory for Space<'_> {
     fn physical(&mut self, addr: u64) -> Option<u64> {
         self.translate(addr)
     }
+
+    fn hole(&mut self, addr: u64) -> Option<(u64, u64)> {
+        paging::hole(self.phys, &self.paging, addr)
+    }
 }
 
 /// Memory that counts the reads made through it.
@@ -225,6 +229,10 @@ impl<M: Memory> Memory for Counting<M> {
 
     fn physical(&mut self, addr: u64) -> Option<u64> {
         self.inner.physical(addr)
+    }
+
+    fn hole(&mut self, addr: u64) -> Option<(u64, u64)> {
+        self.inner.hole(addr)
     }
 }
 

@@ -7,7 +7,7 @@
 
 use introspect::nt::Kernel;
 use introspect::os::WindowsLayout;
-use introspect::paging::{translate, Paging, PhysRead};
+use introspect::paging::{lookup, Paging, PhysRead};
 use introspect::pe::{CodeView, Image};
 use introspect::{Memory, Options, Regs, Stack, Unreadable, WalkCache, KERNEL_SPACE};
 use vm_memory::{
@@ -54,6 +54,15 @@ impl<'a> Ram<'a> {
         Ram { mem, regions }
     }
 
+    /// True if any byte of `[gpa, gpa + len)` is guest RAM.
+    fn overlaps(&self, gpa: u64, len: u64) -> bool {
+        let end = gpa.saturating_add(len);
+        self.mem.iter().any(|r| {
+            let start = r.start_addr().0;
+            start < end && gpa < start.saturating_add(r.len())
+        })
+    }
+
     /// The host's view of `len` bytes of guest RAM at `gpa`, if they lie in one region.
     fn slice(&self, gpa: u64, len: usize) -> Option<VolatileSlice<'a>> {
         for (start, bytes) in self.regions.iter().flatten() {
@@ -94,6 +103,9 @@ pub struct GuestVirt<'a> {
     paging: Paging,
     /// Valid for this walk only: the guest may change its page tables once its vCPU runs.
     tlb: [Option<TlbEntry<'a>>; TLB_ENTRIES],
+    /// The last page that did not translate to guest RAM, and the range around it unreadable
+    /// with it ([`Memory::hole`], answered without walking again).
+    missed: Option<(u64, Option<(u64, u64)>)>,
 }
 
 impl<'a> GuestVirt<'a> {
@@ -103,6 +115,7 @@ impl<'a> GuestVirt<'a> {
             ram: Ram::new(mem),
             paging,
             tlb: [None; TLB_ENTRIES],
+            missed: None,
         }
     }
 
@@ -114,9 +127,22 @@ impl<'a> GuestVirt<'a> {
                 return Some(*e);
             }
         }
-        let phys = translate(&self.ram, &self.paging, page).ok()?.gpa & !(PAGE - 1);
+        let t = match lookup(&self.ram, &self.paging, page) {
+            Ok(t) => t,
+            Err(miss) => {
+                self.missed = Some((page, miss.hole(page)));
+                return None;
+            }
+        };
+        let phys = t.gpa & !(PAGE - 1);
         // A page lies in one region: regions start and end on page boundaries.
-        let bytes = self.ram.slice(phys, PAGE_BYTES)?;
+        let Some(bytes) = self.ram.slice(phys, PAGE_BYTES) else {
+            // A large page with no guest RAM anywhere behind it is unreadable as a whole.
+            let whole = (t.size > PAGE && !self.ram.overlaps(t.gpa & !(t.size - 1), t.size))
+                .then(|| (page & !(t.size - 1), t.size));
+            self.missed = Some((page, whole));
+            return None;
+        };
         let e = TlbEntry {
             virt: page,
             phys,
@@ -144,6 +170,18 @@ impl Memory for GuestVirt<'_> {
     fn physical(&mut self, addr: u64) -> Option<u64> {
         let within = addr % PAGE;
         self.page(addr - within).map(|e| e.phys + within)
+    }
+
+    fn hole(&mut self, addr: u64) -> Option<(u64, u64)> {
+        let page = addr & !(PAGE - 1);
+        let known = matches!(self.missed, Some((p, _)) if p == page);
+        if !known && self.page(page).is_some() {
+            return None;
+        }
+        match self.missed {
+            Some((p, hole)) if p == page => hole,
+            _ => None,
+        }
     }
 
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), Unreadable> {
@@ -446,6 +484,44 @@ mod tests {
         assert_eq!(v.read_u64(0x40_0ffc), Ok(0x1122_3344_5566_7788));
         assert_eq!(v.read_u64(0x40_1ffc), Err(Unreadable(0x40_2000)));
         assert_eq!(v.read_u64(0x7fff_0000), Err(Unreadable(0x7fff_0000)));
+    }
+
+    /// What a search for image headers may step over: a range whose page directory entry is
+    /// missing, and a large page with no guest RAM behind it; not a 4 KiB page that is mapped
+    /// or one whose page table says only that page is missing.
+    #[test]
+    fn holes_are_whole_unreadable_ranges() {
+        let (mem, paging) = guest(2);
+        // PD entry 3: a 2 MiB page at 3 GiB, beyond the guest's 4 MiB of RAM; entry 4: one at
+        // 2 MiB, in RAM.
+        let large = |index: u64, frame: u64| {
+            mem.write_obj(frame | 0x83, GuestAddress(0x3000 + index * 8))
+                .unwrap();
+        };
+        large(3, 0xc000_0000);
+        large(4, 0x20_0000);
+        let mut v = GuestVirt::new(&mem, paging);
+        let mib2 = 2 << 20;
+        assert_eq!(v.hole(0x40_0000), None, "mapped");
+        assert_eq!(v.hole(0x40_2000), Some((0x40_2000, PAGE)), "its PTE");
+        assert_eq!(
+            v.hole(0x2_0000_1234),
+            Some((8 << 30, 1 << 30)),
+            "no PDPT entry 8"
+        );
+        assert_eq!(
+            v.hole(0x80_0000_1234),
+            Some((1 << 39, 1 << 39)),
+            "no PML4 entry 1"
+        );
+        assert_eq!(v.hole(0x20_5000), Some((0x20_0000, mib2)), "no PD entry 1");
+        assert_eq!(v.read_u16(0x60_1000), Err(Unreadable(0x60_1000)));
+        assert_eq!(
+            v.hole(0x60_1000),
+            Some((0x60_0000, mib2)),
+            "no RAM behind it"
+        );
+        assert_eq!(v.hole(0x80_1000), None, "a large page in RAM");
     }
 
     #[test]
