@@ -10,11 +10,13 @@
 //! function lies inside that phase (within one sampling interval, the time a sample's stamp
 //! may trail the guest's instant); no sample of one phase's function inside another's; a halt
 //! marker inside each halt; the burst's markers after f4; user-mode samples inside a phase all
-//! in its function or its loop. How far each boundary lands from the guest's record is
+//! in its function or its loop; the run's `kernel` phase from its start and its `user` phase
+//! from its first user-mode sample (f1's process: nothing runs at CPL3 before it). How far each boundary lands from the guest's record is
 //! printed, and whether that is within one interval: that depends on the host's sampling (a
-//! tick lost, a vCPU that took no sample for a while), so it is a figure, not an assertion.
-//! Seen here: within one interval except f1's start, after which the vCPU took no sample at all
-//! for some 20 ms (the run's first CPL3 entry, on the PVM host).
+//! tick lost, a vCPU thread descheduled for a while), so it is a figure, not an assertion.
+//! Every boundary has landed within one interval here since a sample's time is read before
+//! its walk: f1's start used to be 10-87 ms late, the time the first user-mode walk spent
+//! searching 64 MiB below the PC for a PE header page by page.
 
 use std::path::Path;
 use std::time::Duration;
@@ -218,6 +220,49 @@ fn phases_land_where_the_guest_says_they_were() {
             FUNCTIONS[k]
         );
     }
+
+    // The run's phases: the kernel (loaded by the VMM) from the start, user mode from the
+    // first CPL3 sample, which is f1's process (nothing runs at CPL3 before it).
+    let phase = |name: &str| {
+        let found: Vec<_> = t
+            .markers
+            .iter()
+            .filter(|m| m.kind == MarkerKind::Phase && m.name == name)
+            .collect();
+        assert_eq!(found.len(), 1, "one {name} phase: {:?}", t.markers);
+        (found[0].start_ns, found[0].end_ns)
+    };
+    let (kernel, user) = (phase("kernel"), phase("user"));
+    assert!(
+        t.markers
+            .iter()
+            .all(|m| m.kind != MarkerKind::Phase || m.name != "firmware"),
+        "no firmware phase in a run that loads its kernel"
+    );
+    let first_cpl3 = t
+        .samples
+        .iter()
+        .find(|s| s.cpl == 3)
+        .expect("a CPL3 sample");
+    assert_eq!(
+        kernel,
+        (0, user.0),
+        "the kernel phase ends where user mode begins"
+    );
+    assert_eq!(
+        user.0, first_cpl3.t_ns,
+        "user mode begins at its first sample"
+    );
+    assert!(
+        user.0 + interval >= phases[0].0,
+        "user mode at {} ns, before f1's process started at {} ns",
+        user.0,
+        phases[0].0
+    );
+    eprintln!(
+        "phases: kernel 0..{} ns, user {}..{} ns; f1's process started at {} ns",
+        kernel.1, user.0, user.1, phases[0].0
+    );
 
     // A halt marker on vCPU 0 inside each halt, and the burst after f4.
     for k in 0..2 {

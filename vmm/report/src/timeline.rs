@@ -23,11 +23,15 @@ pub struct TimelineSample {
     pub stack: u32,
 }
 
+/// The name of the phase marker that spans the whole run; the run's phases within it are
+/// `firmware`, `kernel` and `user` (each when the samples showed it).
+pub const RUN_PHASE: &str = "run";
+
 /// What a marker stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MarkerKind {
-    /// A phase of the run (firmware, kernel, until exit).
+    /// A phase of the run: the whole run ([`RUN_PHASE`]), firmware, kernel, user.
     Phase,
     /// A vCPU halted (HLT) until it was woken.
     Halt,

@@ -248,6 +248,9 @@ impl Vm {
             sampling,
             Arc::new(report),
         )?);
+        if firmware_slot.is_some() {
+            profiler.timeline().boot_firmware();
+        }
         let shared = SharedState {
             pio: devices.pio,
             mmio: devices.mmio,

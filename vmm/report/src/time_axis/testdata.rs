@@ -6,7 +6,7 @@
 //! 0x1050, `hot` 0x1070). Stacks: 0 `caller -> hot`, 1 `caller`, 2 `next`, 3 `0x5000`
 //! (outside every module). Phases: `firmware` 0..1 s (stack 1, CPL 0, no thread), `kernel`
 //! 1..2 s (stack 0, CPL 3, awk's threads: tid 57 on vCPUs 0 and 1, `worker` tid 58 on vCPU
-//! 2), `until-exit` 2..3 s (stack 2 in init, CPL 3, every fifth sample stack 3 at CPL 0).
+//! 2), `user` 2..3 s (stack 2 in init, CPL 3, every fifth sample stack 3 at CPL 0).
 
 use crate::hex::{Hex, OptHex};
 use crate::profile::tests::sample_profile;
@@ -73,7 +73,7 @@ pub(crate) fn timeline() -> Timeline {
             marker(MarkerKind::Phase, None, 1000, 2000, "kernel"),
             marker(MarkerKind::Object, None, 1200, 2400, "object 1"),
             marker(MarkerKind::Pause, None, 1500, 1600, "paused"),
-            marker(MarkerKind::Phase, None, 2000, 3000, "until-exit"),
+            marker(MarkerKind::Phase, None, 2000, 3000, "user"),
             marker(MarkerKind::Exit, Some(2), 2100, 2101, "port 0x3f8"),
         ],
         dropped_samples: 4,

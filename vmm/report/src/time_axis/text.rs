@@ -19,7 +19,7 @@ use crate::flame::frame_name;
 use crate::processes::Tasks;
 use crate::profile::Profile;
 use crate::symbols::Symbols;
-use crate::timeline::{Marker, MarkerKind, Timeline};
+use crate::timeline::{Marker, MarkerKind, Timeline, RUN_PHASE};
 
 /// The most bins printed: a `--bin` that would cut the run finer is widened to this many.
 pub const MAX_BINS: u64 = 10_000;
@@ -59,11 +59,15 @@ fn one_line(s: &str) -> String {
 /// The bins of `t`: (start, end, label), end exclusive, in time order.
 fn bins(t: &Timeline, how: Bins) -> (Vec<(u64, u64, String)>, Option<f64>) {
     let last = t.samples.last().map_or(0, |s| s.t_ns);
-    let phases: Vec<&Marker> = t
+    let mut phases: Vec<&Marker> = t
         .markers
         .iter()
         .filter(|m| m.kind == MarkerKind::Phase)
         .collect();
+    // The run's phases (firmware, kernel, user) when it has them, not also the whole run.
+    if phases.iter().any(|m| m.name != RUN_PHASE) {
+        phases.retain(|m| m.name != RUN_PHASE);
+    }
     let width = match how {
         Bins::Phases if !phases.is_empty() => {
             let v = phases

@@ -89,6 +89,15 @@ impl HostProfiles {
         if !profiles().any(|p| p.samples_vcpu(v)) {
             return 0;
         }
+        // A timeline's time is the sample's: read before the work below (the first walk in a
+        // new address space may search for images for a while).
+        let now = profiles()
+            .any(|p| p.spec.timeline)
+            .then(|| self.timeline.now_ns());
+        if let Some(t_ns) = now {
+            self.timeline
+                .observe(t_ns, cpu.cpl, cpu.rip, cpu.paging.efer);
+        }
         // The guest thread it ran in, once for every profile.
         let mut guest = self.guest.vcpu(v);
         let kernel_paging = guest
@@ -131,15 +140,13 @@ impl HostProfiles {
             }
             _ => None,
         };
-        let mut now = None;
         let mut counted = 0;
         for p in profiles() {
             if !p.record(&at, stack.as_ref()) {
                 continue;
             }
             counted += 1;
-            if p.spec.timeline {
-                let t_ns = *now.get_or_insert_with(|| self.timeline.now_ns());
+            if let (true, Some(t_ns)) = (p.spec.timeline, now) {
                 let pcs = match &stack {
                     Some(s) => &s.pcs[..s.pcs.len().min(p.spec.stack_depth)],
                     None => std::slice::from_ref(&cpu.rip),

@@ -2,7 +2,7 @@
 //! runs, every sample such a profile counts is recorded with its time, vCPU, privilege level,
 //! guest thread and call stack, and the vCPUs and the profiler record markers for what a
 //! sampler cannot see (halts, hypercalls, guest objects started and stopped, pauses, slow
-//! port and MMIO exits, the run itself). At the end of the run [`Timelines::finish`] hands one
+//! port and MMIO exits, the run and its phases: firmware, kernel, user). At the end of the run [`Timelines::finish`] hands one
 //! [`report::timeline::Timeline`] per such profile to the report side.
 //!
 //! Each vCPU records into a buffer of its own ([`vcpu::VcpuLog`], behind a lock only its thread
@@ -14,6 +14,7 @@
 //! one relaxed atomic load per exit ([`Timelines::recording`]).
 
 mod names;
+mod phases;
 mod vcpu;
 
 use std::collections::{BTreeMap, HashMap};
@@ -21,9 +22,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Instant, SystemTime};
 
-use report::timeline::{Marker, MarkerKind, Timeline, TimelineSample};
+use report::timeline::{Marker, MarkerKind, Timeline, TimelineSample, RUN_PHASE};
 
 pub use names::{call_name, hypercall_marker, ExitSite};
+use phases::Phases;
 use vcpu::VcpuLog;
 
 /// Samples recorded per run, all vCPUs and timelines together (24 bytes each: 48 MB at most).
@@ -55,6 +57,8 @@ pub struct Timelines {
     markers: AtomicU64,
     /// Markers not kept past the cap.
     dropped_markers: AtomicU64,
+    /// Firmware, kernel, user: where the samples show the run is.
+    phases: Phases,
 }
 
 #[derive(Default)]
@@ -80,7 +84,21 @@ impl Timelines {
             samples: AtomicU64::new(0),
             markers: AtomicU64::new(0),
             dropped_markers: AtomicU64::new(0),
+            phases: Phases::new(),
         }
+    }
+
+    /// The run boots firmware (its first phase is `firmware`, not `kernel`).
+    pub fn boot_firmware(&self) {
+        self.phases.boot_firmware();
+    }
+
+    /// A sample a timeline records, at `t_ns`, at privilege level `cpl`, PC `pc`, with EFER
+    /// `efer`: moves the run's phase on when it shows the kernel or user mode first (see
+    /// [`phases`]).
+    #[inline]
+    pub fn observe(&self, t_ns: u64, cpl: u8, pc: u64, efer: u64) {
+        self.phases.observe(t_ns, cpl, pc, efer);
     }
 
     /// True while at least one timeline records: one relaxed load, the whole cost of a
@@ -217,7 +235,7 @@ impl Timelines {
 
     /// The timelines of the host profiles `profiles` names, the run ending now: for each, its
     /// samples sorted by time, the stacks they use, and every marker (the whole run as a
-    /// `run` phase among them).
+    /// `run` phase among them, and the `firmware`, `kernel` and `user` phases seen).
     pub fn finish(&self, profiles: &[u32]) -> Vec<Timeline> {
         if profiles.is_empty() {
             return Vec::new();
@@ -228,7 +246,10 @@ impl Timelines {
         for object in open {
             self.object_stopped(object);
         }
-        self.push_marker(None, MarkerKind::Phase, 0, end, "run".into());
+        self.push_marker(None, MarkerKind::Phase, 0, end, RUN_PHASE.into());
+        for (name, start, until) in self.phases.spans(end) {
+            self.push_marker(None, MarkerKind::Phase, start, until, name.into());
+        }
         let logs: Vec<MutexGuard<'_, VcpuLog>> =
             (0..self.vcpus.len()).filter_map(|v| self.vcpu(v)).collect();
         let mut markers: Vec<Marker> = self.vm().markers.clone();

@@ -17,7 +17,7 @@ timeline of object 2: 90 samples (4 dropped past the recorder's cap), 8 markers 
   vCPU 1       10 samples  m!hot 10 | awk (pid 57) 10
   vCPU 2       10 samples  m!hot 10 | awk (pid 57) 10
   markers: object 1.200-2.400 s object 1; pause 1.500-1.600 s paused
-2.000-3.000 s  until-exit
+2.000-3.000 s  user
   vCPU 0       10 samples  m!next 8, 0x5000 2 | init (pid 1) 10
   vCPU 1       10 samples  m!next 8, 0x5000 2 | init (pid 1) 10
   vCPU 2       10 samples  m!next 8, 0x5000 2 | init (pid 1) 10
@@ -80,4 +80,34 @@ fn a_profile_without_a_timeline_says_so() {
         render(&p, &call_site_symbols(), Bins::Phases, 3),
         "no timeline: the run was recorded without --timeline\n"
     );
+}
+
+#[test]
+fn the_whole_run_is_a_bin_only_without_finer_phases() {
+    let mut p = profile();
+    let run = Marker {
+        kind: MarkerKind::Phase,
+        vcpu: None,
+        start_ns: 0,
+        end_ns: 3_000_000_000,
+        name: RUN_PHASE.into(),
+    };
+    p.timelines[0].markers.insert(1, run.clone());
+    let out = render(&p, &call_site_symbols(), Bins::Phases, 3);
+    let bins: Vec<&str> = out.lines().filter(|l| !l.starts_with(' ')).collect();
+    assert_eq!(
+        bins[1..],
+        [
+            "0.000-1.000 s  firmware",
+            "1.000-2.000 s  kernel",
+            "2.000-3.000 s  user"
+        ]
+    );
+    p.timelines[0]
+        .markers
+        .retain(|m| m.kind != MarkerKind::Phase);
+    p.timelines[0].markers.insert(0, run);
+    let out = render(&p, &call_site_symbols(), Bins::Phases, 3);
+    let bins: Vec<&str> = out.lines().filter(|l| !l.starts_with(' ')).collect();
+    assert_eq!(bins[1..], ["0.000-3.000 s  run"]);
 }

@@ -33,7 +33,7 @@ fn phases_and_seconds_resolve_to_intervals() {
     let e = resolve(&p, &Window::Phase("boot".into())).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "the profile has no phase \"boot\" (its phases: firmware, kernel, until-exit)"
+        "the profile has no phase \"boot\" (its phases: firmware, kernel, user)"
     );
     for (from, to) in [
         (2.0, Some(1.0)),
@@ -141,6 +141,6 @@ fn compare_in_a_window_sees_what_the_whole_run_hides() {
         objects.iter().map(|o| o.regressions()).sum::<usize>()
     };
     assert_eq!(regressions("firmware"), 0);
-    assert_eq!(regressions("until-exit"), 0);
+    assert_eq!(regressions("user"), 0);
     assert!(regressions("kernel") > 0);
 }
