@@ -386,4 +386,49 @@ fn compare_restricted_to_a_phase_or_window() {
     );
     let out = hvprof(["report", plain.to_str().unwrap(), "--timeline"]).run();
     out.assert_status(crate::harness::status::USAGE);
+
+    // hvprof report --perf-script: the timeline as perf script text, per thread or per vCPU,
+    // written whole or not at all.
+    let text = dir.join("t.perf.txt");
+    let t = text.to_str().unwrap();
+    hvprof(["report", n.to_str().unwrap(), "--perf-script", t])
+        .run()
+        .assert_status(0);
+    let threads = std::fs::read_to_string(&text).unwrap();
+    assert!(
+        threads.starts_with("awk 57/57 [000] 0.000000: 1 cpu-clock:\n"),
+        "{threads}"
+    );
+    hvprof([
+        "report",
+        n.to_str().unwrap(),
+        "--perf-script",
+        t,
+        "--per-vcpu",
+    ])
+    .run()
+    .assert_status(0);
+    let vcpus = std::fs::read_to_string(&text).unwrap();
+    assert!(
+        vcpus.starts_with("vcpu0 0/0 [000] 0.000000: 1 cpu-clock:\n"),
+        "{vcpus}"
+    );
+    assert_eq!(vcpus.lines().count(), threads.lines().count());
+    let out = hvprof(["report", plain.to_str().unwrap(), "--perf-script", t]).run();
+    out.assert_status(crate::harness::status::USAGE);
+    out.assert_error_line(&["the profile has no timeline"]);
+    assert_eq!(
+        std::fs::read_to_string(&text).unwrap(),
+        vcpus,
+        "kept as it was"
+    );
+    let out = hvprof([
+        "report",
+        n.to_str().unwrap(),
+        "--perf-script",
+        "/nonexistent/dir/t.txt",
+    ])
+    .run();
+    out.assert_status(crate::harness::status::USAGE);
+    out.assert_error_line(&["/nonexistent/dir"]);
 }

@@ -8,10 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::firmware::{build_boot_sector, seabios_boots_disk};
-use crate::harness::{hvprof_run, TempDir};
-
-/// The reference guest's PASS code on isa-debug-exit.
-const REFGUEST_PASS: u8 = 0x10;
+use crate::harness::{hvprof_run, TempDir, REFGUEST_PASS};
 
 /// `scenario=ramrule` (images/refguest/src/scenario/ramrule.rs): blocks at 0xA0000, 0xF0000
 /// and one running from RAM into 0x9FC00 get STATUS_ACCESS_VIOLATION and stay untouched;

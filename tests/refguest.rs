@@ -5,10 +5,9 @@
 
 use std::path::Path;
 
-use crate::harness::{hvprof, hvprof_run, Output};
+use crate::harness::{hvprof, hvprof_run, Output, REFGUEST_PASS};
 
 /// What the reference guest writes to isa-debug-exit when its scenario passed.
-const REFGUEST_PASS: u8 = 0x10;
 
 fn smoke(cpus: u32) -> Output {
     hvprof([

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::harness::{hvprof, hvprof_run, Output, TempDir};
+use crate::harness::{hvprof, hvprof_run, Output, TempDir, REFGUEST_PASS};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -252,7 +252,7 @@ fn the_guest_is_offered_exactly_the_sources_the_probe_found() {
     let out = hvprof_run(elf, &["--cmdline", "scenario=sources"])
         .limit(LIMIT)
         .run();
-    out.assert_debug_exit(0x10);
+    out.assert_debug_exit(REFGUEST_PASS);
     out.assert_stdout_lacks(" BAD");
     let line = out
         .stdout

@@ -13,13 +13,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::harness::{workspace_root, TempDir};
+use crate::harness::{hvprof, workspace_root, TempDir, REFGUEST_PASS};
 
 /// The hand-written `perf script` text of tests/viewer/fixtures: one thread running f1 (40
 /// samples), then f2 (25), then f4 (35), under main and _start, one sample a millisecond.
 const WORKLOAD: &str = "tests/viewer/fixtures/workload.perf.txt";
 /// The workload's functions in the order they run.
 const ORDER: [&str; 3] = ["f1", "f2", "f4"];
+/// The reference guest's phase functions as speedscope names hvprof's frames.
+const PHASES: [&str; 3] = [
+    "refguest!shares_f1",
+    "refguest!shares_f2",
+    "refguest!shares_f4",
+];
 /// The check's own limit is 60 s; past this the test kills it.
 const LIMIT: Duration = Duration::from_secs(90);
 
@@ -166,6 +172,59 @@ fn speedscope_shows_the_workload_in_time_order() {
         // Read as what it is, and its header's command, pid and tid understood.
         .assert_says("Importing from linux perf script output")
         .assert_says("refguest pid: 1 tid: 1");
+}
+
+/// hvprof's own output: the reference guest's known phases (`scenario=phases`: f1, then f2,
+/// then f4, with halts between) profiled with `hvprof profile --timeline`, written per vCPU by
+/// `hvprof report --symbols ELF --perf-script FILE --per-vcpu`, show in speedscope in that
+/// order. (The
+/// per-thread timeline.perf.txt holds the phases as three guest processes, and speedscope opens
+/// one thread at a time.)
+#[test]
+fn speedscope_shows_hvprofs_own_timeline_of_the_phases_in_order() {
+    let dir = TempDir::new("viewer-hvprof");
+    let run = dir.join("run");
+    hvprof([
+        "profile",
+        "--kernel",
+        env!("HVPROF_REFGUEST_ELF"),
+        "--cmdline",
+        "scenario=phases",
+        "--interval",
+        "10000",
+        "--timeline",
+        "--quiet",
+        "--out",
+        run.to_str().expect("a UTF-8 path"),
+    ])
+    .limit(Duration::from_secs(60))
+    .run()
+    .assert_debug_exit(REFGUEST_PASS);
+    let perf = dir.join("vcpus.perf.txt");
+    let profile = run.join("profile.json");
+    hvprof([
+        "report".as_ref(),
+        profile.as_os_str(),
+        "--symbols".as_ref(),
+        env!("HVPROF_REFGUEST_ELF").as_ref(),
+        "--perf-script".as_ref(),
+        perf.as_os_str(),
+        "--per-vcpu".as_ref(),
+    ])
+    .run()
+    .assert_status(0);
+    let text = std::fs::read_to_string(&perf).expect("the perf script text");
+    assert!(
+        text.lines()
+            .filter(|l| !l.starts_with('\t') && !l.is_empty())
+            .all(|l| l.starts_with("vcpu0 0/0 [000] ")),
+        "one track, vCPU 0's"
+    );
+    speedscope(&perf, &PHASES)
+        .assert_shown()
+        .assert_says("ok: speedscope shows refguest!shares_f1, refguest!shares_f2, refguest!shares_f4 in that order")
+        // The one profile, named by its comm (speedscope leaves out a pid and tid of 0).
+        .assert_says("Sandwich vcpu0");
 }
 
 /// The check can fail: a workload whose f2 is named f3 and whose f4 phase has 10 ms of f1 in

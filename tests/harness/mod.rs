@@ -43,6 +43,8 @@ pub const ERROR_PREFIX: &str = "hvprof: error: ";
 
 /// The value the fixtures write to isa-debug-exit when all their checks pass.
 pub const FIXTURE_OK: u8 = 0x21;
+/// The value the reference guest writes to isa-debug-exit when its scenario passed.
+pub const REFGUEST_PASS: u8 = 0x10;
 
 /// Path of the hvprof binary under test.
 pub fn hvprof_bin() -> PathBuf {

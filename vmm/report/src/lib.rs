@@ -155,7 +155,7 @@ pub fn write_all(
             time_axis::fxprof::write(profile, symbols, w)
         })?);
         staged.push(stage_file(perf.clone(), |w| {
-            time_axis::perf::write(profile, symbols, w)
+            time_axis::perf::write(profile, symbols, time_axis::perf::Tracks::Threads, w)
         })?);
     }
     atomic::commit_all(staged)?;

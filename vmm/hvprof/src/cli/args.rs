@@ -311,6 +311,14 @@ pub struct ReportArgs {
     /// The timeline's bins in seconds (default: the run's phases, else 1 s).
     #[arg(long, value_name = "SECONDS", requires = "timeline", value_parser = parse_bin)]
     pub bin: Option<f64>,
+    /// Also write the run's timeline as `perf script` text to FILE (as timeline.perf.txt, with
+    /// these symbols), for speedscope, Perfetto, the Firefox Profiler or inferno.
+    #[arg(long, value_name = "FILE")]
+    pub perf_script: Option<PathBuf>,
+    /// In the --perf-script text, a track per vCPU (`vcpuN 0/0`) instead of per guest thread:
+    /// the whole machine's time axis in one view.
+    #[arg(long, requires = "perf_script")]
+    pub per_vcpu: bool,
     #[command(flatten)]
     pub filter: FilterArgs,
 }

@@ -21,9 +21,14 @@ pub fn report(a: &ReportArgs) -> ExitCode {
     if let Err(code) = results_filter(a.filter.seccomp.into()) {
         return code;
     }
-    // A bad --out fails before anything is read or symbolized.
+    // A bad --out or --perf-script fails before anything is read or symbolized.
     if let Some(dir) = &a.out {
         if let Err(e) = atomic::check_dir(dir, true) {
+            return fail(e, STATUS_CONFIG_ERROR);
+        }
+    }
+    if let Some(file) = &a.perf_script {
+        if let Err(e) = atomic::check_file(file) {
             return fail(e, STATUS_CONFIG_ERROR);
         }
     }
@@ -42,7 +47,7 @@ pub fn report(a: &ReportArgs) -> ExitCode {
         Err(e) => return fail(e, STATUS_CONFIG_ERROR),
     };
     symbols::report_missing(&symbols);
-    if a.timeline && profile.timelines.is_empty() {
+    if (a.timeline || a.perf_script.is_some()) && profile.timelines.is_empty() {
         return fail(
             report::time_axis::window::WindowError::NoTimeline,
             STATUS_CONFIG_ERROR,
@@ -56,6 +61,25 @@ pub fn report(a: &ReportArgs) -> ExitCode {
                     eprintln!("hvprof: wrote {}", path.display());
                 }
             }
+            Err(e) => return fail(e, STATUS_HOST_ERROR),
+        }
+    }
+    if let Some(file) = &a.perf_script {
+        let tracks = if a.per_vcpu {
+            report::time_axis::perf::Tracks::Vcpus
+        } else {
+            report::time_axis::perf::Tracks::Threads
+        };
+        let written = atomic::stage(file, |w| {
+            report::time_axis::perf::write(&profile, &symbols, tracks, w)
+        })
+        .map_err(|e| report::ReportError::File {
+            path: file.clone(),
+            source: Box::new(e),
+        })
+        .and_then(|s| Ok(s.commit()?));
+        match written {
+            Ok(path) => eprintln!("hvprof: wrote {}", path.display()),
             Err(e) => return fail(e, STATUS_HOST_ERROR),
         }
     }

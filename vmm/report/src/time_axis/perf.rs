@@ -16,6 +16,11 @@
 //! it), always followed by `+0x` and its offset (0 where no symbol covers it), so that a
 //! reader that strips the offset gets the flame graph's frame names exactly. The first
 //! timeline is written (a run records one host profile with a timeline).
+//!
+//! With [`Tracks::Vcpus`] (`hvprof report --perf-script FILE --per-vcpu`) every sample is
+//! `vcpuN 0/0` instead: one track per vCPU, the whole machine's time axis in one view (what
+//! samply's `--per-cpu-threads` gives), where a viewer that opens one thread at a time
+//! (speedscope) would otherwise show one guest thread.
 
 use std::io::Write;
 
@@ -42,6 +47,16 @@ fn word(s: &str) -> String {
     } else {
         w
     }
+}
+
+/// What a sample's `comm pid/tid` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Tracks {
+    /// Its guest thread (`vcpuN 0/0` when none is known).
+    #[default]
+    Threads,
+    /// Its vCPU, always `vcpuN 0/0`.
+    Vcpus,
 }
 
 /// The comm, pid and tid of a sample in `thread`.
@@ -82,16 +97,22 @@ pub fn frame_line(symbols: &Symbols, pc: u64, ret: bool) -> String {
     )
 }
 
-/// Writes `timeline`'s samples (of `profile`, named with `symbols`) as `perf script` text.
+/// Writes `timeline`'s samples (of `profile`, named with `symbols`) as `perf script` text, a
+/// track per guest thread or per vCPU.
 pub fn write_timeline(
     profile: &Profile,
     timeline: &Timeline,
     symbols: &Symbols,
+    tracks: Tracks,
     mut w: impl Write,
 ) -> Result<(), ReportError> {
     let tasks = Tasks::new(profile);
     for s in &timeline.samples {
-        let (comm, pid, tid) = task(&tasks, s.thread, s.vcpu);
+        let thread = match tracks {
+            Tracks::Threads => s.thread,
+            Tracks::Vcpus => None,
+        };
+        let (comm, pid, tid) = task(&tasks, thread, s.vcpu);
         writeln!(
             w,
             "{comm} {pid}/{tid} [{:03}] {}.{:06}: 1 cpu-clock:",
@@ -112,9 +133,14 @@ pub fn write_timeline(
 }
 
 /// Writes `profile`'s first timeline as `perf script` text (nothing without one).
-pub fn write(profile: &Profile, symbols: &Symbols, w: impl Write) -> Result<(), ReportError> {
+pub fn write(
+    profile: &Profile,
+    symbols: &Symbols,
+    tracks: Tracks,
+    w: impl Write,
+) -> Result<(), ReportError> {
     match profile.timelines.first() {
-        Some(t) => write_timeline(profile, t, symbols, w),
+        Some(t) => write_timeline(profile, t, symbols, tracks, w),
         None => Ok(()),
     }
 }

@@ -8,7 +8,7 @@ use crate::time_axis::testdata::profile;
 
 fn text() -> String {
     let mut out = Vec::new();
-    write(&profile(), &call_site_symbols(), &mut out).unwrap();
+    write(&profile(), &call_site_symbols(), Tracks::Threads, &mut out).unwrap();
     String::from_utf8(out).unwrap()
 }
 
@@ -42,12 +42,33 @@ fn samples_are_written_as_perf_script_prints_them() {
 }
 
 #[test]
+fn per_vcpu_tracks_name_every_sample_by_its_vcpu_with_the_same_frames() {
+    let mut out = Vec::new();
+    write(&profile(), &call_site_symbols(), Tracks::Vcpus, &mut out).unwrap();
+    let by_vcpu = String::from_utf8(out).unwrap();
+    let threads = text();
+    assert_eq!(by_vcpu.lines().count(), threads.lines().count());
+    for (v, t) in by_vcpu.split("\n\n").zip(threads.split("\n\n")) {
+        let (vh, vf) = v.split_once('\n').unwrap_or((v, ""));
+        let (th, tf) = t.split_once('\n').unwrap_or((t, ""));
+        assert_eq!(vf, tf, "the same frames");
+        // `comm pid/tid [cpu] time:`: only the comm and ids change, to the vCPU's.
+        let (_, rest) = th.split_once(" [").unwrap_or(("", ""));
+        if !rest.is_empty() {
+            let cpu: u32 = rest[..3].parse().unwrap();
+            assert_eq!(vh, format!("vcpu{cpu} 0/0 [{rest}"));
+        }
+    }
+    assert!(by_vcpu.contains("vcpu2 0/0 [002] 1.020000: 1 cpu-clock:\n\t1075 m!hot+0x5 (m)"));
+}
+
+#[test]
 fn names_that_would_split_a_line_are_one_word() {
     let mut p = profile();
     p.threads[2].name = Some("a b\n12".to_string());
     p.processes[0].name = "42".to_string();
     let mut out = Vec::new();
-    write(&p, &call_site_symbols(), &mut out).unwrap();
+    write(&p, &call_site_symbols(), Tracks::Threads, &mut out).unwrap();
     let text = String::from_utf8(out).unwrap();
     assert!(text.contains("\na_b_12 57/58 [002] 1.020000: 1 cpu-clock:\n"));
     assert!(text.contains("\n_42 1/1 [000] 2.000000: 1 cpu-clock:\n"));
