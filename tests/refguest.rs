@@ -7,8 +7,6 @@ use std::path::Path;
 
 use crate::harness::{hvprof, hvprof_run, Output, REFGUEST_PASS};
 
-/// What the reference guest writes to isa-debug-exit when its scenario passed.
-
 fn smoke(cpus: u32) -> Output {
     hvprof([
         "demo",
