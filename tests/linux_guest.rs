@@ -464,6 +464,52 @@ fn guest_procs(out: &Output) -> Vec<GuestProc> {
 
 /// The samples profile.json counts for the guest process named `name` with id `pid`: the
 /// counts of every thread of every process row with that pid and name, in every object.
+/// The run's phases on its timeline: the kernel (loaded by hvprof, no firmware) from the
+/// start until the first user-mode sample, user mode from there; init and every process the
+/// guest ran are in the user phase.
+fn linux_phases(profile: &Path) {
+    use report::timeline::MarkerKind;
+    let p = report::read_profile(profile).expect("profile.json and its timeline.json");
+    let t = &p.timelines[0];
+    let phase = |name: &str| -> Vec<(u64, u64)> {
+        t.markers
+            .iter()
+            .filter(|m| m.kind == MarkerKind::Phase && m.name == name)
+            .map(|m| (m.start_ns, m.end_ns))
+            .collect()
+    };
+    assert_eq!(phase("firmware"), [], "no firmware before a loaded kernel");
+    let (kernel, user) = (phase("kernel"), phase("user"));
+    assert_eq!(kernel.len(), 1, "{:?}", t.markers);
+    assert_eq!(user.len(), 1, "{:?}", t.markers);
+    let first_user = t
+        .samples
+        .iter()
+        .find(|s| s.cpl == 3)
+        .expect("user-mode samples");
+    assert_eq!(kernel[0], (0, first_user.t_ns));
+    assert_eq!(user[0].0, first_user.t_ns);
+    let named: Vec<u32> = p
+        .threads
+        .iter()
+        .filter(|th| th.tid.is_some())
+        .map(|th| th.key)
+        .collect();
+    assert!(
+        t.samples
+            .iter()
+            .filter(|s| s.thread.is_some_and(|k| named.contains(&k)) && s.cpl == 3)
+            .all(|s| s.t_ns >= user[0].0),
+        "a named process's user-mode sample before the user phase"
+    );
+    eprintln!(
+        "phases: kernel 0..{:.3} s, user {:.3}..{:.3} s",
+        kernel[0].1 as f64 / 1e9,
+        user[0].0 as f64 / 1e9,
+        user[0].1 as f64 / 1e9
+    );
+}
+
 fn process_samples(profile: &serde_json::Value, name: &str, pid: u64) -> u64 {
     let rows: Vec<u64> = profile["processes"]
         .as_array()
@@ -539,6 +585,7 @@ fn processes_are_named_with_the_guests_own_shares() {
         "--cpus",
         "1",
         "--quiet",
+        "--timeline",
         "--timeout",
         &timeout,
         "--out",
@@ -549,6 +596,7 @@ fn processes_are_named_with_the_guests_own_shares() {
     out.assert_status(status::CLEAN)
         .assert_stderr_contains("guest powered off");
     assert_eq!(fact(&out, "procs"), "done", "{out}");
+    linux_phases(&out_dir.join("profile.json"));
     let procs = guest_procs(&out);
     eprintln!("the guest's processes: {procs:?}");
     let names: Vec<&str> = procs.iter().map(|p| p.name.as_str()).collect();
