@@ -62,7 +62,9 @@ impl Phases {
         if stage == USER {
             return;
         }
-        let first = !self.observed.swap(true, Ordering::Relaxed);
+        // The first sample seen (a load, not a write to the shared line, once one has been).
+        let first =
+            !self.observed.load(Ordering::Relaxed) && !self.observed.swap(true, Ordering::Relaxed);
         let next = if cpl == 3 {
             USER
         } else if stage == FIRMWARE && efer & EFER_LMA != 0 && pc >> 63 == 1 {
