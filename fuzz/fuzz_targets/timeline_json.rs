@@ -24,7 +24,9 @@ fuzz_target!(|data: &[u8]| {
     let none = Symbols::default();
     let _ = text::render(&p, &none, text::Bins::Phases, 3);
     let _ = text::render(&p, &none, text::Bins::Seconds(1e-6), 3);
-    perf::write(&p, &none, std::io::sink()).expect("perf text to a sink");
+    for tracks in [perf::Tracks::Threads, perf::Tracks::Vcpus] {
+        perf::write(&p, &none, tracks, std::io::sink()).expect("perf text to a sink");
+    }
     fxprof::write(&p, &none, std::io::sink()).expect("the Firefox file to a sink");
     for (from, to) in [(0, u64::MAX), (0, 1000), (500, 501)] {
         let w = window::restrict(&p, from, to).expect("the profile has a timeline");

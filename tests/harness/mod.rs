@@ -767,3 +767,13 @@ pub fn pprof(dir: &Path, report: &str, options: &[&str]) -> (String, String) {
     assert!(out.status.success(), "go tool pprof failed\n{text}\n{err}");
     (text, err)
 }
+
+/// The `[start, end)` of every phase marker named `name` on timeline `t`, in order (ns from the
+/// run's start).
+pub fn phase_spans(t: &report::timeline::Timeline, name: &str) -> Vec<(u64, u64)> {
+    t.markers
+        .iter()
+        .filter(|m| m.kind == report::timeline::MarkerKind::Phase && m.name == name)
+        .map(|m| (m.start_ns, m.end_ns))
+        .collect()
+}

@@ -340,8 +340,9 @@ mod tests {
             "the image ends far below"
         );
         assert_eq!(cache.misses, vec![(cr3, base + 0x1000, pc & !0xfff)]);
-        // Page by page this is 10,241 probes; with the holes, the PC's own 2 MiB (512 pages,
-        // its page table exists) and one probe for each of the 19 empty 2 MiB ranges below.
+        // Page by page this is 10,241 probes; with the holes, the PC's page, one probe for each
+        // of the 19 empty 2 MiB ranges below it, then the image's own 2 MiB range page by page
+        // (its page table exists: each missing page is a 4 KiB hole) down to the header.
         assert!(
             mem.reads <= 512 + 19 + 8,
             "{} reads for a scan over 40 MiB of mostly unmapped space",

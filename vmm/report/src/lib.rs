@@ -83,6 +83,15 @@ impl WrittenFiles {
     }
 }
 
+/// Writes one file atomically (see [`atomic`]): whole, or not at all, with the error naming
+/// `path`.
+pub fn write_file(
+    path: &Path,
+    f: impl FnOnce(&mut BufWriter<File>) -> Result<(), ReportError>,
+) -> Result<PathBuf, ReportError> {
+    Ok(stage_file(path.to_path_buf(), f)?.commit()?)
+}
+
 /// Stages `path` (see [`atomic`]): written and fsynced beside it, not yet in place.
 fn stage_file(
     path: PathBuf,

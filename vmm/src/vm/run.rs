@@ -237,6 +237,10 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
     if let Some((source, interval)) = hooks.interval {
         profiler.set_interval(source, interval);
     }
+    // A timeline started here records from the run's start: its phases are the run's.
+    if hooks.host_profiles.iter().any(|s| s.timeline) {
+        profiler.timeline().phases_from_start();
+    }
     for spec in hooks.host_profiles {
         if let Err(e) = profiler.start_host_profile(spec) {
             start_error.get_or_insert(VmError::HostProfile(e));

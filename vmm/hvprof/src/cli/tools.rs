@@ -70,14 +70,9 @@ pub fn report(a: &ReportArgs) -> ExitCode {
         } else {
             report::time_axis::perf::Tracks::Threads
         };
-        let written = atomic::stage(file, |w| {
+        let written = report::write_file(file, |w| {
             report::time_axis::perf::write(&profile, &symbols, tracks, w)
-        })
-        .map_err(|e| report::ReportError::File {
-            path: file.clone(),
-            source: Box::new(e),
-        })
-        .and_then(|s| Ok(s.commit()?));
+        });
         match written {
             Ok(path) => eprintln!("hvprof: wrote {}", path.display()),
             Err(e) => return fail(e, STATUS_HOST_ERROR),
@@ -374,12 +369,7 @@ pub fn merge(a: &MergeArgs) -> ExitCode {
             return fail(e, STATUS_CONFIG_ERROR);
         }
     };
-    let written = atomic::stage(&a.out, |w| report::json::write(&merged, w))
-        .map_err(|e| ReportError::File {
-            path: a.out.clone(),
-            source: Box::new(e),
-        })
-        .and_then(|s| Ok(s.commit()?));
+    let written = report::write_file(&a.out, |w| report::json::write(&merged, w));
     match written {
         Ok(_) => {
             eprintln!(

@@ -92,11 +92,10 @@ impl HostProfiles {
         // A timeline's time is the sample's: read before the work below (the first walk in a
         // new address space may search for images for a while).
         let now = profiles()
-            .any(|p| p.spec.timeline)
+            .any(|p| p.spec.timeline && p.samples_vcpu(v))
             .then(|| self.timeline.now_ns());
         if let Some(t_ns) = now {
-            self.timeline
-                .observe(t_ns, cpu.cpl, cpu.rip, cpu.paging.efer);
+            self.timeline.observe(t_ns, cpu.cpl, cpu.rip, &cpu.paging);
         }
         // The guest thread it ran in, once for every profile.
         let mut guest = self.guest.vcpu(v);

@@ -93,12 +93,17 @@ impl Timelines {
         self.phases.boot_firmware();
     }
 
-    /// A sample a timeline records, at `t_ns`, at privilege level `cpl`, PC `pc`, with EFER
-    /// `efer`: moves the run's phase on when it shows the kernel or user mode first (see
-    /// [`phases`]).
+    /// A timeline records from the run's start: its phases are the run's (see [`phases`]).
+    pub fn phases_from_start(&self) {
+        self.phases.recorded_from_start();
+    }
+
+    /// A sample a timeline records, at `t_ns`, at privilege level `cpl`, PC `pc`, in the
+    /// address space `paging`: moves the run's phase on when it shows the kernel or user mode
+    /// first (see [`phases`]).
     #[inline]
-    pub fn observe(&self, t_ns: u64, cpl: u8, pc: u64, efer: u64) {
-        self.phases.observe(t_ns, cpl, pc, efer);
+    pub fn observe(&self, t_ns: u64, cpl: u8, pc: u64, paging: &introspect::paging::Paging) {
+        self.phases.observe(t_ns, cpl, pc, paging);
     }
 
     /// True while at least one timeline records: one relaxed load, the whole cost of a
@@ -193,9 +198,20 @@ impl Timelines {
         end_ns: u64,
         name: String,
     ) {
-        if !self.reserve_marker() {
-            return;
+        if self.reserve_marker() {
+            self.keep_marker(vcpu, kind, start_ns, end_ns, name);
         }
+    }
+
+    /// Records a marker, counted or not against the cap.
+    fn keep_marker(
+        &self,
+        vcpu: Option<usize>,
+        kind: MarkerKind,
+        start_ns: u64,
+        end_ns: u64,
+        name: String,
+    ) {
         let marker = Marker {
             kind,
             vcpu: vcpu.map(|v| u32::try_from(v).unwrap_or(u32::MAX)),
@@ -246,9 +262,10 @@ impl Timelines {
         for object in open {
             self.object_stopped(object);
         }
-        self.push_marker(None, MarkerKind::Phase, 0, end, RUN_PHASE.into());
+        // The run and its phases: a few markers, kept past the cap (windows and bins use them).
+        self.keep_marker(None, MarkerKind::Phase, 0, end, RUN_PHASE.into());
         for (name, start, until) in self.phases.spans(end) {
-            self.push_marker(None, MarkerKind::Phase, start, until, name.into());
+            self.keep_marker(None, MarkerKind::Phase, start, until, name.into());
         }
         let logs: Vec<MutexGuard<'_, VcpuLog>> =
             (0..self.vcpus.len()).filter_map(|v| self.vcpu(v)).collect();

@@ -89,9 +89,42 @@ fn the_marker_cap_counts_what_it_drops() {
     t.marker(Some(0), MarkerKind::Halt, 1, 2, "a".into());
     t.marker(Some(0), MarkerKind::Halt, 3, 4, "b".into());
     let out = t.finish(&[1]);
-    // "a" fits; "b" and the run's phase do not.
-    assert_eq!(out[0].markers.len(), 1);
-    assert_eq!(out[0].dropped_markers, 2);
+    // "a" fits, "b" does not; the run's phase is kept past the cap (windows and bins use it).
+    let names: Vec<&str> = out[0].markers.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["run", "a"]);
+    assert_eq!(out[0].dropped_markers, 1);
+}
+
+/// A timeline recorded from the run's start gets the run's phases as the samples showed
+/// them; one that was not (started through the API) gets the whole run only.
+#[test]
+fn phases_are_the_runs_only_from_its_start() {
+    let paging = introspect::paging::Paging {
+        cr0: 0x8000_0011,
+        cr4: 0x20,
+        efer: 0x500,
+        ..Default::default()
+    };
+    let phases = |from_start: bool| {
+        let t = recording(1);
+        if from_start {
+            t.phases_from_start();
+        }
+        t.observe(5, 0, 0x10_0000, &paging);
+        t.observe(7, 3, 0x4000_0000, &paging);
+        let out = t.finish(&[1]);
+        out[0]
+            .markers
+            .iter()
+            .filter(|m| m.kind == MarkerKind::Phase)
+            .map(|m| (m.name.clone(), m.start_ns))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        phases(true),
+        [("kernel".into(), 0), ("run".into(), 0), ("user".into(), 7)]
+    );
+    assert_eq!(phases(false), [("run".to_string(), 0)]);
 }
 
 #[test]
