@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::harness::host::Budget;
-use crate::harness::{hvprof, status, TempDir};
+use crate::harness::{hvprof, phase_spans, status, TempDir};
 
 /// SeaBIOS from reset to its boot attempt, in guest-kernel instructions of the harness's
 /// calibration loop: 3.3 s where the loop ran at 0.33 us an instruction (an idle Intel host of
@@ -95,6 +95,45 @@ fn seabios_prints_its_banner_and_reaches_no_bootable_device() {
         .assert_stdout_contains("No bootable device.");
     out.assert_stderr_contains("guest requested a reset (firmware boot");
     eprintln!("SeaBIOS reached its boot attempt in {:.2?}", out.elapsed);
+}
+
+/// SeaBIOS profiled with a timeline, from reset to "No bootable device" and its reboot: the
+/// whole run is its `firmware` phase (real mode and 32-bit code, never a kernel-half address in
+/// long mode, never user mode), with samples in it.
+#[test]
+fn a_seabios_run_is_all_firmware_on_its_timeline() {
+    let limit = SEABIOS_BOOT.limit();
+    let dir = TempDir::new("firmware-timeline");
+    let out_dir = dir.join("out");
+    let out = hvprof([
+        "profile".as_ref(),
+        "--firmware".as_ref(),
+        seabios().as_os_str(),
+        "--reboot-timeout".as_ref(),
+        "0".as_ref(),
+        "--timeline".as_ref(),
+        "--quiet".as_ref(),
+        "--timeout".as_ref(),
+        limit.timeout_arg().as_ref(),
+        "--out".as_ref(),
+        out_dir.as_os_str(),
+    ])
+    .host_limit(&limit)
+    .run();
+    out.assert_status(status::CLEAN);
+    let p = report::read_profile(&out_dir.join("profile.json")).expect("the profile");
+    let t = &p.timelines[0];
+    let run = phase_spans(t, "run");
+    assert_eq!(phase_spans(t, "firmware"), run, "{:?}", t.markers);
+    for other in ["kernel", "user"] {
+        assert_eq!(phase_spans(t, other), Vec::<(u64, u64)>::new(), "{other}");
+    }
+    assert!(!t.samples.is_empty() && t.samples.iter().all(|s| s.cpl == 0));
+    eprintln!(
+        "SeaBIOS: firmware 0..{:.3} s, {} samples",
+        run[0].1 as f64 / 1e9,
+        t.samples.len()
+    );
 }
 
 fn firmware_run(args: &[&std::ffi::OsStr]) -> crate::harness::Output {
