@@ -198,20 +198,9 @@ impl Timelines {
         end_ns: u64,
         name: String,
     ) {
-        if self.reserve_marker() {
-            self.keep_marker(vcpu, kind, start_ns, end_ns, name);
+        if !self.reserve_marker() {
+            return;
         }
-    }
-
-    /// Records a marker, counted or not against the cap.
-    fn keep_marker(
-        &self,
-        vcpu: Option<usize>,
-        kind: MarkerKind,
-        start_ns: u64,
-        end_ns: u64,
-        name: String,
-    ) {
         let marker = Marker {
             kind,
             vcpu: vcpu.map(|v| u32::try_from(v).unwrap_or(u32::MAX)),
@@ -262,15 +251,26 @@ impl Timelines {
         for object in open {
             self.object_stopped(object);
         }
-        // The run and its phases: a few markers, kept past the cap (windows and bins use them).
-        self.keep_marker(None, MarkerKind::Phase, 0, end, RUN_PHASE.into());
-        for (name, start, until) in self.phases.spans(end) {
-            self.keep_marker(None, MarkerKind::Phase, start, until, name.into());
-        }
         let logs: Vec<MutexGuard<'_, VcpuLog>> =
             (0..self.vcpus.len()).filter_map(|v| self.vcpu(v)).collect();
         let mut markers: Vec<Marker> = self.vm().markers.clone();
         markers.extend(logs.iter().flat_map(|l| l.markers.iter().cloned()));
+        // The run and its phases: a few markers, not held to the cap (windows and bins use
+        // them).
+        let phase = |start_ns, end_ns, name: &str| Marker {
+            kind: MarkerKind::Phase,
+            vcpu: None,
+            start_ns,
+            end_ns,
+            name: name.into(),
+        };
+        markers.push(phase(0, end, RUN_PHASE));
+        markers.extend(
+            self.phases
+                .spans(end)
+                .into_iter()
+                .map(|(name, start, until)| phase(start, until, name)),
+        );
         markers.sort_by_key(|a| (a.start_ns, a.end_ns, a.vcpu));
         let dropped_markers = self.dropped_markers.load(Ordering::Relaxed);
         profiles
