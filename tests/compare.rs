@@ -431,4 +431,41 @@ fn compare_restricted_to_a_phase_or_window() {
     .run();
     out.assert_status(crate::harness::status::USAGE);
     out.assert_error_line(&["/nonexistent/dir"]);
+
+    // Two host profiles with a timeline each: --timeline prints both, --object picks one.
+    let mut two = timeline_profile(90);
+    let mut second = two.objects[0].clone();
+    second.id = 2;
+    two.objects.push(second);
+    let mut t2 = two.timelines[0].clone();
+    t2.object = 2;
+    t2.samples.truncate(100);
+    two.timelines.push(t2);
+    let two_dir = dir.join("two");
+    report::write_all(&two_dir, &two, &symbols).unwrap();
+    let both = two_dir.join("profile.json");
+    let both = both.to_str().unwrap();
+    let out = hvprof(["report", both, "--timeline"]).run();
+    out.assert_status(0);
+    out.assert_stdout_contains("timeline of object 1: 4000 samples")
+        .assert_stdout_contains("timeline of object 2: 100 samples");
+    let out = hvprof(["report", both, "--timeline", "--object", "2"]).run();
+    out.assert_status(0);
+    out.assert_stdout_contains("timeline of object 2: 100 samples")
+        .assert_stdout_lacks("timeline of object 1");
+    hvprof(["report", both, "--perf-script", t, "--object", "2"])
+        .run()
+        .assert_status(0);
+    let picked = std::fs::read_to_string(&text).unwrap();
+    assert_eq!(
+        picked.matches(" cpu-clock:").count(),
+        100,
+        "object 2's samples only"
+    );
+    let out = hvprof(["report", both, "--perf-script", t, "--object", "9"]).run();
+    out.assert_status(crate::harness::status::USAGE);
+    out.assert_error_line(&["no timeline of object 9", "objects 1, 2"]);
+    let out = hvprof(["report", both, "--object", "2"]).run();
+    out.assert_status(crate::harness::status::USAGE);
+    out.assert_error_line(&["--object picks a timeline"]);
 }

@@ -319,6 +319,11 @@ pub struct ReportArgs {
     /// the whole machine's time axis in one view.
     #[arg(long, requires = "perf_script")]
     pub per_vcpu: bool,
+    /// With --timeline or --perf-script: the timeline of this host profile (its object id),
+    /// for a run in which several recorded one (default: every one for --timeline, the first
+    /// for --perf-script).
+    #[arg(long, value_name = "ID")]
+    pub object: Option<u64>,
     #[command(flatten)]
     pub filter: FilterArgs,
 }

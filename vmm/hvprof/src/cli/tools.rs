@@ -47,12 +47,35 @@ pub fn report(a: &ReportArgs) -> ExitCode {
         Err(e) => return fail(e, STATUS_CONFIG_ERROR),
     };
     symbols::report_missing(&symbols);
-    if (a.timeline || a.perf_script.is_some()) && profile.timelines.is_empty() {
+    let timeline_asked = a.timeline || a.perf_script.is_some();
+    if timeline_asked && profile.timelines.is_empty() {
         return fail(
             report::time_axis::window::WindowError::NoTimeline,
             STATUS_CONFIG_ERROR,
         );
     }
+    // What the timeline outputs read: with --object, the profile with that timeline alone
+    // (--out and the tables keep every timeline).
+    let picked;
+    let timelines = match a.object {
+        Some(_) if !timeline_asked => {
+            return fail(
+                anyhow::anyhow!(
+                    "--object picks a timeline: give it with --timeline or --perf-script"
+                ),
+                STATUS_CONFIG_ERROR,
+            );
+        }
+        Some(object) => {
+            let mut p = profile.clone();
+            if let Err(e) = report::time_axis::keep_only(&mut p, object) {
+                return fail(e, STATUS_CONFIG_ERROR);
+            }
+            picked = p;
+            &picked
+        }
+        None => &profile,
+    };
     if let Some(dir) = &a.out {
         // --out was writable a moment ago: a failure now is the host's (a full file system).
         match report::write_all(dir, &profile, &symbols) {
@@ -71,7 +94,7 @@ pub fn report(a: &ReportArgs) -> ExitCode {
             report::time_axis::perf::Tracks::Threads
         };
         let written = report::write_file(file, |w| {
-            report::time_axis::perf::write(&profile, &symbols, tracks, w)
+            report::time_axis::perf::write(timelines, &symbols, tracks, w)
         });
         match written {
             Ok(path) => eprintln!("hvprof: wrote {}", path.display()),
@@ -85,7 +108,7 @@ pub fn report(a: &ReportArgs) -> ExitCode {
         };
         print!(
             "{}",
-            report::time_axis::text::render(&profile, &symbols, bins, a.top)
+            report::time_axis::text::render(timelines, &symbols, bins, a.top)
         );
         return ExitCode::SUCCESS;
     }

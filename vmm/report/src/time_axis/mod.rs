@@ -12,6 +12,9 @@
 //! [`window`] restricts a profile to a time window or phase (`hvprof compare --from/--to`,
 //! `--phase`), rebuilding its counts from the timeline's samples.
 
+use crate::profile::Profile;
+use window::WindowError;
+
 pub mod file;
 pub mod fxprof;
 pub mod perf;
@@ -20,3 +23,48 @@ pub mod window;
 
 #[cfg(test)]
 pub(crate) mod testdata;
+
+/// Keeps only the timeline of host profile `object` in `profile` (`hvprof report --object`: a
+/// run with several host profiles recording one each); an error naming the ones it has when
+/// there is none, or no timeline at all.
+pub fn keep_only(profile: &mut Profile, object: u64) -> Result<(), WindowError> {
+    if profile.timelines.is_empty() {
+        return Err(WindowError::NoTimeline);
+    }
+    if !profile.timelines.iter().any(|t| t.object == object) {
+        return Err(WindowError::NoTimelineOf {
+            object,
+            have: profile.timelines.iter().map(|t| t.object).collect(),
+        });
+    }
+    profile.timelines.retain(|t| t.object == object);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keep_only_picks_one_timeline_or_names_the_ones_there_are() {
+        let mut p = testdata::profile();
+        let mut other = p.timelines[0].clone();
+        other.object = 3;
+        p.timelines.push(other);
+        let mut one = p.clone();
+        keep_only(&mut one, 3).unwrap();
+        assert_eq!(one.timelines.len(), 1);
+        assert_eq!(one.timelines[0].object, 3);
+        let err = keep_only(&mut p.clone(), 9).unwrap_err();
+        assert_eq!(
+            err,
+            WindowError::NoTimelineOf {
+                object: 9,
+                have: vec![2, 3]
+            }
+        );
+        assert!(err.to_string().contains("of objects 2, 3"), "{err}");
+        p.timelines.clear();
+        assert_eq!(keep_only(&mut p, 2), Err(WindowError::NoTimeline));
+    }
+}

@@ -121,14 +121,33 @@ fn top_of(rows: BTreeMap<String, u64>, top: usize) -> String {
         .join(", ")
 }
 
-/// The timeline of `profile` as text, `top` functions and processes per vCPU and bin.
+/// The timelines of `profile` as text (one after the other, a run with several host profiles
+/// recording one each), `top` functions and processes per vCPU and bin.
 pub fn render(profile: &Profile, symbols: &Symbols, how: Bins, top: usize) -> String {
-    let Some(t) = profile.timelines.first() else {
+    if profile.timelines.is_empty() {
         return "no timeline: the run was recorded without --timeline\n".to_string();
-    };
+    }
     let tasks = Tasks::new(profile);
-    let (bins, width) = bins(t, how);
     let mut out = String::new();
+    for (n, t) in profile.timelines.iter().enumerate() {
+        if n > 0 {
+            out.push('\n');
+        }
+        render_one(&mut out, t, &tasks, symbols, how, top);
+    }
+    out
+}
+
+/// One timeline's text, appended to `out`.
+fn render_one(
+    out: &mut String,
+    t: &Timeline,
+    tasks: &Tasks,
+    symbols: &Symbols,
+    how: Bins,
+    top: usize,
+) {
+    let (bins, width) = bins(t, how);
     let _ = writeln!(
         out,
         "timeline of object {}: {} samples ({} dropped past the recorder's cap), {} markers ({} dropped); {}",
@@ -210,7 +229,6 @@ pub fn render(profile: &Profile, symbols: &Symbols, how: Bins, top: usize) -> St
             out.push('\n');
         }
     }
-    out
 }
 
 #[cfg(test)]

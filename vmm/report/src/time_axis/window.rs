@@ -21,6 +21,14 @@ pub enum WindowError {
     /// The profile was recorded without `--timeline`.
     #[error("the profile has no timeline (record it with --timeline): it cannot be restricted to a time window")]
     NoTimeline,
+    /// No timeline of that host profile.
+    #[error("the profile has no timeline of object {object} (its timelines are of objects {})", .have.iter().map(u64::to_string).collect::<Vec<_>>().join(", "))]
+    NoTimelineOf {
+        /// The object asked for.
+        object: u64,
+        /// The objects it has timelines of.
+        have: Vec<u64>,
+    },
     /// No phase marker of that name.
     #[error("the profile has no phase {name:?} (its phases: {})", if .phases.is_empty() { "none".to_string() } else { .phases.join(", ") })]
     NoPhase {

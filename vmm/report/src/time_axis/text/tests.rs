@@ -111,3 +111,25 @@ fn the_whole_run_is_a_bin_only_without_finer_phases() {
     let bins: Vec<&str> = out.lines().filter(|l| !l.starts_with(' ')).collect();
     assert_eq!(bins[1..], ["0.000-3.000 s  run"]);
 }
+
+/// A run with two host profiles recording a timeline each: both are printed, in order.
+#[test]
+fn every_timeline_is_printed() {
+    let mut p = profile();
+    let mut other = p.timelines[0].clone();
+    other.object = 3;
+    other.samples.truncate(5);
+    p.timelines.push(other);
+    let out = render(&p, &call_site_symbols(), Bins::Phases, 3);
+    let heads: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("timeline of object"))
+        .collect();
+    assert_eq!(heads.len(), 2, "{out}");
+    assert!(heads[0].starts_with("timeline of object 2: 90 samples"));
+    assert!(heads[1].starts_with("timeline of object 3: 5 samples"));
+    assert!(
+        out.contains("\n\ntimeline of object 3"),
+        "a blank line between"
+    );
+}
