@@ -462,6 +462,26 @@ fn compare_restricted_to_a_phase_or_window() {
         100,
         "object 2's samples only"
     );
+    let fx = dir.join("two.fxprof.json");
+    hvprof([
+        "report",
+        both,
+        "--fxprof",
+        fx.to_str().unwrap(),
+        "--object",
+        "2",
+    ])
+    .run()
+    .assert_status(0);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&fx).unwrap()).unwrap();
+    let on_vcpus: u64 = v["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|th| th["processName"] == "vCPUs")
+        .map(|th| th["samples"]["length"].as_u64().unwrap())
+        .sum();
+    assert_eq!(on_vcpus, 100, "object 2's samples on the vCPU tracks");
     let out = hvprof(["report", both, "--perf-script", t, "--object", "9"]).run();
     out.assert_status(crate::harness::status::USAGE);
     out.assert_error_line(&["no timeline of object 9", "objects 1, 2"]);

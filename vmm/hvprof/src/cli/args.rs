@@ -315,13 +315,17 @@ pub struct ReportArgs {
     /// these symbols), for speedscope, Perfetto, the Firefox Profiler or inferno.
     #[arg(long, value_name = "FILE")]
     pub perf_script: Option<PathBuf>,
+    /// Also write the run's timeline in the Firefox Profiler's format to FILE (as
+    /// timeline.fxprof.json, with these symbols).
+    #[arg(long, value_name = "FILE")]
+    pub fxprof: Option<PathBuf>,
     /// In the --perf-script text, a track per vCPU (`vcpuN 0/0`) instead of per guest thread:
     /// the whole machine's time axis in one view.
     #[arg(long, requires = "perf_script")]
     pub per_vcpu: bool,
-    /// With --timeline or --perf-script: the timeline of this host profile (its object id),
-    /// for a run in which several recorded one (default: every one for --timeline, the first
-    /// for --perf-script).
+    /// With --timeline, --perf-script or --fxprof: the timeline of this host profile (its
+    /// object id), for a run in which several recorded one (default: every one for
+    /// --timeline, the first for the files).
     #[arg(long, value_name = "ID")]
     pub object: Option<u64>,
     #[command(flatten)]

@@ -27,7 +27,7 @@ pub fn report(a: &ReportArgs) -> ExitCode {
             return fail(e, STATUS_CONFIG_ERROR);
         }
     }
-    if let Some(file) = &a.perf_script {
+    for file in [&a.perf_script, &a.fxprof].into_iter().flatten() {
         if let Err(e) = atomic::check_file(file) {
             return fail(e, STATUS_CONFIG_ERROR);
         }
@@ -47,7 +47,7 @@ pub fn report(a: &ReportArgs) -> ExitCode {
         Err(e) => return fail(e, STATUS_CONFIG_ERROR),
     };
     symbols::report_missing(&symbols);
-    let timeline_asked = a.timeline || a.perf_script.is_some();
+    let timeline_asked = a.timeline || a.perf_script.is_some() || a.fxprof.is_some();
     if timeline_asked && profile.timelines.is_empty() {
         return fail(
             report::time_axis::window::WindowError::NoTimeline,
@@ -61,7 +61,7 @@ pub fn report(a: &ReportArgs) -> ExitCode {
         Some(_) if !timeline_asked => {
             return fail(
                 anyhow::anyhow!(
-                    "--object picks a timeline: give it with --timeline or --perf-script"
+                    "--object picks a timeline: give it with --timeline, --perf-script or --fxprof"
                 ),
                 STATUS_CONFIG_ERROR,
             );
@@ -95,6 +95,15 @@ pub fn report(a: &ReportArgs) -> ExitCode {
         };
         let written = report::write_file(file, |w| {
             report::time_axis::perf::write(timelines, &symbols, tracks, w)
+        });
+        match written {
+            Ok(path) => eprintln!("hvprof: wrote {}", path.display()),
+            Err(e) => return fail(e, STATUS_HOST_ERROR),
+        }
+    }
+    if let Some(file) = &a.fxprof {
+        let written = report::write_file(file, |w| {
+            report::time_axis::fxprof::write(timelines, &symbols, w)
         });
         match written {
             Ok(path) => eprintln!("hvprof: wrote {}", path.display()),
