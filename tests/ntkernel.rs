@@ -27,10 +27,11 @@ use crate::harness::{hvprof, pprof, Output, TempDir};
 
 const NT_BASE: u64 = 0xffff_f800_0010_0000;
 
-/// Builds the stand-in kernel (ntoskrnl.exe) and its PDB (ntkrnlmp.pdb) in `dir`.
-fn build_nt(dir: &TempDir) -> PeModule {
+/// Builds a stand-in kernel from tests/fixtures/pe/`source` (nt.c: modules; ntproc.c:
+/// processes and threads) as ntoskrnl.exe with its ntkrnlmp.pdb, in `dir`.
+fn build_nt(dir: &TempDir, source: &'static str) -> PeModule {
     let spec = PeSpec {
-        source: "nt.c",
+        source,
         image: "ntoskrnl.exe",
         pdb: "ntkrnlmp.pdb",
         entry: "KiSystemStartup",
@@ -43,7 +44,7 @@ fn build_nt(dir: &TempDir) -> PeModule {
 #[test]
 fn the_kernel_and_its_module_list_are_found_and_named_from_the_pdb_alone() {
     let dir = TempDir::new("ntkernel");
-    let nt = build_nt(&dir);
+    let nt = build_nt(&dir, "nt.c");
     let r = nt.pdb_ref();
     let store = dir.join("store");
     nt.store_pdb(&store);
@@ -107,20 +108,6 @@ fn the_kernel_and_its_module_list_are_found_and_named_from_the_pdb_alone() {
     assert!(top.contains("KiIdleSpin"), "{top}");
 }
 
-/// Builds the stand-in kernel of processes and threads (tests/fixtures/pe/ntproc.c) as
-/// ntoskrnl.exe with its ntkrnlmp.pdb.
-fn build_ntproc(dir: &TempDir) -> PeModule {
-    let spec = PeSpec {
-        source: "ntproc.c",
-        image: "ntoskrnl.exe",
-        pdb: "ntkrnlmp.pdb",
-        entry: "KiSystemStartup",
-        base: NT_BASE,
-        link: &[],
-    };
-    PeModule::build(dir, &spec)
-}
-
 /// The `key=value` words of the guest's `refguest: ntprocs <kind> ...` lines.
 fn ground_truth(out: &Output, kind: &str) -> Vec<HashMap<String, String>> {
     let prefix = format!("refguest: ntprocs {kind} ");
@@ -166,7 +153,7 @@ struct Row<'a> {
 #[test]
 fn processes_threads_and_user_modules_are_named_from_the_pdb_with_the_guests_shares() {
     let dir = TempDir::new("ntprocs");
-    let nt = build_ntproc(&dir);
+    let nt = build_nt(&dir, "ntproc.c");
     let store = dir.join("store");
     nt.store_pdb(&store);
     let out = dir.join("out");
