@@ -96,18 +96,16 @@ pub fn report(a: &ReportArgs) -> ExitCode {
         let written = report::write_file(file, |w| {
             report::time_axis::perf::write(timelines, &symbols, tracks, w)
         });
-        match written {
-            Ok(path) => eprintln!("hvprof: wrote {}", path.display()),
-            Err(e) => return fail(e, STATUS_HOST_ERROR),
+        if let Err(code) = said(written) {
+            return code;
         }
     }
     if let Some(file) = &a.fxprof {
         let written = report::write_file(file, |w| {
             report::time_axis::fxprof::write(timelines, &symbols, w)
         });
-        match written {
-            Ok(path) => eprintln!("hvprof: wrote {}", path.display()),
-            Err(e) => return fail(e, STATUS_HOST_ERROR),
+        if let Err(code) = said(written) {
+            return code;
         }
     }
     if a.timeline {
@@ -127,6 +125,18 @@ pub fn report(a: &ReportArgs) -> ExitCode {
     }
     print!("{out}");
     ExitCode::SUCCESS
+}
+
+/// A file `report` wrote (named on stderr), or the exit of a failure to: its path was writable
+/// a moment ago, so a failure now is the host's (a full file system).
+fn said(written: Result<std::path::PathBuf, ReportError>) -> Result<(), ExitCode> {
+    match written {
+        Ok(path) => {
+            eprintln!("hvprof: wrote {}", path.display());
+            Ok(())
+        }
+        Err(e) => Err(fail(e, STATUS_HOST_ERROR)),
+    }
 }
 
 /// Proves every output of `compare` writable before any work: `--markdown` and `--junit`
