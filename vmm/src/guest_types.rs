@@ -5,9 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
+use files::bounded;
 use introspect::os::OsLayout;
 use introspect::pe::CodeView;
-use report::bounded;
 use report::symbols::path::SymbolPath;
 use report::symbols::pdb::PdbId;
 use report::symbols::types::{
@@ -58,7 +58,7 @@ pub enum GuestTypesError {
         /// The file.
         path: PathBuf,
         /// Why.
-        source: report::bounded::InputError,
+        source: files::bounded::InputError,
     },
     /// The file holds no usable layout.
     #[error("{path}: {source}")]
@@ -106,11 +106,7 @@ pub fn guest_types(
         return Ok(GuestTypes::Off);
     }
     if let Some(path) = file {
-        let bytes =
-            bounded::read(path, bounded::SYMBOLS).map_err(|source| GuestTypesError::Read {
-                path: path.into(),
-                source,
-            })?;
+        let bytes = read_types_file(path)?;
         let layout = layout_from_file(&bytes).map_err(|source| GuestTypesError::Types {
             path: path.into(),
             source,
@@ -165,6 +161,25 @@ pub fn guest_types(
         (GuestOsChoice::Windows, None) => Err(GuestTypesError::NoWindowsSource),
         _ => Ok(GuestTypes::AddressSpaces),
     }
+}
+
+/// The file at `path` (`--guest-types`), whole, once its first bytes show one of the formats
+/// it may be: a file of none is refused at the cost of those bytes, however large.
+fn read_types_file(path: &Path) -> Result<Vec<u8>, GuestTypesError> {
+    use report::symbols::types::{TypesFormat, SNIFF_BYTES};
+    let read_err = |source| GuestTypesError::Read {
+        path: path.into(),
+        source,
+    };
+    let (file, size) = bounded::open(path, bounded::SYMBOLS, false).map_err(read_err)?;
+    let head = bounded::head(&file, path, SNIFF_BYTES).map_err(read_err)?;
+    if TypesFormat::sniff(&head).is_none() {
+        return Err(GuestTypesError::Types {
+            path: path.into(),
+            source: TypeError::UnknownFormat,
+        });
+    }
+    bounded::read_from(&file, path, size, bounded::SYMBOLS).map_err(read_err)
 }
 
 /// The layout in the vmlinux at `path`.

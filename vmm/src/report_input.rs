@@ -222,7 +222,7 @@ pub fn kernel_symbols(spec: &KernelSpec) -> Symbols {
     let name = module_name(spec);
     let module = match spec.embedded {
         Some(b) => elf::read(&name, b),
-        None => match report::bounded::read(&spec.kernel, report::bounded::KERNEL) {
+        None => match files::bounded::read(&spec.kernel, files::bounded::KERNEL) {
             Ok(b) => elf::read(&name, &b).map(|m| Module {
                 path: Some(spec.kernel.clone()),
                 ..m

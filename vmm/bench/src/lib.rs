@@ -448,7 +448,7 @@ fn unwind_session(opts: &BenchOptions) -> Result<Session, BenchError> {
     let path = std::env::temp_dir().join(format!("hvprof-bench-{}.exe", std::process::id()));
     // Through the atomic writer: a name in a shared /tmp is never opened for writing, so a
     // symlink planted at it cannot redirect the write.
-    report::atomic::write(&path, &pe::deep_module())
+    files::atomic::write(&path, files::atomic::Naming::InDir, &pe::deep_module())
         .map_err(|e| BenchError::Module(e.into_io()))?;
     let result = session(opts, "scenario=bench bench.pe=1", Some(path.clone()));
     let _ = std::fs::remove_file(&path);

@@ -15,7 +15,6 @@ pub mod calendar;
 pub mod cmos;
 pub mod debug_exit;
 pub mod debugcon;
-pub mod files;
 pub mod fw_cfg;
 pub mod i8042;
 pub mod pci;
@@ -27,4 +26,3 @@ pub mod virtio;
 pub use bus::{Bus, BusDevice, BusError, Origin};
 
 pub use bytes::read_padded;
-pub use files::blocking;

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use crate::symbols::SymbolError;
-use crate::{atomic, bounded, profile, validate};
+use crate::{profile, validate};
+use files::{atomic, bounded};
 
 /// Errors reading or writing profiles.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +74,19 @@ pub enum ReportError {
     /// An input file was refused or could not be read.
     #[error(transparent)]
     Input(#[from] bounded::InputError),
+}
+
+impl ReportError {
+    /// Whether the user can mend this by naming another output: something stands at an
+    /// output's path that hvprof never replaces (a directory, a FIFO nobody reads), as
+    /// opposed to the host failing while writing (a full file system).
+    pub fn is_output_refused(&self) -> bool {
+        match self {
+            ReportError::Write(e) => e.is_refusal(),
+            ReportError::File { source, .. } => source.is_output_refused(),
+            _ => false,
+        }
+    }
 }
 
 impl From<std::io::Error> for ReportError {

@@ -21,8 +21,6 @@
 #![warn(missing_docs)]
 
 pub mod annotate;
-pub mod atomic;
-pub mod bounded;
 pub mod callers;
 pub mod compare;
 mod error;
@@ -44,6 +42,9 @@ pub mod validate;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+
+use files::atomic::Naming;
+use files::{atomic, bounded};
 
 pub use error::ReportError;
 pub use load::{KernelImage, SymbolSpec};
@@ -83,23 +84,29 @@ impl WrittenFiles {
     }
 }
 
-/// Writes one file atomically (see [`atomic`]): whole, or not at all, with the error naming
-/// `path`.
+/// Writes one file the user named atomically (see [`atomic`]): whole, or not at all, with
+/// the error naming `path`; a device or a FIFO with a reader is written through.
 pub fn write_file(
     path: &Path,
     f: impl FnOnce(&mut BufWriter<File>) -> Result<(), ReportError>,
 ) -> Result<PathBuf, ReportError> {
-    Ok(stage_file(path.to_path_buf(), f)?.commit()?)
+    Ok(stage_file(path.to_path_buf(), Naming::Named, f)?.commit()?)
 }
 
-/// Stages `path` (see [`atomic`]): written and fsynced beside it, not yet in place.
-fn stage_file(
+/// Stages `path` (see [`atomic`]): written and fsynced beside it, not yet in place. An error
+/// names `path` once.
+pub fn stage_file(
     path: PathBuf,
+    naming: Naming,
     f: impl FnOnce(&mut BufWriter<File>) -> Result<(), ReportError>,
 ) -> Result<atomic::Staged, ReportError> {
-    atomic::stage(&path, f).map_err(|e| ReportError::File {
-        path,
-        source: Box::new(e),
+    atomic::stage(&path, naming, f).map_err(|e| match e {
+        // It names the path already.
+        e @ ReportError::Write(_) => e,
+        e => ReportError::File {
+            path,
+            source: Box::new(e),
+        },
     })
 }
 
@@ -108,9 +115,9 @@ fn stage_file(
 /// profile is symbolized on a copy, unless it already was with these symbols).
 ///
 /// With a timeline ([`Profile::timelines`]), also timeline.json, timeline.fxprof.json and
-/// timeline.perf.txt ([`time_axis`]); without one, a timeline.json left in `dir` by an
-/// earlier run is removed once the new files are in place, so that it is never read as this
-/// profile's.
+/// timeline.perf.txt ([`time_axis`]); without one, those an earlier run left in `dir` are
+/// removed once the new files are in place ([`remove_timeline_beside`]), so that none is
+/// read or opened as this profile's.
 ///
 /// The files are replaced together (see [`atomic`]): all are written and fsynced beside
 /// their final names before any is renamed into place, so a failure while writing any of
@@ -146,41 +153,81 @@ pub fn write_all(
         },
     };
     let mut staged = vec![
-        stage_file(files.json.clone(), |w| json::write(profile, w))?,
-        stage_file(files.pprof.clone(), |w| pprof::write(profile, symbols, w))?,
-        stage_file(files.flamegraph.clone(), |w| {
+        stage_file(files.json.clone(), Naming::InDir, |w| {
+            json::write(profile, w)
+        })?,
+        stage_file(files.pprof.clone(), Naming::InDir, |w| {
+            pprof::write(profile, symbols, w)
+        })?,
+        stage_file(files.flamegraph.clone(), Naming::InDir, |w| {
             flame::write(profile, symbols, w)
         })?,
-        stage_file(files.text.clone(), |w| {
+        stage_file(files.text.clone(), Naming::InDir, |w| {
             w.write_all(text::render(profile, symbols, REPORT_TOP).as_bytes())
                 .map_err(ReportError::Io)
         })?,
     ];
     if let [json, fxprof, perf] = files.timeline.as_slice() {
-        staged.push(stage_file(json.clone(), |w| {
+        staged.push(stage_file(json.clone(), Naming::InDir, |w| {
             time_axis::file::write(profile, w)
         })?);
-        staged.push(stage_file(fxprof.clone(), |w| {
+        staged.push(stage_file(fxprof.clone(), Naming::InDir, |w| {
             time_axis::fxprof::write(profile, symbols, w)
         })?);
-        staged.push(stage_file(perf.clone(), |w| {
+        staged.push(stage_file(perf.clone(), Naming::InDir, |w| {
             time_axis::perf::write(profile, symbols, time_axis::perf::Tracks::Threads, w)
         })?);
     }
     atomic::commit_all(staged)?;
     if files.timeline.is_empty() {
-        let stale = time_axis::file::path_beside(&files.json);
-        match std::fs::remove_file(&stale) {
+        remove_timeline_beside(&files.json)?;
+    }
+    Ok(files)
+}
+
+/// The names of every file [`write_all`] may write into a directory: a run's whole set, so
+/// that each can be checked writable before a run and none of an earlier run's is left.
+pub const OUTPUT_NAMES: [&str; 7] = [
+    "profile.json",
+    "profile.pb.gz",
+    "flamegraph.svg",
+    "report.txt",
+    time_axis::file::FILE_NAME,
+    time_axis::fxprof::FILE_NAME,
+    time_axis::perf::FILE_NAME,
+];
+
+/// Removes the timeline files an earlier run left beside the profile.json at `json`, once
+/// a profile without a timeline was written there, so that none is read or opened as this
+/// profile's: timeline.json (or NAME.timeline.json beside NAME.json,
+/// [`time_axis::file::path_beside`]) and, beside a profile.json, its two exports. Only
+/// regular files and links are removed: anything else at those names is not an earlier
+/// run's output.
+pub fn remove_timeline_beside(json: &Path) -> Result<(), ReportError> {
+    let mut stale = vec![time_axis::file::path_beside(json)];
+    if json.file_name().is_some_and(|n| n == "profile.json") {
+        stale.push(json.with_file_name(time_axis::fxprof::FILE_NAME));
+        stale.push(json.with_file_name(time_axis::perf::FILE_NAME));
+    }
+    for path in stale {
+        let kind = match std::fs::symlink_metadata(&path) {
+            Ok(m) => m.file_type(),
+            Err(_) => continue,
+        };
+        if !(kind.is_file() || kind.is_symlink()) {
+            continue;
+        }
+        match std::fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 return Err(ReportError::File {
-                    path: stale,
+                    path,
                     source: Box::new(ReportError::Io(e)),
                 })
             }
             _ => {}
         }
     }
-    Ok(files)
+    Ok(())
 }
 
 /// Reads a profile.json file, and its timeline when one is beside it
@@ -211,6 +258,54 @@ mod tests {
     use super::*;
     use profile::tests::sample_profile;
     use symbols::tests::module;
+
+    #[test]
+    fn a_run_without_a_timeline_leaves_none_of_the_earlier_runs_timeline_files() {
+        let dir = std::env::temp_dir().join(format!("hvprof-stale-set-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let with = time_axis::testdata::profile();
+        assert!(!with.timelines.is_empty());
+        let first = write_all(&dir, &with, &Symbols::default()).unwrap();
+        assert_eq!(first.timeline.len(), 3);
+        let without = sample_profile(0x1000);
+        let second = write_all(&dir, &without, &Symbols::default()).unwrap();
+        assert!(second.timeline.is_empty());
+        let mut left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "flamegraph.svg",
+                "profile.json",
+                "profile.pb.gz",
+                "report.txt"
+            ]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn only_an_earlier_runs_files_are_removed_beside_a_profile() {
+        let dir = std::env::temp_dir().join(format!("hvprof-stale-beside-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let merged = dir.join("all.json");
+        std::fs::write(dir.join("all.timeline.json"), b"{}").unwrap();
+        std::fs::write(dir.join(time_axis::perf::FILE_NAME), b"another run's").unwrap();
+        std::fs::create_dir(dir.join("timeline.json")).unwrap();
+        remove_timeline_beside(&merged).unwrap();
+        assert!(!dir.join("all.timeline.json").exists());
+        // Not beside all.json: another profile's.
+        assert!(dir.join(time_axis::perf::FILE_NAME).exists());
+        remove_timeline_beside(&dir.join("profile.json")).unwrap();
+        assert!(!dir.join(time_axis::perf::FILE_NAME).exists());
+        // Not a file an earlier run wrote.
+        assert!(dir.join("timeline.json").is_dir());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn write_all_writes_four_files_and_the_json_reads_back_symbolized() {

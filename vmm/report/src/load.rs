@@ -13,12 +13,18 @@
 
 use std::path::{Path, PathBuf};
 
-use super::bounded;
 use super::profile::{GuestModule, Profile};
 use super::symbols::{elf, pdb, pe, Finder, Module, SymbolError, Symbols};
 use super::ReportError;
+use files::bounded;
 
 const PDB_MAGIC: &[u8] = b"Microsoft C/C++ MSF 7.00\r\n\x1aDS\0\0\0";
+
+/// Whether `head`, a file's first bytes, starts as a PDB, a PE image or an ELF file does:
+/// anything else is refused before the rest is read, however large it is.
+fn may_be_symbols(head: &[u8]) -> bool {
+    head.starts_with(PDB_MAGIC) || head.starts_with(b"MZ") || head.starts_with(b"\x7fELF")
+}
 
 /// One `--symbols` argument.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,7 +76,11 @@ pub fn module(
     profile: Option<&Profile>,
 ) -> Result<Module, ReportError> {
     let err = |e: SymbolError| ReportError::Symbols(spec.path.clone(), e);
-    let bytes = bounded::read(&spec.path, bounded::SYMBOLS)?;
+    let (file, size) = bounded::open(&spec.path, bounded::SYMBOLS, false)?;
+    if !may_be_symbols(&bounded::head(&file, &spec.path, PDB_MAGIC.len())?) {
+        return Err(err(SymbolError::UnknownFormat));
+    }
+    let bytes = bounded::read_from(&file, &spec.path, size, bounded::SYMBOLS)?;
     let name = file_name(&spec.path);
     let m = if bytes.starts_with(PDB_MAGIC) {
         pdb::read(&name, &bytes).map_err(err)?

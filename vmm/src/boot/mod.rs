@@ -97,7 +97,7 @@ pub enum BootError {
         what: &'static str,
         /// Why.
         #[source]
-        source: report::bounded::InputError,
+        source: files::bounded::InputError,
     },
     /// The kernel is not in any format we boot.
     #[error(
@@ -170,13 +170,13 @@ impl KernelSpec {
 }
 
 /// Reads the file an option names, refusing it unread when it is not a regular file or is
-/// above `limit` (report::bounded).
+/// above `limit` (files::bounded).
 fn read_file(
     what: &'static str,
     path: &Path,
-    limit: report::bounded::Limit,
+    limit: files::bounded::Limit,
 ) -> Result<Vec<u8>, BootError> {
-    report::bounded::read(path, limit).map_err(|source| BootError::Input { what, source })
+    files::bounded::read(path, limit).map_err(|source| BootError::Input { what, source })
 }
 
 /// Loads `spec` into `mem` and returns how to enter it. `rsdp` is the ACPI RSDP address.
@@ -188,12 +188,12 @@ pub fn load_kernel(
 ) -> Result<BootSetup, BootError> {
     let kernel = match spec.embedded {
         Some(bytes) => bytes.to_vec(),
-        None => read_file("--kernel", &spec.kernel, report::bounded::KERNEL)?,
+        None => read_file("--kernel", &spec.kernel, files::bounded::KERNEL)?,
     };
     let initrd = match &spec.initrd {
         Some(p) => Some((
             p.as_path(),
-            read_file("--initrd", p, report::bounded::INITRD)?,
+            read_file("--initrd", p, files::bounded::INITRD)?,
         )),
         None => None,
     };

@@ -46,7 +46,7 @@ pub enum FirmwareError {
         what: &'static str,
         /// Why.
         #[source]
-        source: report::bounded::InputError,
+        source: files::bounded::InputError,
     },
     /// The size is not one hvprof can map.
     #[error("firmware {}: {size} bytes; {expected}", .path.display())]
@@ -147,12 +147,12 @@ fn len64(b: &[u8]) -> u64 {
 
 /// Opens (read-write with `writable`) and reads the file the option `what` names: a FIFO or
 /// device would block or never end, so only a regular file within the flash area's size is
-/// read (report::bounded).
+/// read (files::bounded).
 fn read(what: &'static str, path: &Path, writable: bool) -> Result<(Vec<u8>, File), FirmwareError> {
-    let limit = report::bounded::FIRMWARE;
+    let limit = files::bounded::FIRMWARE;
     let err = |source| FirmwareError::Input { what, source };
-    let (file, size) = report::bounded::open(path, limit, writable).map_err(err)?;
-    let bytes = report::bounded::read_from(&file, path, size, limit).map_err(err)?;
+    let (file, size) = files::bounded::open(path, limit, writable).map_err(err)?;
+    let bytes = files::bounded::read_from(&file, path, size, limit).map_err(err)?;
     Ok((bytes, file))
 }
 

@@ -6,7 +6,6 @@ pub mod platform;
 mod run;
 pub mod uptime;
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use kvm_bindings::{
@@ -80,8 +79,8 @@ pub enum VmError {
     #[error("cannot start the host-side profile")]
     HostProfile(#[source] crate::profiler::host_profiles::HostProfileError),
     /// The serial or debugcon output file.
-    #[error("cannot create {}", .0.display())]
-    OutputFile(PathBuf, #[source] std::io::Error),
+    #[error(transparent)]
+    OutputFile(files::stream::StreamError),
     /// The sampling clock asked for is unavailable here.
     #[error(transparent)]
     Sampling(#[from] SamplingError),
@@ -105,7 +104,7 @@ impl Blame for VmError {
             VmError::Pci(e) => e.fault(),
             VmError::HostProfile(e) => e.fault(),
             VmError::Sampling(e) => e.fault(),
-            VmError::OutputFile(..) => Fault::User,
+            VmError::OutputFile(_) => Fault::User,
             VmError::Kvm(..)
             | VmError::Vcpu(..)
             | VmError::Bus(_)

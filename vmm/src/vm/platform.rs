@@ -1,7 +1,6 @@
 //! The devices of the PC platform hvprof provides, and the buses they sit on. Firmware boots
 //! add fw_cfg and, for OVMF, the pflash VARS device.
 
-use std::fs::File;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
@@ -53,30 +52,12 @@ pub struct FirmwareDevices {
     pub vars: Option<(u64, Pflash)>,
 }
 
-/// A log written while the guest runs (`--serial FILE`, `--debugcon FILE`): streamed, so not
-/// renamed into place as the results are, but never written through a symlink (a planted
-/// link cannot redirect it: ELOOP) and never waited on (a FIFO nobody reads is refused with
-/// ENXIO instead of blocking the start of the run).
+/// A log written while the guest runs (`--serial FILE`, `--debugcon FILE`): see
+/// [`files::stream::log`].
 fn output_file(path: &std::path::Path) -> Result<Box<dyn Write + Send>, VmError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let err = |e| VmError::OutputFile(path.to_owned(), e);
-    let file = File::options()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) => std::io::Error::other(
-                "a symbolic link: hvprof writes no log through a link it did not make",
-            ),
-            Some(libc::ENXIO) => std::io::Error::other("a FIFO nobody is reading"),
-            _ => e,
-        })
-        .map_err(err)?;
-    // Writes block again (a pipe's reader sets the pace, as on a terminal).
-    devices::blocking(&file).map_err(err)?;
-    Ok(Box::new(file))
+    Ok(Box::new(
+        files::stream::log(path).map_err(VmError::OutputFile)?,
+    ))
 }
 
 /// Puts the port devices that need nothing from KVM on `pio`: isa-debug-exit, the i8042, ACPI

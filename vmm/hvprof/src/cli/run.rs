@@ -51,10 +51,11 @@ fn config(
     Ok((config, hooks, guard))
 }
 
-/// Proves `--out` writable (created if missing) before the VM is built: a bad `--out` is the
-/// user's mistake (status 2) and must not cost the run.
+/// Proves `--out` writable (created if missing) before the VM is built, and that nothing is
+/// at the name of any file of the set that an output never replaces (a directory, a FIFO
+/// nobody reads): a bad `--out` is the user's mistake (status 2) and must not cost the run.
 fn check_out(out: Option<&Path>) -> Result<(), ExitCode> {
-    match out.map(|dir| report::atomic::check_dir(dir, true)) {
+    match out.map(|dir| files::atomic::check_names(dir, &report::OUTPUT_NAMES)) {
         Some(Err(e)) => Err(fail(e, STATUS_CONFIG_ERROR)),
         _ => Ok(()),
     }

@@ -1,9 +1,11 @@
 //! The subcommands that work on saved profiles, and the benchmark.
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use report::{atomic, ReportError};
+use files::atomic;
+use report::ReportError;
 
 use report::compare::{
     compare_profiles, junit, markdown, merge_profiles, run_differences, ObjectComparison, Scope,
@@ -21,9 +23,10 @@ pub fn report(a: &ReportArgs) -> ExitCode {
     if let Err(code) = results_filter(a.filter.seccomp.into()) {
         return code;
     }
-    // A bad --out or --perf-script fails before anything is read or symbolized.
+    // A bad --out or --perf-script fails before anything is read or symbolized, and so
+    // does an output that is one of the inputs.
     if let Some(dir) = &a.out {
-        if let Err(e) = atomic::check_dir(dir, true) {
+        if let Err(e) = atomic::check_names(dir, &report::OUTPUT_NAMES) {
             return fail(e, STATUS_CONFIG_ERROR);
         }
     }
@@ -31,6 +34,12 @@ pub fn report(a: &ReportArgs) -> ExitCode {
         if let Err(e) = atomic::check_file(file) {
             return fail(e, STATUS_CONFIG_ERROR);
         }
+    }
+    let outputs = set_in(a.out.as_deref())
+        .into_iter()
+        .chain(a.perf_script.iter().chain(&a.fxprof).cloned());
+    if let Err(e) = distinct(&profile_inputs([&a.profile], &a.symbols), outputs) {
+        return fail(e, STATUS_CONFIG_ERROR);
     }
     let mut finder = match symbols::finder(&a.symbol_path, false) {
         Ok(f) => f.map(|f| f.with_images(a.annotate)),
@@ -84,7 +93,7 @@ pub fn report(a: &ReportArgs) -> ExitCode {
                     eprintln!("hvprof: wrote {}", path.display());
                 }
             }
-            Err(e) => return fail(e, STATUS_HOST_ERROR),
+            Err(e) => return fail_write(e),
         }
     }
     if let Some(file) = &a.perf_script {
@@ -127,27 +136,75 @@ pub fn report(a: &ReportArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// A file `report` wrote (named on stderr), or the exit of a failure to: its path was writable
-/// a moment ago, so a failure now is the host's (a full file system).
+/// A file `report` wrote (named on stderr), or the exit of a failure to ([`fail_write`]).
 fn said(written: Result<std::path::PathBuf, ReportError>) -> Result<(), ExitCode> {
     match written {
         Ok(path) => {
             eprintln!("hvprof: wrote {}", path.display());
             Ok(())
         }
-        Err(e) => Err(fail(e, STATUS_HOST_ERROR)),
+        Err(e) => Err(fail_write(e)),
     }
 }
 
+/// The exit of a failure to write an output that was checked writable a moment ago: the
+/// host's (a full file system), unless something was put at its path since that an output
+/// never replaces (the user's to mend).
+fn fail_write(e: ReportError) -> ExitCode {
+    let status = if e.is_output_refused() {
+        STATUS_CONFIG_ERROR
+    } else {
+        STATUS_HOST_ERROR
+    };
+    fail(e, status)
+}
+
+/// Every file of the set `write_all` writes into `dir`, if given.
+fn set_in(dir: Option<&Path>) -> Vec<PathBuf> {
+    dir.map(|d| report::OUTPUT_NAMES.iter().map(|n| d.join(n)).collect())
+        .unwrap_or_default()
+}
+
+/// What commands that read saved profiles read: each profile.json, the timeline beside it
+/// and the `--symbols` files.
+fn profile_inputs<'a>(
+    profiles: impl IntoIterator<Item = &'a PathBuf>,
+    symbols: &[report::SymbolSpec],
+) -> Vec<PathBuf> {
+    let mut inputs = Vec::new();
+    for p in profiles {
+        inputs.push(p.clone());
+        inputs.push(report::time_axis::file::path_beside(p));
+    }
+    inputs.extend(symbols.iter().map(|s| s.path.clone()));
+    inputs
+}
+
+/// Refuses an output that is one of the inputs (the same device and inode, whatever the
+/// path): writing it would destroy what is being read.
+fn distinct(
+    inputs: &[PathBuf],
+    outputs: impl IntoIterator<Item = PathBuf>,
+) -> Result<(), files::identity::OutputIsInput> {
+    let outputs: Vec<PathBuf> = outputs.into_iter().collect();
+    files::identity::distinct_outputs(
+        inputs.iter().map(PathBuf::as_path),
+        outputs.iter().map(PathBuf::as_path),
+    )
+}
+
 /// Proves every output of `compare` writable before any work: `--markdown` and `--junit`
-/// files, the `--out` directory (created).
-fn check_compare_outputs(a: &CompareArgs) -> Result<(), atomic::WriteError> {
+/// files, the `--out` directory (created); and none of them an input.
+fn check_compare_outputs(a: &CompareArgs) -> anyhow::Result<()> {
     for file in [&a.markdown, &a.junit].into_iter().flatten() {
         atomic::check_file(file)?;
     }
+    let svg = a.out.as_ref().map(|dir| dir.join("diff-flamegraph.svg"));
     if let Some(dir) = &a.out {
-        atomic::check_dir(dir, true)?;
+        atomic::check_names(dir, &["diff-flamegraph.svg"])?;
     }
+    let outputs = [&a.markdown, &a.junit, &svg].into_iter().flatten().cloned();
+    distinct(&profile_inputs([&a.base, &a.new], &a.symbols), outputs)?;
     Ok(())
 }
 
@@ -314,12 +371,8 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
     // (a full file system) leaves all of them as they were.
     let staged = || -> Result<Vec<atomic::Staged>, report::ReportError> {
         let text = |path: &std::path::Path, text: &str| {
-            atomic::stage(path, |w| {
+            report::stage_file(path.to_path_buf(), atomic::Naming::Named, |w| {
                 w.write_all(text.as_bytes()).map_err(ReportError::Io)
-            })
-            .map_err(|e| ReportError::File {
-                path: path.to_path_buf(),
-                source: Box::new(e),
             })
         };
         let mut staged = Vec::new();
@@ -331,12 +384,8 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
         }
         if let Some(dir) = &a.out {
             let path = dir.join("diff-flamegraph.svg");
-            let svg = atomic::stage(&path, |w| {
+            staged.push(report::stage_file(path, atomic::Naming::InDir, |w| {
                 report::flame::write_diff((&base, &symbols[0]), (&new, &symbols[1]), w)
-            });
-            staged.push(svg.map_err(|e| ReportError::File {
-                path,
-                source: Box::new(e),
             })?);
         }
         Ok(staged)
@@ -349,7 +398,7 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
             }
         }
         // The outputs were checked before: a failure now is the host's.
-        Err(e) => return fail(e, STATUS_HOST_ERROR),
+        Err(e) => return fail_write(e),
     }
     let regressions: usize = objects.iter().map(|o| o.regressions()).sum();
     if regressions > 0 {
@@ -393,6 +442,10 @@ pub fn merge(a: &MergeArgs) -> ExitCode {
     if let Err(e) = distinct_files(&a.profiles) {
         return fail(e, STATUS_CONFIG_ERROR);
     }
+    let inputs = profile_inputs(&a.profiles, &[]);
+    if let Err(e) = distinct(&inputs, [a.out.clone()]) {
+        return fail(e, STATUS_CONFIG_ERROR);
+    }
     let mut profiles = Vec::new();
     for p in &a.profiles {
         match report::read_profile(p) {
@@ -411,7 +464,15 @@ pub fn merge(a: &MergeArgs) -> ExitCode {
             return fail(e, STATUS_CONFIG_ERROR);
         }
     };
-    let written = report::write_file(&a.out, |w| report::json::write(&merged, w));
+    // A merged profile has no timeline: one an earlier profile left beside the output
+    // would be read as this one's.
+    let written = report::write_file(&a.out, |w| report::json::write(&merged, w)).and_then(|p| {
+        match std::fs::symlink_metadata(&p) {
+            // Written through a device or a FIFO: nothing beside it is this profile's.
+            Ok(m) if !m.is_file() => Ok(p),
+            _ => report::remove_timeline_beside(&p).map(|()| p),
+        }
+    });
     match written {
         Ok(_) => {
             eprintln!(
@@ -422,7 +483,7 @@ pub fn merge(a: &MergeArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         // --out was checked before: a failure now is the host's.
-        Err(e) => fail(e, STATUS_HOST_ERROR),
+        Err(e) => fail_write(e),
     }
 }
 

@@ -146,7 +146,7 @@ pub enum SymbolError {
     Read(PathBuf, #[source] std::io::Error),
     /// A file was refused (not a regular file, above its limit) or could not be read.
     #[error(transparent)]
-    Input(#[from] crate::bounded::InputError),
+    Input(#[from] files::bounded::InputError),
 }
 
 /// Sorts symbols by RVA and keeps one per RVA: the one with a size over one without, then the

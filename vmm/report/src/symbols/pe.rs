@@ -83,7 +83,7 @@ pub fn read(name: &str, bytes: &[u8], finder: Option<&mut Finder>) -> Result<Mod
         debug_id = Some(r.id.key());
         match finder.find_pdb(name, &r.name, &r.id) {
             Some(path) => {
-                let pdb_bytes = crate::bounded::read(&path, crate::bounded::SYMBOLS)?;
+                let pdb_bytes = files::bounded::read(&path, files::bounded::SYMBOLS)?;
                 let from_pdb = pdb::read(&r.name, &pdb_bytes)?;
                 lines = from_pdb.lines;
                 // PDB symbols first: they have sizes and undecorated names.

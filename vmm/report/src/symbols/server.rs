@@ -208,14 +208,20 @@ impl Client {
             return Try::Failed(ServerError::Write(target, e));
         }
         let body = response.into_body().into_reader();
-        let saved = crate::atomic::stage(&target, |w| {
+        let saved = files::atomic::stage(&target, files::atomic::Naming::InDir, |w| {
             save(body, w, &target, limit, |done| {
                 progress.progress(url, done, total)
             })
         });
         // An uncommitted temporary is removed when dropped.
         match saved {
-            Ok(staged) => match wanted.check(staged.temp_path()) {
+            // A device or FIFO at the store's path was written through: nothing to check
+            // or keep.
+            Ok(staged) if staged.temp_path().is_none() => Try::Failed(ServerError::Write(
+                target,
+                std::io::Error::other("not a regular file in the symbol store"),
+            )),
+            Ok(staged) => match wanted.check(staged.temp_path().unwrap_or(&target)) {
                 Ok(()) => match staged.commit() {
                     Ok(path) => Try::Saved(path),
                     Err(e) => Try::Failed(ServerError::Write(target, e.into_io())),
@@ -241,6 +247,12 @@ enum Saving {
 impl From<std::io::Error> for Saving {
     fn from(e: std::io::Error) -> Self {
         Saving::Write(e)
+    }
+}
+
+impl From<files::atomic::WriteError> for Saving {
+    fn from(e: files::atomic::WriteError) -> Self {
+        Saving::Write(e.into_io())
     }
 }
 

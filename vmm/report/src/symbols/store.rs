@@ -54,7 +54,7 @@ pub enum CheckError {
     Read(#[source] std::io::Error),
     /// It is not a regular file, or is above the size limit of a symbol file.
     #[error("refused")]
-    Refused(#[source] crate::bounded::InputError),
+    Refused(#[source] files::bounded::InputError),
     /// It is not a PDB (or PE image) at all.
     #[error("not a readable {0}")]
     Format(&'static str),
@@ -137,7 +137,7 @@ impl Wanted {
     /// Checks that the file at `path` is the one wanted.
     pub fn check(&self, path: &Path) -> Result<(), CheckError> {
         // A FIFO or device planted in a store would block or never end: refused unread.
-        let (mut file, _) = crate::bounded::open(path, crate::bounded::SYMBOLS, false)
+        let (mut file, _) = files::bounded::open(path, files::bounded::SYMBOLS, false)
             .map_err(CheckError::Refused)?;
         let found = match &self.identity {
             Identity::Pdb(_) => Identity::Pdb(pdb_id(&mut file)?),
@@ -212,16 +212,19 @@ pub(crate) fn pe_identity(head: &[u8]) -> Option<Identity> {
 }
 
 /// Copies `from` into `store` in symbol-server layout, atomically (through
-/// [`crate::atomic`]): a reader never sees half a file. Returns the copy's path.
+/// [`files::atomic`]): a reader never sees half a file. Returns the copy's path.
 pub fn install(from: &Path, wanted: &Wanted, store: &Path) -> std::io::Result<PathBuf> {
     let target = wanted.in_store(store);
     if let Some(dir) = target.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let staged = crate::atomic::stage(&target, |w| {
-        File::open(from).and_then(|mut f| std::io::copy(&mut f, w).map(drop))
-    })?;
-    staged.commit().map_err(crate::atomic::WriteError::into_io)
+    let staged = files::atomic::stage(&target, files::atomic::Naming::InDir, |w| {
+        File::open(from)
+            .and_then(|mut f| std::io::copy(&mut f, w).map(drop))
+            .map_err(|e| files::atomic::WriteError::File(target.clone(), e))
+    })
+    .map_err(files::atomic::WriteError::into_io)?;
+    staged.commit().map_err(files::atomic::WriteError::into_io)
 }
 
 #[cfg(test)]

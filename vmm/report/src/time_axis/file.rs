@@ -8,7 +8,7 @@
 //! `run.start_time`), so a timeline.json left beside another run's profile.json is refused
 //! rather than misread.
 //!
-//! What is read is bounded ([`crate::bounded::TIMELINE`]) and checked ([`check`]) before
+//! What is read is bounded ([`files::bounded::TIMELINE`]) and checked ([`check`]) before
 //! anything uses it: columns of one length, times that fit 64 bits, stack indexes in the
 //! table, thread keys in the profile's thread table, vCPUs below the run's count, markers'
 //! ends at or after their starts, each timeline's object a host profile of the profile.

@@ -2,37 +2,28 @@
 //! once), with the image's lock, and with hvprof's own checks of a qcow2 header before imago
 //! reads the file. Used by image.rs for the image and by qcow2.rs for every backing file.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, TryLockError};
 use std::io::{Seek, SeekFrom};
-use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
+
+use files::stream::{open_image, StreamError};
 
 use super::disk::DiskError;
 use super::qcow2_header::{self, QCOW2_MAGIC};
 use super::qcow2_refcounts;
-use crate::files::blocking;
 
 /// Opens `path` (for writing if `writable`) and checks that it is a regular file or block
-/// device. The open does not block: it is non-blocking until the check has passed, so a
-/// FIFO (whose open waits for a writer) or a device is refused at once.
+/// device ([`files::stream::open_image`]): a FIFO (whose open waits for a writer) or a
+/// character device is refused at once.
 pub(super) fn open_file(
     path: &Path,
     writable: bool,
 ) -> Result<(File, std::fs::Metadata), DiskError> {
-    let open_err = |e| DiskError::Open(path.to_owned(), e);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(writable)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(open_err)?;
-    let meta = file.metadata().map_err(open_err)?;
-    let kind = meta.file_type();
-    if !(kind.is_file() || kind.is_block_device()) {
-        return Err(DiskError::NotAFile(path.to_owned()));
-    }
-    blocking(&file).map_err(open_err)?;
-    Ok((file, meta))
+    open_image(path, writable).map_err(|e| match e {
+        StreamError::Open(p, e) => DiskError::Open(p, e),
+        _ => DiskError::NotAFile(path.to_owned()),
+    })
 }
 
 /// hvprof's own check of the qcow2 header of `file` ([`qcow2_header::check`]) and of the

@@ -264,21 +264,48 @@ pub fn linux_layout_from_elf(bytes: &[u8]) -> Result<LinuxLayout, TypeError> {
 #[cfg(test)]
 mod tests;
 
+/// The formats `--guest-types` takes, told apart by their first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TypesFormat {
+    /// A PDB (MSF 7.00).
+    Pdb,
+    /// An ELF file (a vmlinux).
+    Elf,
+    /// A raw BTF blob.
+    Btf,
+}
+
+/// How many first bytes [`TypesFormat::sniff`] looks at.
+pub const SNIFF_BYTES: usize = 32;
+
+impl TypesFormat {
+    /// The format whose magic `head` (a file's first [`SNIFF_BYTES`] bytes, or all of a
+    /// shorter one) starts with: the whole file is read only once this says it may be one.
+    pub fn sniff(head: &[u8]) -> Option<TypesFormat> {
+        const MSF7: &[u8] = b"Microsoft C/C++ MSF 7.00\r\n\x1aDS\0\0\0";
+        const ELF: &[u8] = b"\x7fELF";
+        const BTF: &[u8] = &[0x9f, 0xeb];
+        if head.starts_with(MSF7) {
+            Some(TypesFormat::Pdb)
+        } else if head.starts_with(ELF) {
+            Some(TypesFormat::Elf)
+        } else if head.starts_with(BTF) {
+            Some(TypesFormat::Btf)
+        } else {
+            None
+        }
+    }
+}
+
 /// The guest kernel layout in a file the user gave (`--guest-types`): a PDB (Windows; its
 /// symbols are RVAs), a vmlinux ELF (BTF or DWARF and its symbol table) or a raw BTF blob
 /// (such as /sys/kernel/btf/vmlinux or pahole's detached output: structures only).
 pub fn layout_from_file(bytes: &[u8]) -> Result<introspect::os::OsLayout, TypeError> {
-    const MSF7: &[u8] = b"Microsoft C/C++ MSF 7.00\r\n\x1aDS\0\0\0";
-    const ELF: &[u8] = b"\x7fELF";
-    const BTF: &[u8] = &[0x9f, 0xeb];
     use introspect::os::OsLayout;
-    if bytes.starts_with(MSF7) {
-        Ok(OsLayout::Windows(pdb::windows_layout(bytes)?))
-    } else if bytes.starts_with(ELF) {
-        Ok(OsLayout::Linux(linux_layout_from_elf(bytes)?))
-    } else if bytes.starts_with(BTF) {
-        Ok(OsLayout::Linux(btf::linux_layout(bytes)?))
-    } else {
-        Err(TypeError::UnknownFormat)
+    match TypesFormat::sniff(bytes) {
+        Some(TypesFormat::Pdb) => Ok(OsLayout::Windows(pdb::windows_layout(bytes)?)),
+        Some(TypesFormat::Elf) => Ok(OsLayout::Linux(linux_layout_from_elf(bytes)?)),
+        Some(TypesFormat::Btf) => Ok(OsLayout::Linux(btf::linux_layout(bytes)?)),
+        None => Err(TypeError::UnknownFormat),
     }
 }

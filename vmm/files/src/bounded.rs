@@ -18,10 +18,14 @@
 //! | `--symbols`, PDBs and images from a symbol path | [`SYMBOLS`]: 4 GiB |
 //! | a saved profile.json (report, compare, merge) | [`PROFILE`]: 1 GiB |
 //! | a saved timeline.json beside it | [`TIMELINE`]: 1 GiB |
+//!
+//! A reader that knows its formats looks at the file's first bytes ([`head`]) before it
+//! reads the rest, so a file of no accepted format is refused at the cost of a few bytes
+//! however large it is.
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// The most bytes hvprof reads from one kind of input, and what to call that input.
@@ -124,21 +128,7 @@ pub enum InputError {
 
 /// What a file type is, in words, for anything that is not a regular file.
 fn kind_of(t: std::fs::FileType) -> Option<&'static str> {
-    if t.is_file() {
-        None
-    } else if t.is_fifo() {
-        Some("a FIFO")
-    } else if t.is_char_device() {
-        Some("a character device")
-    } else if t.is_block_device() {
-        Some("a block device")
-    } else if t.is_dir() {
-        Some("a directory")
-    } else if t.is_socket() {
-        Some("a socket")
-    } else {
-        Some("not a file")
-    }
+    (!t.is_file()).then(|| crate::fd::kind_name(t))
 }
 
 /// Refuses `meta` unless it is a regular file of at most `limit` bytes.
@@ -194,6 +184,25 @@ pub fn read_from(file: &File, path: &Path, size: u64, limit: Limit) -> Result<Ve
         });
     }
     Ok(bytes)
+}
+
+/// The first `n` bytes of `file` (opened by [`open`] as `path`), fewer if it is shorter;
+/// read at offset 0 without moving the file's position, so [`read_from`] still reads it
+/// whole.
+pub fn head(file: &File, path: &Path, n: usize) -> Result<Vec<u8>, InputError> {
+    let mut buf = vec![0u8; n];
+    let mut got = 0;
+    while got < n {
+        let at = u64::try_from(got).unwrap_or(u64::MAX);
+        match file.read_at(&mut buf[got..], at) {
+            Ok(0) => break,
+            Ok(k) => got += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(InputError::Read(path.to_owned(), e)),
+        }
+    }
+    buf.truncate(got);
+    Ok(buf)
 }
 
 /// Reads the regular file at `path` whole, if it is at most `limit` bytes.
@@ -308,5 +317,16 @@ mod tests {
         assert_eq!(PROFILE.to_string(), "the 1 GiB limit for a saved profile");
         assert_eq!(human(16 * MIB), "16 MiB");
         assert_eq!(human(4097), "4097-byte");
+    }
+
+    #[test]
+    fn head_reads_the_first_bytes_and_leaves_the_file_to_read_whole() {
+        let p = temp("head");
+        std::fs::write(&p, b"12345678").unwrap();
+        let (file, size) = open(&p, SMALL, false).unwrap();
+        assert_eq!(head(&file, &p, 3).unwrap(), b"123");
+        assert_eq!(head(&file, &p, 64).unwrap(), b"12345678");
+        assert_eq!(read_from(&file, &p, size, SMALL).unwrap(), b"12345678");
+        std::fs::remove_file(&p).unwrap();
     }
 }
