@@ -5,7 +5,7 @@
 //! SIGTERM, SIGHUP, SIGQUIT) end it with status 10 and a complete profile.json.
 //!
 //! Every refusal here is bounded by a harness limit far above what it takes: the code before
-//! report::bounded blocked for ever in open() on the FIFOs and read /dev/zero until memory
+//! files::bounded blocked for ever in open() on the FIFOs and read /dev/zero until memory
 //! ran out, so these tests fail on it by hitting the limit.
 
 use std::os::unix::process::ExitStatusExt;

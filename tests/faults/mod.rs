@@ -14,3 +14,6 @@ mod outputs;
 /// Saved profiles and compare/merge arguments: inconsistent counts, non-finite thresholds,
 /// control characters in text that reaches XML, JSON, Markdown and the terminal.
 mod profiles;
+/// What stands at an output's path (devices, FIFOs, an input of the same command), what an
+/// earlier run left beside it, and inputs refused from their first bytes.
+mod targets;
