@@ -142,12 +142,7 @@ fn a_fifo_nobody_reads_is_refused_at_once_and_stays_a_fifo() {
     }
     // A FIFO at the name of one of --out's files: refused before anything is read.
     let out_dir = TempDir::new("targets-fifo-out");
-    let report_txt = out_dir.join("report.txt");
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(
-        unsafe { libc::mkfifo(c_path(&report_txt).as_ptr(), 0o600) },
-        0
-    );
+    let report_txt = fifo(&out_dir, "report.txt");
     let out = hvprof(["report", s(&runs().r1), "--out", s(out_dir.path())]).run();
     out.assert_status(status::USAGE);
     out.assert_error_line(&["report.txt", "a FIFO nobody reads"]);
@@ -291,10 +286,8 @@ fn children_max_rss() -> u64 {
     // SAFETY: getrusage fills the struct it is given.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: RUSAGE_CHILDREN with a valid pointer.
-    assert_eq!(
-        unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) },
-        0
-    );
+    let r = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    assert_eq!(r, 0);
     u64::try_from(ru.ru_maxrss).unwrap() * 1024
 }
 
