@@ -12,7 +12,8 @@
 //! [`window`] restricts a profile to a time window or phase (`hvprof compare --from/--to`,
 //! `--phase`), rebuilding its counts from the timeline's samples.
 
-use crate::profile::Profile;
+use crate::profile::{ObjectOwner, Profile, ProfileObject};
+use crate::timeline::Timeline;
 use window::WindowError;
 
 pub mod file;
@@ -23,6 +24,15 @@ pub mod window;
 
 #[cfg(test)]
 pub(crate) mod testdata;
+
+/// The host profile whose samples timeline `t` holds: the object of `t.object`'s id *and*
+/// owned by the host (a guest agent's object may have the same id).
+pub fn host_object<'p>(profile: &'p Profile, t: &Timeline) -> Option<&'p ProfileObject> {
+    profile
+        .objects
+        .iter()
+        .find(|o| o.owner == ObjectOwner::Host && o.id == t.object)
+}
 
 /// Keeps only the timeline of host profile `object` in `profile` (`hvprof report --object`: a
 /// run with several host profiles recording one each); an error naming the ones it has when
