@@ -129,3 +129,22 @@ fn infernos_perf_collapser_folds_it_into_the_flame_graphs_stacks() {
         ["awk", "init", "vcpu0", "vcpu1", "vcpu2", "worker"]
     );
 }
+
+/// Regression (issue 40, item 11): bidi overrides and line separators in a guest thread's
+/// name and a symbol reached the perf script text raw.
+#[test]
+fn bidi_and_separators_are_replaced_in_perf_text() {
+    use crate::sanitize::tests::{assert_no_bidi, BIDI_NAME};
+    use crate::symbols::tests::module;
+    let mut p = profile();
+    p.threads[2].name = Some(BIDI_NAME.into());
+    p.processes[1].name = BIDI_NAME.into();
+    let symbols = Symbols::from_module(module("m", 0x1000, &[(0x70, 0x30, BIDI_NAME)]));
+    for tracks in [Tracks::Threads, Tracks::Vcpus] {
+        let mut out = Vec::new();
+        write(&p, &symbols, tracks, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("m!a\u{fffd}evil"), "{text}");
+        assert_no_bidi("perf script text", &text);
+    }
+}
