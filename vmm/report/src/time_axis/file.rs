@@ -361,6 +361,7 @@ pub fn write(profile: &Profile, mut w: impl Write) -> Result<(), ReportError> {
 pub fn read(profile: &Profile, mut r: impl Read) -> Result<Vec<Timeline>, ReportError> {
     let mut text = String::new();
     r.read_to_string(&mut text).map_err(ReportError::Io)?;
+    crate::json::keys::check(&text).map_err(ReportError::Json)?;
     let value: Value = serde_json::from_str(&text).map_err(ReportError::Json)?;
     if value.get("format").and_then(Value::as_str) != Some(FORMAT_NAME) {
         return Err(ReportError::NotATimeline);

@@ -183,3 +183,26 @@ fn files_that_are_not_this_runs_timeline_are_refused() {
         "timelines[0].samples.t_delta_ns[1]: the time passes 2^64-1 ns"
     );
 }
+
+/// Regression (issue 40, item 13): a key given twice in timeline.json was read, the last value
+/// winning (the file went through a `serde_json::Value`).
+#[test]
+fn duplicate_keys_are_refused_naming_the_key_and_object() {
+    let p = profile();
+    let text = String::from_utf8(written(&p)).unwrap();
+    for (edited, want) in [
+        (
+            text.replacen(r#""samples":{"#, r#""samples":{"cpl":[],"#, 1),
+            r#"the key "cpl" is given twice in timelines[0].samples"#,
+        ),
+        (
+            text.replacen(r#""format":"#, r#""run_start_time":"x","format":"#, 1),
+            r#"the key "run_start_time" is given twice in the top level"#,
+        ),
+    ] {
+        assert_ne!(edited, text);
+        let e = read(&p, edited.as_bytes()).unwrap_err();
+        let chain = format!("{e}: {}", std::error::Error::source(&e).unwrap());
+        assert!(chain.contains(want), "{chain}");
+    }
+}
