@@ -84,7 +84,10 @@ pub fn report(a: &ReportArgs) -> ExitCode {
                     eprintln!("hvprof: wrote {}", path.display());
                 }
             }
-            Err(e) => return fail(e, STATUS_HOST_ERROR),
+            Err(e) => {
+                let status = written_status(&e);
+                return fail(e, status);
+            }
         }
     }
     if let Some(file) = &a.perf_script {
@@ -113,10 +116,11 @@ pub fn report(a: &ReportArgs) -> ExitCode {
             Some(s) => report::time_axis::text::Bins::Seconds(s),
             None => report::time_axis::text::Bins::Phases,
         };
-        print!(
-            "{}",
-            report::time_axis::text::render(timelines, &symbols, bins, a.top)
-        );
+        let limit = report::time_axis::EXPORT_LIMIT;
+        match report::time_axis::text::render_within(timelines, &symbols, bins, a.top, limit) {
+            Ok(text) => print!("{text}"),
+            Err(e) => return fail(e, STATUS_CONFIG_ERROR),
+        }
         return ExitCode::SUCCESS;
     }
     let mut out = report::text::render(&profile, &symbols, a.top);
@@ -128,14 +132,28 @@ pub fn report(a: &ReportArgs) -> ExitCode {
 }
 
 /// A file `report` wrote (named on stderr), or the exit of a failure to: its path was writable
-/// a moment ago, so a failure now is the host's (a full file system).
+/// a moment ago, so a failure now is the host's (a full file system), but for an export past
+/// its size limit (the input's).
 fn said(written: Result<std::path::PathBuf, ReportError>) -> Result<(), ExitCode> {
     match written {
         Ok(path) => {
             eprintln!("hvprof: wrote {}", path.display());
             Ok(())
         }
-        Err(e) => Err(fail(e, STATUS_HOST_ERROR)),
+        Err(e) => {
+            let status = written_status(&e);
+            Err(fail(e, status))
+        }
+    }
+}
+
+/// The exit status of a failure to write what `report` was asked for: 2 for an export past
+/// its size limit, else 12 (the host's).
+fn written_status(e: &ReportError) -> i32 {
+    if e.is_too_large() {
+        STATUS_CONFIG_ERROR
+    } else {
+        STATUS_HOST_ERROR
     }
 }
 

@@ -148,3 +148,35 @@ fn bidi_and_separators_are_replaced_in_perf_text() {
         assert_no_bidi("perf script text", &text);
     }
 }
+
+/// Regression (issue 40, item 4): one deep stack shared by every sample of a small
+/// timeline.json wrote gigabytes of perf text. The text is sized first, exactly, and refused
+/// past the limit before a byte is written.
+#[test]
+fn perf_text_past_its_limit_is_refused_before_a_byte_is_written() {
+    let p = profile();
+    let symbols = call_site_symbols();
+    let t = &p.timelines[0];
+    let mut out = Vec::new();
+    write_timeline(&p, t, &symbols, Tracks::Threads, &mut out).unwrap();
+    let exact = u64::try_from(out.len()).unwrap();
+    for tracks in [Tracks::Threads, Tracks::Vcpus] {
+        let mut out = Vec::new();
+        write_timeline(&p, t, &symbols, tracks, &mut out).unwrap();
+        assert_eq!(
+            size(&p, t, &symbols, tracks, u64::MAX),
+            u64::try_from(out.len()).unwrap()
+        );
+    }
+    let mut out = Vec::new();
+    write_within(&p, t, &symbols, Tracks::Threads, exact, &mut out).unwrap();
+    let mut out = Vec::new();
+    let e = write_within(&p, t, &symbols, Tracks::Threads, exact - 1, &mut out).unwrap_err();
+    assert!(out.is_empty(), "nothing written");
+    assert!(e.is_too_large());
+    assert!(
+        e.to_string()
+            .starts_with("the perf script text would be at least"),
+        "{e}"
+    );
+}

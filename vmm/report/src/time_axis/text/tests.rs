@@ -148,3 +148,23 @@ fn bidi_and_separators_are_replaced_in_the_text_timeline() {
     assert!(out.contains("a\u{fffd}evil"), "{out}");
     assert_no_bidi("the text timeline", &out);
 }
+
+/// Issue 40, item 4: the text timeline is refused once past its limit, a bin at a time.
+#[test]
+fn a_text_timeline_past_its_limit_is_refused() {
+    let p = profile();
+    let symbols = call_site_symbols();
+    let whole = render(&p, &symbols, Bins::Seconds(0.1), 3);
+    let n = u64::try_from(whole.len()).unwrap();
+    assert_eq!(
+        render_within(&p, &symbols, Bins::Seconds(0.1), 3, n).unwrap(),
+        whole
+    );
+    let e = render_within(&p, &symbols, Bins::Seconds(0.1), 3, n / 2).unwrap_err();
+    assert!(e.is_too_large());
+    assert!(
+        e.to_string()
+            .starts_with("the text timeline would be at least"),
+        "{e}"
+    );
+}
