@@ -14,3 +14,6 @@ mod outputs;
 /// Saved profiles and compare/merge arguments: inconsistent counts, non-finite thresholds,
 /// control characters in text that reaches XML, JSON, Markdown and the terminal.
 mod profiles;
+/// Saved runs with a timeline: the window's object, bounded reading and export sizes, bidi
+/// characters, duplicate keys (issue 40).
+mod timelines;
