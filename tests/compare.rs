@@ -489,3 +489,69 @@ fn compare_restricted_to_a_phase_or_window() {
     out.assert_status(crate::harness::status::USAGE);
     out.assert_error_line(&["--object picks a timeline"]);
 }
+
+/// Issue 40: the window looked a timeline's object up by id alone, and a run of the reference
+/// guest has both a guest agent's object 1 and the host profile 1 (the timeline's). One
+/// `profile --timeline` run P: `compare P P --scope host --phase user` compares the host
+/// profile (it was "no object of that scope in common"), and a copy of P whose kernel-phase
+/// samples all ran one function is a regression in the kernel phase (it passed).
+#[test]
+fn compare_phase_windows_the_host_profile_not_the_agent_object_of_its_id() {
+    let dir = TempDir::new("compare-phase-owner");
+    let out = dir.join("p");
+    hvprof([
+        "profile",
+        "--timeline",
+        "--cmdline",
+        "scenario=shares shares.ms=500",
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+        "--serial",
+        "null",
+    ])
+    .limit(Duration::from_secs(120))
+    .run()
+    .assert_status(0);
+    let p = out.join("profile.json");
+    let profile = report::read_profile(&p).unwrap();
+    let ids: Vec<(report::ObjectOwner, u64)> =
+        profile.objects.iter().map(|o| (o.owner, o.id)).collect();
+    assert!(
+        ids.contains(&(report::ObjectOwner::Guest, 1))
+            && ids.contains(&(report::ObjectOwner::Host, 1)),
+        "the run has agent object 1 and host profile 1: {ids:?}"
+    );
+    let out = compare(&p, &p, &["--scope", "host", "--phase", "user"]);
+    out.assert_status(0);
+    out.assert_stdout_contains(", phase user");
+
+    // The planted regression: every kernel-phase sample on the stack used least there.
+    let mut planted = profile.clone();
+    let (from, to) = report::time_axis::window::resolve(
+        &planted,
+        &report::time_axis::window::Window::Phase("kernel".into()),
+    )
+    .unwrap();
+    let t = &mut planted.timelines[0];
+    let in_kernel = |s: &report::timeline::TimelineSample| (from..to).contains(&s.t_ns);
+    let mut uses: std::collections::BTreeMap<u32, usize> = Default::default();
+    for s in t.samples.iter().filter(|s| in_kernel(s)) {
+        *uses.entry(s.stack).or_default() += 1;
+    }
+    assert!(uses.len() > 1, "the kernel phase ran more than one stack");
+    let (&rare, _) = uses.iter().min_by_key(|(k, n)| (**n, **k)).unwrap();
+    for s in t.samples.iter_mut().filter(|s| in_kernel(s)) {
+        s.stack = rare;
+    }
+    let copy = dir.join("planted");
+    std::fs::create_dir(&copy).unwrap();
+    let planted_json = copy.join("profile.json");
+    std::fs::copy(&p, &planted_json).unwrap();
+    let mut timeline = Vec::new();
+    report::time_axis::file::write(&planted, &mut timeline).unwrap();
+    std::fs::write(copy.join("timeline.json"), timeline).unwrap();
+    let out = compare(&p, &planted_json, &["--scope", "host", "--phase", "kernel"]);
+    out.assert_status(1);
+    out.assert_stdout_contains(", phase kernel");
+}

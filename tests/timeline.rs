@@ -281,3 +281,22 @@ fn phases_land_where_the_guest_says_they_were() {
         .iter()
         .all(|m| m.vcpu == Some(0) && m.start_ns >= f4_last));
 }
+
+/// Issue 40, item 4: the limits a saved timeline.json is read within are the recorder's caps,
+/// so every timeline hvprof records reads back (and nothing larger does).
+#[test]
+fn read_limits_accept_what_the_recorder_keeps() {
+    use report::time_axis::file::shape;
+    use vmm::profiler::{host_profiles, timeline};
+    assert_eq!(shape::MAX_SAMPLES, timeline::MAX_SAMPLES);
+    // The run's phase markers (run, firmware, kernel, user) are kept past the marker cap.
+    assert_eq!(shape::MAX_MARKERS, timeline::MAX_MARKERS + 4);
+    assert_eq!(
+        shape::MAX_STACK_DEPTH,
+        u64::try_from(host_profiles::MAX_STACK_DEPTH).unwrap()
+    );
+    assert_eq!(
+        shape::MAX_FRAMES_PER_VCPU,
+        u64::try_from(timeline::MAX_STACK_FRAMES).unwrap()
+    );
+}

@@ -17,3 +17,6 @@ mod profiles;
 /// What stands at an output's path (devices, FIFOs, an input of the same command), what an
 /// earlier run left beside it, and inputs refused from their first bytes.
 mod targets;
+/// Saved runs with a timeline: the window's object, bounded reading and export sizes, bidi
+/// characters, duplicate keys (issue 40).
+mod timelines;

@@ -50,6 +50,22 @@ pub enum ReportError {
         /// The version this build reads and writes.
         newest: u32,
     },
+    /// A timeline.json holding more than hvprof records (samples, markers, a stack's depth,
+    /// a stack table's frames: [`crate::time_axis::file::shape`]).
+    #[error("the timeline holds more than hvprof records: {0}")]
+    TimelineTooLarge(String),
+    /// An export that would be larger than its limit: refused before a byte is written.
+    #[error(
+        "the {what} would be at least {bytes} bytes, over its limit of {limit} bytes (docs/reports.md, \"Limits\")"
+    )]
+    ExportTooLarge {
+        /// The export ("perf script text").
+        what: &'static str,
+        /// Its size, or a lower bound of it.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// An error about one file.
     #[error("{}", .path.display())]
     File {
@@ -84,6 +100,16 @@ impl ReportError {
         match self {
             ReportError::Write(e) => e.is_refusal(),
             ReportError::File { source, .. } => source.is_output_refused(),
+            _ => false,
+        }
+    }
+
+    /// True for an error that is the input's or the user's to mend, not the host's, when
+    /// writing: an export past its size limit (within [`ReportError::File`]).
+    pub fn is_too_large(&self) -> bool {
+        match self {
+            ReportError::ExportTooLarge { .. } => true,
+            ReportError::File { source, .. } => source.is_too_large(),
             _ => false,
         }
     }

@@ -410,4 +410,17 @@ mod tests {
             );
         }
     }
+
+    /// Regression (issue 40, item 11): bidi overrides and line separators reached the flame
+    /// graph's frames and title raw.
+    #[test]
+    fn bidi_and_separators_are_replaced_in_the_svg() {
+        use crate::sanitize::tests::{assert_no_bidi, BIDI_NAME};
+        let mut p = sample_profile(0x1000);
+        p.run.cmdline = BIDI_NAME.into();
+        let symbols = Symbols::from_module(module("m", 0x1000, &[(0x70, 0x30, BIDI_NAME)]));
+        let mut svg = Vec::new();
+        write(&p, &symbols, &mut svg).unwrap();
+        assert_no_bidi("flamegraph.svg", &String::from_utf8(svg).unwrap());
+    }
 }

@@ -9,6 +9,8 @@ use super::hex::Hex;
 use super::profile::{Profile, FORMAT_NAME, FORMAT_VERSION, OLDEST_FORMAT_VERSION};
 use super::ReportError;
 
+pub mod keys;
+
 /// Writes `profile` as one line of JSON and a newline (compact: `jq .` pretty-prints it).
 pub fn write(profile: &Profile, mut w: impl Write) -> Result<(), ReportError> {
     serde_json::to_writer(&mut w, profile).map_err(ReportError::Json)?;
@@ -20,10 +22,12 @@ pub fn write(profile: &Profile, mut w: impl Write) -> Result<(), ReportError> {
 /// another version gets a clear error rather than a field-by-field complaint. A version-1 file
 /// (bucket indices as numbers) is upgraded as it is read: the profile returned is always of
 /// [`FORMAT_VERSION`], so writing it again writes the current version. The profile is then
-/// checked for consistency ([`crate::validate`]): nothing reads a profile that fails.
+/// checked for consistency ([`crate::validate`]): nothing reads a profile that fails. A key
+/// given twice in any object is refused first ([`keys`]).
 pub fn read(mut r: impl Read) -> Result<Profile, ReportError> {
     let mut text = String::new();
     r.read_to_string(&mut text).map_err(ReportError::Io)?;
+    keys::check(&text).map_err(ReportError::Json)?;
     let mut value: Value = serde_json::from_str(&text).map_err(ReportError::Json)?;
     let format = value.get("format").and_then(|v| v.as_str());
     if format != Some(FORMAT_NAME) {
@@ -128,6 +132,35 @@ mod tests {
         assert!(text.contains(r#""base":"0x1000""#), "{text}");
         assert!(text.contains(r#""process":"0x12345000""#), "{text}");
         assert!(text.ends_with("}\n"));
+    }
+
+    /// Regression (issue 40, item 13): a key given twice in profile.json was read, the last
+    /// value winning (the file went through a `serde_json::Value`).
+    #[test]
+    fn duplicate_keys_are_refused_naming_the_key_and_object() {
+        let p = sample_profile(0x1000);
+        let mut buf = Vec::new();
+        write(&p, &mut buf).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        for (edited, want) in [
+            (
+                text.replacen(r#""total":15"#, r#""total":15,"total":16"#, 1),
+                r#"the key "total" is given twice in objects[0]"#,
+            ),
+            (
+                text.replacen(r#""vcpus":2"#, r#""vcpus":2,"vcpus":2"#, 1),
+                r#"the key "vcpus" is given twice in run"#,
+            ),
+            (
+                text.replacen('{', r#"{"format":"x","#, 1),
+                r#"the key "format" is given twice in the top level"#,
+            ),
+        ] {
+            assert_ne!(edited, text);
+            let e = read(edited.as_bytes()).unwrap_err();
+            let chain = format!("{e}: {}", std::error::Error::source(&e).unwrap());
+            assert!(chain.contains(want), "{chain}");
+        }
     }
 
     #[test]

@@ -137,7 +137,7 @@ pub fn write_all(
         symbolized = p;
         &symbolized
     };
-    let files = WrittenFiles {
+    let mut files = WrittenFiles {
         json: dir.join("profile.json"),
         pprof: dir.join("profile.pb.gz"),
         flamegraph: dir.join("flamegraph.svg"),
@@ -171,16 +171,29 @@ pub fn write_all(
         staged.push(stage_file(json.clone(), Naming::InDir, |w| {
             time_axis::file::write(profile, w)
         })?);
-        staged.push(stage_file(fxprof.clone(), Naming::InDir, |w| {
-            time_axis::fxprof::write(profile, symbols, w)
-        })?);
-        staged.push(stage_file(perf.clone(), Naming::InDir, |w| {
-            time_axis::perf::write(profile, symbols, time_axis::perf::Tracks::Threads, w)
-        })?);
+        // An export past its size limit is left out (with a warning), never the profile
+        // and its timeline: `hvprof report --perf-script` can still make a part of it.
+        let exports = [
+            stage_file(fxprof.clone(), Naming::InDir, |w| {
+                time_axis::fxprof::write(profile, symbols, w)
+            }),
+            stage_file(perf.clone(), Naming::InDir, |w| {
+                time_axis::perf::write(profile, symbols, time_axis::perf::Tracks::Threads, w)
+            }),
+        ];
+        for export in exports {
+            match export {
+                Ok(s) => staged.push(s),
+                Err(e) if e.is_too_large() => log::warn!("{e}"),
+                Err(e) => return Err(e),
+            }
+        }
     }
+    let written: Vec<PathBuf> = staged.iter().map(|s| s.target().to_path_buf()).collect();
     atomic::commit_all(staged)?;
-    if files.timeline.is_empty() {
-        remove_timeline_beside(&files.json)?;
+    files.timeline.retain(|p| written.contains(p));
+    if files.timeline.len() < 3 {
+        remove_timeline_beside(&files.json, &files.timeline)?;
     }
     Ok(files)
 }
@@ -197,19 +210,20 @@ pub const OUTPUT_NAMES: [&str; 7] = [
     time_axis::perf::FILE_NAME,
 ];
 
-/// Removes the timeline files an earlier run left beside the profile.json at `json`, once
-/// a profile without a timeline was written there, so that none is read or opened as this
+/// Removes the timeline files an earlier run left beside the profile.json at `json` (all
+/// but those in `keep`, just written), once a profile without a timeline, or without some
+/// of its exports, was written there, so that none is read or opened as this
 /// profile's: timeline.json (or NAME.timeline.json beside NAME.json,
 /// [`time_axis::file::path_beside`]) and, beside a profile.json, its two exports. Only
 /// regular files and links are removed: anything else at those names is not an earlier
 /// run's output.
-pub fn remove_timeline_beside(json: &Path) -> Result<(), ReportError> {
+pub fn remove_timeline_beside(json: &Path, keep: &[PathBuf]) -> Result<(), ReportError> {
     let mut stale = vec![time_axis::file::path_beside(json)];
     if json.file_name().is_some_and(|n| n == "profile.json") {
         stale.push(json.with_file_name(time_axis::fxprof::FILE_NAME));
         stale.push(json.with_file_name(time_axis::perf::FILE_NAME));
     }
-    for path in stale {
+    for path in stale.into_iter().filter(|p| !keep.contains(p)) {
         let kind = match std::fs::symlink_metadata(&path) {
             Ok(m) => m.file_type(),
             Err(_) => continue,
@@ -296,11 +310,11 @@ mod tests {
         std::fs::write(dir.join("all.timeline.json"), b"{}").unwrap();
         std::fs::write(dir.join(time_axis::perf::FILE_NAME), b"another run's").unwrap();
         std::fs::create_dir(dir.join("timeline.json")).unwrap();
-        remove_timeline_beside(&merged).unwrap();
+        remove_timeline_beside(&merged, &[]).unwrap();
         assert!(!dir.join("all.timeline.json").exists());
         // Not beside all.json: another profile's.
         assert!(dir.join(time_axis::perf::FILE_NAME).exists());
-        remove_timeline_beside(&dir.join("profile.json")).unwrap();
+        remove_timeline_beside(&dir.join("profile.json"), &[]).unwrap();
         assert!(!dir.join(time_axis::perf::FILE_NAME).exists());
         // Not a file an earlier run wrote.
         assert!(dir.join("timeline.json").is_dir());

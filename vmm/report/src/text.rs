@@ -512,6 +512,20 @@ mod tests {
         assert!(has(&t, "http://h/x: HTTP status 500"), "{t}");
     }
 
+    /// Regression (issue 40, item 11): bidi overrides and line separators in the command line,
+    /// a symbol name and a guest process's name reached report.txt and stdout raw.
+    #[test]
+    fn bidi_and_separators_in_guest_text_are_replaced_in_the_report() {
+        use crate::sanitize::tests::{assert_no_bidi, BIDI_NAME};
+        let mut p = crate::time_axis::testdata::profile();
+        p.run.cmdline = BIDI_NAME.into();
+        p.processes[1].name = BIDI_NAME.into();
+        let symbols = Symbols::from_module(module("m", 0x1000, &[(0x70, 0x30, BIDI_NAME)]));
+        let t = render(&p, &symbols, 10);
+        assert!(t.contains("a\u{fffd}evil"), "{t}");
+        assert_no_bidi("report.txt", &t);
+    }
+
     #[test]
     fn kernrate_tables_with_shares() {
         let p = sample_profile(0x1000);

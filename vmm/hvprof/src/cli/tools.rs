@@ -122,10 +122,11 @@ pub fn report(a: &ReportArgs) -> ExitCode {
             Some(s) => report::time_axis::text::Bins::Seconds(s),
             None => report::time_axis::text::Bins::Phases,
         };
-        print!(
-            "{}",
-            report::time_axis::text::render(timelines, &symbols, bins, a.top)
-        );
+        let limit = report::time_axis::EXPORT_LIMIT;
+        match report::time_axis::text::render_within(timelines, &symbols, bins, a.top, limit) {
+            Ok(text) => print!("{text}"),
+            Err(e) => return fail(e, STATUS_CONFIG_ERROR),
+        }
         return ExitCode::SUCCESS;
     }
     let mut out = report::text::render(&profile, &symbols, a.top);
@@ -149,9 +150,9 @@ fn said(written: Result<std::path::PathBuf, ReportError>) -> Result<(), ExitCode
 
 /// The exit of a failure to write an output that was checked writable a moment ago: the
 /// host's (a full file system), unless something was put at its path since that an output
-/// never replaces (the user's to mend).
+/// never replaces (the user's to mend) or the export is past its size limit (the input's).
 fn fail_write(e: ReportError) -> ExitCode {
-    let status = if e.is_output_refused() {
+    let status = if e.is_output_refused() || e.is_too_large() {
         STATUS_CONFIG_ERROR
     } else {
         STATUS_HOST_ERROR
@@ -470,7 +471,7 @@ pub fn merge(a: &MergeArgs) -> ExitCode {
         match std::fs::symlink_metadata(&p) {
             // Written through a device or a FIFO: nothing beside it is this profile's.
             Ok(m) if !m.is_file() => Ok(p),
-            _ => report::remove_timeline_beside(&p).map(|()| p),
+            _ => report::remove_timeline_beside(&p, &[]).map(|()| p),
         }
     });
     match written {

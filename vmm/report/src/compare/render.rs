@@ -169,4 +169,21 @@ mod tests {
             "{row}"
         );
     }
+
+    /// Regression (issue 40, item 11): bidi overrides and line separators in a symbol name
+    /// reached the Markdown summary raw.
+    #[test]
+    fn bidi_and_separators_in_names_are_replaced_in_markdown_and_junit() {
+        use crate::sanitize::tests::{assert_no_bidi, BIDI_NAME};
+        let base = vec![(BIDI_NAME.to_string(), 5000), ("c".to_string(), 5000)];
+        let new = vec![(BIDI_NAME.to_string(), 6500), ("c".to_string(), 3500)];
+        let rows = compare(&base, &new, &TestOptions::default());
+        let m = markdown(BIDI_NAME, &rows, &TestOptions::default(), 10);
+        assert!(m.contains("a\u{fffd}evil"), "{m}");
+        assert_no_bidi("the Markdown", &m);
+        assert_no_bidi(
+            "the JUnit file",
+            &junit(BIDI_NAME, &rows, &[BIDI_NAME.into()]),
+        );
+    }
 }

@@ -8,8 +8,9 @@
 //! `run.start_time`), so a timeline.json left beside another run's profile.json is refused
 //! rather than misread.
 //!
-//! What is read is bounded ([`files::bounded::TIMELINE`]) and checked ([`check`]) before
-//! anything uses it: columns of one length, times that fit 64 bits, stack indexes in the
+//! What is read is bounded ([`files::bounded::TIMELINE`] bytes; samples, markers, stack
+//! depth and frames counted first and held to what hvprof records: [`shape`]) and checked
+//! ([`check`]) before anything uses it: columns of one length, times that fit 64 bits, stack indexes in the
 //! table, thread keys in the profile's thread table, vCPUs below the run's count, markers'
 //! ends at or after their starts, each timeline's object a host profile of the profile.
 
@@ -34,6 +35,17 @@ pub const FORMAT_VERSION: u32 = 1;
 
 /// The file name beside profile.json.
 pub const FILE_NAME: &str = "timeline.json";
+
+pub mod shape;
+
+/// The fields read before the rest: which format and version the file is.
+#[derive(Deserialize)]
+struct Header {
+    #[serde(default)]
+    format: Option<Value>,
+    #[serde(default)]
+    format_version: Option<Value>,
+}
 
 /// The whole file.
 #[derive(Debug, Serialize, Deserialize)]
@@ -361,18 +373,27 @@ pub fn write(profile: &Profile, mut w: impl Write) -> Result<(), ReportError> {
 pub fn read(profile: &Profile, mut r: impl Read) -> Result<Vec<Timeline>, ReportError> {
     let mut text = String::new();
     r.read_to_string(&mut text).map_err(ReportError::Io)?;
-    let value: Value = serde_json::from_str(&text).map_err(ReportError::Json)?;
-    if value.get("format").and_then(Value::as_str) != Some(FORMAT_NAME) {
+    crate::json::keys::check(&text).map_err(ReportError::Json)?;
+    // The format and version alone (the rest skipped, nothing kept), then how much the file
+    // holds, then the file.
+    let Ok(header) = serde_json::from_str::<Header>(&text) else {
+        return Err(ReportError::NotATimeline);
+    };
+    if header.format.as_ref().and_then(Value::as_str) != Some(FORMAT_NAME) {
         return Err(ReportError::NotATimeline);
     }
-    let version = value.get("format_version");
+    let version = header.format_version.as_ref();
     if version.and_then(Value::as_u64) != Some(u64::from(FORMAT_VERSION)) {
         return Err(ReportError::TimelineVersion {
             found: version.map_or("missing".to_string(), Value::to_string),
             newest: FORMAT_VERSION,
         });
     }
-    let stored: Stored = serde_json::from_value(value).map_err(ReportError::Json)?;
+    let counted = shape::count(&text).map_err(ReportError::Json)?;
+    if let Some(limit) = shape::over_limit(&counted, profile.run.vcpus) {
+        return Err(ReportError::TimelineTooLarge(limit));
+    }
+    let stored: Stored = serde_json::from_str(&text).map_err(ReportError::Json)?;
     if stored.run_start_time != profile.run.start_time {
         return Err(bad(
             "run_start_time",

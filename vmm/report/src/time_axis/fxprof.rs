@@ -273,12 +273,55 @@ pub fn build(profile: &Profile, timeline: &Timeline, symbols: &Symbols) -> fx::P
     fx
 }
 
-/// Writes `profile`'s first timeline in the Firefox Profiler's format (nothing without one).
-pub fn write(profile: &Profile, symbols: &Symbols, mut w: impl Write) -> Result<(), ReportError> {
+/// Writes `profile`'s first timeline in the Firefox Profiler's format (nothing without one);
+/// refused before a byte is written when the file would pass [`super::EXPORT_LIMIT`].
+pub fn write(profile: &Profile, symbols: &Symbols, w: impl Write) -> Result<(), ReportError> {
+    write_within(profile, symbols, super::EXPORT_LIMIT, w)
+}
+
+/// Counts what is written to it, and fails once past `stop` (so that sizing an export stops
+/// early).
+struct Counter {
+    bytes: u64,
+    stop: u64,
+}
+
+impl Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.bytes = self
+            .bytes
+            .saturating_add(u64::try_from(buf.len()).unwrap_or(u64::MAX));
+        if self.bytes > self.stop {
+            return Err(std::io::Error::other("past the limit"));
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// [`write`], refused past `limit` bytes: the file is serialized once into a counter, then,
+/// within the limit, into `w`.
+fn write_within(
+    profile: &Profile,
+    symbols: &Symbols,
+    limit: u64,
+    mut w: impl Write,
+) -> Result<(), ReportError> {
     let Some(t) = profile.timelines.first() else {
         return Ok(());
     };
-    serde_json::to_writer(&mut w, &build(profile, t, symbols)).map_err(ReportError::Json)?;
+    let fx = build(profile, t, symbols);
+    let mut counter = Counter {
+        bytes: 1,
+        stop: limit,
+    };
+    // An error here is the counter's: the size is past the limit.
+    let _ = serde_json::to_writer(&mut counter, &fx);
+    super::within("Firefox Profiler file", counter.bytes, limit)?;
+    serde_json::to_writer(&mut w, &fx).map_err(ReportError::Json)?;
     w.write_all(b"\n").map_err(ReportError::Io)?;
     Ok(())
 }

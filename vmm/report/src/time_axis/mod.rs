@@ -12,7 +12,8 @@
 //! [`window`] restricts a profile to a time window or phase (`hvprof compare --from/--to`,
 //! `--phase`), rebuilding its counts from the timeline's samples.
 
-use crate::profile::Profile;
+use crate::profile::{ObjectOwner, Profile, ProfileObject};
+use crate::timeline::Timeline;
 use window::WindowError;
 
 pub mod file;
@@ -23,6 +24,30 @@ pub mod window;
 
 #[cfg(test)]
 pub(crate) mod testdata;
+
+/// The largest export written from a timeline, in bytes: timeline.perf.txt
+/// (`report --perf-script`), timeline.fxprof.json (`--fxprof`) and the text timeline
+/// (`--timeline`) alike. Each is sized before a byte is written and refused past this
+/// ([`crate::ReportError::ExportTooLarge`]); a saved timeline.json is itself at most 1 GiB
+/// ([`crate::bounded::TIMELINE`]), but its perf text repeats every stack for every sample.
+pub const EXPORT_LIMIT: u64 = 1 << 30;
+
+/// `Ok` when `bytes` of the export `what` are within `limit`.
+pub(crate) fn within(what: &'static str, bytes: u64, limit: u64) -> Result<(), crate::ReportError> {
+    if bytes > limit {
+        return Err(crate::ReportError::ExportTooLarge { what, bytes, limit });
+    }
+    Ok(())
+}
+
+/// The host profile whose samples timeline `t` holds: the object of `t.object`'s id *and*
+/// owned by the host (a guest agent's object may have the same id).
+pub fn host_object<'p>(profile: &'p Profile, t: &Timeline) -> Option<&'p ProfileObject> {
+    profile
+        .objects
+        .iter()
+        .find(|o| o.owner == ObjectOwner::Host && o.id == t.object)
+}
 
 /// Keeps only the timeline of host profile `object` in `profile` (`hvprof report --object`: a
 /// run with several host profiles recording one each); an error naming the ones it has when

@@ -29,7 +29,7 @@ use crate::processes::Tasks;
 use crate::profile::Profile;
 use crate::sanitize::flame_frame;
 use crate::symbols::Symbols;
-use crate::timeline::Timeline;
+use crate::timeline::{Timeline, TimelineSample};
 use crate::ReportError;
 
 /// The file name beside profile.json.
@@ -97,34 +97,97 @@ pub fn frame_line(symbols: &Symbols, pc: u64, ret: bool) -> String {
     )
 }
 
+/// The event line of sample `s` (without its newline).
+fn event_line(tasks: &Tasks, s: &TimelineSample, tracks: Tracks) -> String {
+    let thread = match tracks {
+        Tracks::Threads => s.thread,
+        Tracks::Vcpus => None,
+    };
+    let (comm, pid, tid) = task(tasks, thread, s.vcpu);
+    format!(
+        "{comm} {pid}/{tid} [{:03}] {}.{:06}: 1 cpu-clock:",
+        s.vcpu,
+        s.t_ns / 1_000_000_000,
+        s.t_ns % 1_000_000_000 / 1000
+    )
+}
+
+/// The stack of sample `s` (none if its index is past the table).
+fn stack_of<'t>(timeline: &'t Timeline, s: &TimelineSample) -> &'t [u64] {
+    usize::try_from(s.stack)
+        .ok()
+        .and_then(|k| timeline.stacks.get(k))
+        .map_or(&[][..], Vec::as_slice)
+}
+
+/// How many bytes [`write_timeline`] would write, counted without writing them: each stack's
+/// frame lines once, each sample's event line; the count stops once past `stop`.
+pub fn size(
+    profile: &Profile,
+    timeline: &Timeline,
+    symbols: &Symbols,
+    tracks: Tracks,
+    stop: u64,
+) -> u64 {
+    let len = |s: &str| u64::try_from(s.len()).unwrap_or(u64::MAX);
+    // Each frame line is a tab, the line and a newline.
+    let stacks: Vec<u64> = timeline
+        .stacks
+        .iter()
+        .map(|st| {
+            st.iter()
+                .enumerate()
+                .map(|(i, pc)| len(&frame_line(symbols, *pc, i > 0)) + 2)
+                .sum()
+        })
+        .collect();
+    let tasks = Tasks::new(profile);
+    let mut total = 0u64;
+    for s in &timeline.samples {
+        let frames = usize::try_from(s.stack)
+            .ok()
+            .and_then(|k| stacks.get(k))
+            .copied()
+            .unwrap_or(0);
+        // The event line, its newline, the frames and the blank line.
+        total = total
+            .saturating_add(len(&event_line(&tasks, s, tracks)) + 2)
+            .saturating_add(frames);
+        if total > stop {
+            break;
+        }
+    }
+    total
+}
+
 /// Writes `timeline`'s samples (of `profile`, named with `symbols`) as `perf script` text, a
-/// track per guest thread or per vCPU.
+/// track per guest thread or per vCPU; refused before a byte is written when the text would
+/// pass [`super::EXPORT_LIMIT`].
 pub fn write_timeline(
     profile: &Profile,
     timeline: &Timeline,
     symbols: &Symbols,
     tracks: Tracks,
+    w: impl Write,
+) -> Result<(), ReportError> {
+    write_within(profile, timeline, symbols, tracks, super::EXPORT_LIMIT, w)
+}
+
+/// [`write_timeline`], refused past `limit` bytes.
+fn write_within(
+    profile: &Profile,
+    timeline: &Timeline,
+    symbols: &Symbols,
+    tracks: Tracks,
+    limit: u64,
     mut w: impl Write,
 ) -> Result<(), ReportError> {
+    let bytes = size(profile, timeline, symbols, tracks, limit);
+    super::within("perf script text", bytes, limit)?;
     let tasks = Tasks::new(profile);
     for s in &timeline.samples {
-        let thread = match tracks {
-            Tracks::Threads => s.thread,
-            Tracks::Vcpus => None,
-        };
-        let (comm, pid, tid) = task(&tasks, thread, s.vcpu);
-        writeln!(
-            w,
-            "{comm} {pid}/{tid} [{:03}] {}.{:06}: 1 cpu-clock:",
-            s.vcpu,
-            s.t_ns / 1_000_000_000,
-            s.t_ns % 1_000_000_000 / 1000
-        )?;
-        let stack = usize::try_from(s.stack)
-            .ok()
-            .and_then(|k| timeline.stacks.get(k))
-            .map_or(&[][..], Vec::as_slice);
-        for (i, pc) in stack.iter().enumerate() {
+        writeln!(w, "{}", event_line(&tasks, s, tracks))?;
+        for (i, pc) in stack_of(timeline, s).iter().enumerate() {
             writeln!(w, "\t{}", frame_line(symbols, *pc, i > 0))?;
         }
         writeln!(w)?;

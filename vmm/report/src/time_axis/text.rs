@@ -124,8 +124,21 @@ fn top_of(rows: BTreeMap<String, u64>, top: usize) -> String {
 /// The timelines of `profile` as text (one after the other, a run with several host profiles
 /// recording one each), `top` functions and processes per vCPU and bin.
 pub fn render(profile: &Profile, symbols: &Symbols, how: Bins, top: usize) -> String {
+    render_within(profile, symbols, how, top, u64::MAX).unwrap_or_default()
+}
+
+/// [`render`], refused once the text passes `limit` bytes (`hvprof report --timeline` gives
+/// [`super::EXPORT_LIMIT`]): the text is made a bin at a time and never grows more than one
+/// bin past the limit before it is refused.
+pub fn render_within(
+    profile: &Profile,
+    symbols: &Symbols,
+    how: Bins,
+    top: usize,
+    limit: u64,
+) -> Result<String, crate::ReportError> {
     if profile.timelines.is_empty() {
-        return "no timeline: the run was recorded without --timeline\n".to_string();
+        return Ok("no timeline: the run was recorded without --timeline\n".to_string());
     }
     let tasks = Tasks::new(profile);
     let mut out = String::new();
@@ -133,9 +146,9 @@ pub fn render(profile: &Profile, symbols: &Symbols, how: Bins, top: usize) -> St
         if n > 0 {
             out.push('\n');
         }
-        render_one(&mut out, t, &tasks, symbols, how, top);
+        render_one(&mut out, t, &tasks, symbols, how, top, limit)?;
     }
-    out
+    Ok(out)
 }
 
 /// One timeline's text, appended to `out`.
@@ -146,7 +159,8 @@ fn render_one(
     symbols: &Symbols,
     how: Bins,
     top: usize,
-) {
+    limit: u64,
+) -> Result<(), crate::ReportError> {
     let (bins, width) = bins(t, how);
     let _ = writeln!(
         out,
@@ -162,6 +176,11 @@ fn render_one(
         }
     );
     for (start, end, label) in bins {
+        super::within(
+            "text timeline",
+            u64::try_from(out.len()).unwrap_or(u64::MAX),
+            limit,
+        )?;
         let _ = writeln!(
             out,
             "{:.3}-{:.3} s{}{}",
@@ -229,6 +248,11 @@ fn render_one(
             out.push('\n');
         }
     }
+    super::within(
+        "text timeline",
+        u64::try_from(out.len()).unwrap_or(u64::MAX),
+        limit,
+    )
 }
 
 #[cfg(test)]

@@ -207,7 +207,7 @@ pub fn restrict(profile: &Profile, from_ns: u64, to_ns: u64) -> Result<Profile, 
         .timelines
         .iter()
         .filter_map(|t| {
-            let o = profile.objects.iter().find(|o| o.id == t.object)?;
+            let o = super::host_object(profile, t)?;
             let stacks = !o.stacks.is_empty() || o.stacks_dropped > 0;
             Some(rebuild(o, t, from_ns, to_ns, stacks))
         })

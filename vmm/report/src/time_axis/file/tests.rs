@@ -183,3 +183,82 @@ fn files_that_are_not_this_runs_timeline_are_refused() {
         "timelines[0].samples.t_delta_ns[1]: the time passes 2^64-1 ns"
     );
 }
+
+/// Regression (issue 40, item 13): a key given twice in timeline.json was read, the last value
+/// winning (the file went through a `serde_json::Value`).
+#[test]
+fn duplicate_keys_are_refused_naming_the_key_and_object() {
+    let p = profile();
+    let text = String::from_utf8(written(&p)).unwrap();
+    for (edited, want) in [
+        (
+            text.replacen(r#""samples":{"#, r#""samples":{"cpl":[],"#, 1),
+            r#"the key "cpl" is given twice in timelines[0].samples"#,
+        ),
+        (
+            text.replacen(r#""format":"#, r#""run_start_time":"x","format":"#, 1),
+            r#"the key "run_start_time" is given twice in the top level"#,
+        ),
+    ] {
+        assert_ne!(edited, text);
+        let e = read(&p, edited.as_bytes()).unwrap_err();
+        let chain = format!("{e}: {}", std::error::Error::source(&e).unwrap());
+        assert!(chain.contains(want), "{chain}");
+    }
+}
+
+/// `p`'s timeline.json with its first timeline's samples and stacks replaced: `samples`
+/// samples (all at time 0 on vCPU 0, stack 0) and `stacks` stacks of `depth` frames.
+fn with_shape(p: &Profile, samples: usize, stacks: usize, depth: usize) -> String {
+    let text = String::from_utf8(written(p)).unwrap();
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    let t = &mut v["timelines"][0];
+    let zeros = Value::from(vec![0u32; samples]);
+    for column in ["t_delta_ns", "vcpu", "cpl", "stack"] {
+        t["samples"][column] = zeros.clone();
+    }
+    t["samples"]["thread"] = Value::from(vec![Value::Null; samples]);
+    t["stacks"] = Value::from(vec![vec!["0x1000"; depth]; stacks]);
+    v.to_string()
+}
+
+/// Regression (issue 40, item 4): a small timeline.json with one very deep stack, or with
+/// millions of samples, was read whole (and its perf text written for gigabytes). Each limit
+/// of what hvprof records is named past it, and a file at the limits reads.
+#[test]
+fn a_timeline_past_what_hvprof_records_is_refused_naming_the_limit() {
+    use super::shape::{MAX_FRAMES_PER_VCPU, MAX_SAMPLES, MAX_STACK_DEPTH};
+    let mut p = profile();
+    p.run.vcpus = 1;
+    for m in &mut p.timelines[0].markers {
+        m.vcpu = None;
+    }
+    p.timelines[0].samples.clear();
+    let depth = usize::try_from(MAX_STACK_DEPTH).unwrap();
+    let read_text = |t: &str| {
+        read(&p, t.as_bytes())
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    // At the limits.
+    read_text(&with_shape(&p, 1, 1, depth)).unwrap();
+    let full = usize::try_from(MAX_FRAMES_PER_VCPU).unwrap() / depth;
+    read_text(&with_shape(&p, 1, full, depth)).unwrap();
+    // Past them.
+    let e = read_text(&with_shape(&p, 1, 1, depth + 1)).unwrap_err();
+    assert!(
+        e.contains("1025 is over the limit of 1024 frames in one call stack"),
+        "{e}"
+    );
+    let e = read_text(&with_shape(&p, 1, full + 1, depth)).unwrap_err();
+    assert!(
+        e.contains("1049600 is over the limit of 1048576 frames in one timeline's stack table"),
+        "{e}"
+    );
+    let many = usize::try_from(MAX_SAMPLES).unwrap() + 1;
+    let e = read_text(&with_shape(&p, many, 1, 1)).unwrap_err();
+    assert!(
+        e.starts_with("the timeline holds more than hvprof records: 2000001 is over the limit of 2000000 samples"),
+        "{e}"
+    );
+}

@@ -195,3 +195,22 @@ fn markers_sit_on_their_vcpu_and_the_vms_on_every_vcpu() {
     assert_eq!(strings[index(&m["name"][i])], "halt");
     assert_eq!(strings[index(&m["data"][i]["what"])], "hlt");
 }
+
+/// Regression (issue 40, item 4): the Firefox Profiler file is sized before it is written and
+/// refused past its limit, nothing written.
+#[test]
+fn a_firefox_file_past_its_limit_is_refused_before_a_byte_is_written() {
+    let p = crate::time_axis::testdata::profile();
+    let symbols = crate::profile::tests::call_site_symbols();
+    let mut out = Vec::new();
+    write(&p, &symbols, &mut out).unwrap();
+    let exact = u64::try_from(out.len()).unwrap();
+    let mut again = Vec::new();
+    write_within(&p, &symbols, exact, &mut again).unwrap();
+    assert_eq!(again, out);
+    let mut none = Vec::new();
+    let e = write_within(&p, &symbols, exact - 1, &mut none).unwrap_err();
+    assert!(none.is_empty(), "nothing written");
+    assert!(e.is_too_large(), "{e}");
+    assert!(e.to_string().contains("Firefox Profiler file"), "{e}");
+}

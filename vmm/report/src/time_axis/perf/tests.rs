@@ -129,3 +129,54 @@ fn infernos_perf_collapser_folds_it_into_the_flame_graphs_stacks() {
         ["awk", "init", "vcpu0", "vcpu1", "vcpu2", "worker"]
     );
 }
+
+/// Regression (issue 40, item 11): bidi overrides and line separators in a guest thread's
+/// name and a symbol reached the perf script text raw.
+#[test]
+fn bidi_and_separators_are_replaced_in_perf_text() {
+    use crate::sanitize::tests::{assert_no_bidi, BIDI_NAME};
+    use crate::symbols::tests::module;
+    let mut p = profile();
+    p.threads[2].name = Some(BIDI_NAME.into());
+    p.processes[1].name = BIDI_NAME.into();
+    let symbols = Symbols::from_module(module("m", 0x1000, &[(0x70, 0x30, BIDI_NAME)]));
+    for tracks in [Tracks::Threads, Tracks::Vcpus] {
+        let mut out = Vec::new();
+        write(&p, &symbols, tracks, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("m!a\u{fffd}evil"), "{text}");
+        assert_no_bidi("perf script text", &text);
+    }
+}
+
+/// Regression (issue 40, item 4): one deep stack shared by every sample of a small
+/// timeline.json wrote gigabytes of perf text. The text is sized first, exactly, and refused
+/// past the limit before a byte is written.
+#[test]
+fn perf_text_past_its_limit_is_refused_before_a_byte_is_written() {
+    let p = profile();
+    let symbols = call_site_symbols();
+    let t = &p.timelines[0];
+    let mut out = Vec::new();
+    write_timeline(&p, t, &symbols, Tracks::Threads, &mut out).unwrap();
+    let exact = u64::try_from(out.len()).unwrap();
+    for tracks in [Tracks::Threads, Tracks::Vcpus] {
+        let mut out = Vec::new();
+        write_timeline(&p, t, &symbols, tracks, &mut out).unwrap();
+        assert_eq!(
+            size(&p, t, &symbols, tracks, u64::MAX),
+            u64::try_from(out.len()).unwrap()
+        );
+    }
+    let mut out = Vec::new();
+    write_within(&p, t, &symbols, Tracks::Threads, exact, &mut out).unwrap();
+    let mut out = Vec::new();
+    let e = write_within(&p, t, &symbols, Tracks::Threads, exact - 1, &mut out).unwrap_err();
+    assert!(out.is_empty(), "nothing written");
+    assert!(e.is_too_large());
+    assert!(
+        e.to_string()
+            .starts_with("the perf script text would be at least"),
+        "{e}"
+    );
+}

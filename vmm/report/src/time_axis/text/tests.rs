@@ -133,3 +133,38 @@ fn every_timeline_is_printed() {
         "a blank line between"
     );
 }
+
+/// Regression (issue 40, item 11): bidi overrides and line separators in a guest process's
+/// name, a symbol and a marker reached `report --timeline`'s text raw.
+#[test]
+fn bidi_and_separators_are_replaced_in_the_text_timeline() {
+    use crate::sanitize::tests::{assert_no_bidi, BIDI_NAME};
+    use crate::symbols::tests::module;
+    let mut p = profile();
+    p.processes[1].name = BIDI_NAME.into();
+    p.timelines[0].markers[2].name = BIDI_NAME.into();
+    let symbols = Symbols::from_module(module("m", 0x1000, &[(0x70, 0x30, BIDI_NAME)]));
+    let out = render(&p, &symbols, Bins::Phases, 3);
+    assert!(out.contains("a\u{fffd}evil"), "{out}");
+    assert_no_bidi("the text timeline", &out);
+}
+
+/// Issue 40, item 4: the text timeline is refused once past its limit, a bin at a time.
+#[test]
+fn a_text_timeline_past_its_limit_is_refused() {
+    let p = profile();
+    let symbols = call_site_symbols();
+    let whole = render(&p, &symbols, Bins::Seconds(0.1), 3);
+    let n = u64::try_from(whole.len()).unwrap();
+    assert_eq!(
+        render_within(&p, &symbols, Bins::Seconds(0.1), 3, n).unwrap(),
+        whole
+    );
+    let e = render_within(&p, &symbols, Bins::Seconds(0.1), 3, n / 2).unwrap_err();
+    assert!(e.is_too_large());
+    assert!(
+        e.to_string()
+            .starts_with("the text timeline would be at least"),
+        "{e}"
+    );
+}

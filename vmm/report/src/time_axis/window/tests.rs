@@ -144,3 +144,61 @@ fn compare_in_a_window_sees_what_the_whole_run_hides() {
     assert_eq!(regressions("user"), 0);
     assert!(regressions("kernel") > 0);
 }
+
+/// The testdata profile with its host profile renumbered 1, the id of the guest agent's
+/// object beside it (a run with an agent object 1 and a host profile 1).
+fn agent_and_host_both_object_1() -> Profile {
+    let mut p = profile();
+    assert_eq!(p.objects[0].owner, crate::ObjectOwner::Guest);
+    assert_eq!(p.objects[0].id, 1);
+    p.objects[1].id = 1;
+    p.timelines[0].object = 1;
+    crate::validate::check(&p).unwrap();
+    p
+}
+
+#[test]
+fn window_of_host_profile_1_beside_agent_object_1_rebuilds_the_host_profile() {
+    let p = agent_and_host_both_object_1();
+    let (from, to) = resolve(&p, &Window::Phase("kernel".into())).unwrap();
+    let w = restrict(&p, from, to).unwrap();
+    assert_eq!(w.objects.len(), 1);
+    let o = &w.objects[0];
+    assert_eq!((o.owner, o.id), (crate::ObjectOwner::Host, 1));
+    assert_eq!((o.base.0, o.total), (0x1000, 30));
+    // The host profile's whole range, not the agent object's 0x100 bytes.
+    assert_eq!(o.size.0, 0x10000);
+}
+
+#[test]
+fn kernel_phase_regression_of_host_profile_1_beside_agent_object_1_is_caught() {
+    let base = agent_and_host_both_object_1();
+    let mut new = base.clone();
+    for s in &mut new.timelines[0].samples {
+        if (1000 * MS..2000 * MS).contains(&s.t_ns) {
+            s.stack = 2;
+        }
+    }
+    let opts = TestOptions {
+        threshold: 10.0,
+        alpha: 0.01,
+        min_samples: 1,
+        min_points: 1.0,
+    };
+    let symbols = call_site_symbols();
+    let window = |p: &Profile| {
+        let (from, to) = resolve(p, &Window::Phase("kernel".into())).unwrap();
+        let mut w = restrict(p, from, to).unwrap();
+        w.symbolize(&symbols);
+        w
+    };
+    let (objects, _) = compare_profiles(
+        &window(&base),
+        &window(&new),
+        &opts,
+        Scope::Host,
+        [&symbols, &symbols],
+    );
+    assert_eq!(objects.len(), 1);
+    assert!(objects[0].regressions() > 0);
+}
