@@ -20,3 +20,36 @@ mod targets;
 /// Saved runs with a timeline: the window's object, bounded reading and export sizes, bidi
 /// characters, duplicate keys (issue 40).
 mod timelines;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The reference guest's 1:2:4 workload, briefly.
+pub const WORKLOAD: &str = "scenario=shares shares.ms=300";
+
+/// A generous bound on a short profiled run that only proves "does not hang".
+pub const RUN_LIMIT: Duration = Duration::from_secs(120);
+
+/// `hvprof profile` of the built-in guest with `cmdline` into `dir/name`, plus `extra`
+/// options (`--timeline`); returns its profile.json. The workload checks its own 1:2:4
+/// shares and says so in its status (1 when a loaded host skews a run this short); either
+/// way the profile is written.
+pub fn saved_run(dir: &Path, name: &str, cmdline: &str, extra: &[&str]) -> PathBuf {
+    let out = dir.join(name);
+    let mut args = vec![
+        "profile",
+        "--cmdline",
+        cmdline,
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+        "--serial",
+        "null",
+    ];
+    args.extend_from_slice(extra);
+    let run = crate::harness::hvprof(args).limit(RUN_LIMIT).run();
+    assert!(matches!(run.code(), Some(0 | 1)), "{run}");
+    let path = out.join("profile.json");
+    assert!(path.exists(), "{run}");
+    path
+}

@@ -19,8 +19,7 @@ use crate::harness::{hvprof, status, Output, TempDir};
 /// A generous bound that only proves "does not hang".
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// The reference guest's 1:2:4 workload, briefly.
-const WORKLOAD: &str = "scenario=shares shares.ms=300";
+use super::WORKLOAD;
 
 /// What a hostile command line carries (a command line cannot carry NUL: the tests that need
 /// one edit it into profile.json).
@@ -34,25 +33,7 @@ struct Profiles {
 }
 
 fn profile(dir: &Path, name: &str, cmdline: &str) -> PathBuf {
-    let out = dir.join(name);
-    let run = hvprof([
-        "profile",
-        "--cmdline",
-        cmdline,
-        "--out",
-        out.to_str().unwrap(),
-        "--quiet",
-        "--serial",
-        "null",
-    ])
-    .limit(LIMIT)
-    .run();
-    // The workload checks its own 1:2:4 shares and says so in its status (1 when a loaded
-    // host skews a run this short); either way the profile is written.
-    assert!(matches!(run.code(), Some(0 | 1)), "{run}");
-    let path = out.join("profile.json");
-    assert!(path.exists(), "{run}");
-    path
+    super::saved_run(dir, name, cmdline, &[])
 }
 
 fn profiles() -> &'static Profiles {

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::harness::{hvprof, status, Output, TempDir};
+use crate::harness::{hvprof, status, TempDir};
 
 /// Two saved profiles of the reference guest, each with its timeline.
 struct Runs {
@@ -29,30 +29,10 @@ fn runs() -> &'static Runs {
     static RUNS: OnceLock<Runs> = OnceLock::new();
     RUNS.get_or_init(|| {
         let dir = TempDir::new("targets-runs");
-        for run in ["r1", "r2"] {
-            profile_into(&dir.join(run), true).assert_status(0);
-        }
-        Runs {
-            r1: dir.join("r1/profile.json"),
-            r2: dir.join("r2/profile.json"),
-            _dir: dir,
-        }
+        let [r1, r2] =
+            ["r1", "r2"].map(|n| super::saved_run(dir.path(), n, super::WORKLOAD, &["--timeline"]));
+        Runs { r1, r2, _dir: dir }
     })
-}
-
-/// `hvprof profile` of the built-in guest into `out`, with a timeline if `timeline`.
-fn profile_into(out: &Path, timeline: bool) -> Output {
-    let mut args = vec![
-        "profile",
-        "--serial",
-        "null",
-        "--out",
-        out.to_str().unwrap(),
-    ];
-    if timeline {
-        args.push("--timeline");
-    }
-    hvprof(args).run()
 }
 
 fn s(p: &Path) -> &str {
@@ -194,12 +174,12 @@ fn an_output_that_is_one_of_the_inputs_is_refused_and_the_input_kept() {
 #[test]
 fn a_run_without_a_timeline_leaves_none_of_the_previous_runs_timeline_files() {
     let dir = TempDir::new("targets-stale");
-    let out = dir.join("d");
-    profile_into(&out, true).assert_status(0);
+    let json = super::saved_run(dir.path(), "d", super::WORKLOAD, &["--timeline"]);
+    let out = json.parent().unwrap().to_path_buf();
     for f in ["timeline.json", "timeline.fxprof.json", "timeline.perf.txt"] {
         assert!(out.join(f).exists(), "{f}");
     }
-    profile_into(&out, false).assert_status(0);
+    super::saved_run(dir.path(), "d", super::WORKLOAD, &[]);
     let mut names: Vec<_> = std::fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())

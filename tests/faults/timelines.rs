@@ -28,22 +28,9 @@ fn run() -> &'static Run {
     static R: OnceLock<Run> = OnceLock::new();
     R.get_or_init(|| {
         let dir = TempDir::new("fault-timelines");
-        let out = dir.join("p");
-        let run = hvprof([
-            "profile",
-            "--timeline",
-            "--cmdline",
-            "scenario=shares shares.ms=300",
-            "--out",
-            out.to_str().unwrap(),
-            "--quiet",
-            "--serial",
-            "null",
-        ])
-        .limit(LIMIT)
-        .run();
-        assert!(matches!(run.code(), Some(0 | 1)), "{run}");
-        assert!(out.join("timeline.json").exists(), "{run}");
+        let json = super::saved_run(dir.path(), "p", super::WORKLOAD, &["--timeline"]);
+        let out = json.parent().unwrap().to_path_buf();
+        assert!(out.join("timeline.json").exists());
         Run { _dir: dir, out }
     })
 }
