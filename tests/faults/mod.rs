@@ -11,6 +11,8 @@ mod images;
 mod inputs;
 /// Outputs: full file systems, kills during the write, symlinks, unwritable `--out`.
 mod outputs;
+/// Standard output into a pipe whose reader went away: no panic, no file lost.
+mod pipes;
 /// Saved profiles and compare/merge arguments: inconsistent counts, non-finite thresholds,
 /// control characters in text that reaches XML, JSON, Markdown and the terminal.
 mod profiles;

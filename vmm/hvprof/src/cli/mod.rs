@@ -4,6 +4,7 @@
 mod args;
 mod progress;
 mod run;
+mod stdout;
 mod symbols;
 mod tools;
 
@@ -104,7 +105,8 @@ pub fn main() -> ExitCode {
         }
         _ => None,
     };
-    match cli.command {
+    // Every subcommand prints through `stdout`, which ends quietly when the reader goes away.
+    stdout::status(match cli.command {
         Command::Run(a) => run::run(a),
         Command::Demo(a) => run::demo(a),
         Command::Profile(a) => run::profile(*a),
@@ -113,5 +115,5 @@ pub fn main() -> ExitCode {
         Command::Merge(a) => tools::merge(&a),
         Command::Bench(a) => tools::bench(&a),
         Command::Events(a) => tools::events(&a),
-    }
+    })
 }
