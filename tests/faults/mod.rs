@@ -9,6 +9,8 @@ mod api;
 mod images;
 /// Inputs: FIFOs, devices, directories, oversized files; signals before any input is opened.
 mod inputs;
+/// Error lines that say each cause once.
+pub(crate) mod messages;
 /// Outputs: full file systems, kills during the write, symlinks, unwritable `--out`.
 mod outputs;
 /// Standard output into a pipe whose reader went away: no panic, no file lost.

@@ -439,6 +439,12 @@ fn distinct_files(paths: &[std::path::PathBuf]) -> anyhow::Result<()> {
         };
         let id = (m.dev(), m.ino());
         if let Some((_, first)) = seen.iter().find(|(i, _)| *i == id) {
+            if first == p {
+                anyhow::bail!(
+                    "{} is given twice (the same file): each run may be merged once",
+                    p.display()
+                );
+            }
             anyhow::bail!(
                 "{} is {} given again (the same file): each run may be merged once",
                 p.display(),
