@@ -9,8 +9,12 @@ mod api;
 mod images;
 /// Inputs: FIFOs, devices, directories, oversized files; signals before any input is opened.
 mod inputs;
+/// Error lines that say each cause once.
+pub(crate) mod messages;
 /// Outputs: full file systems, kills during the write, symlinks, unwritable `--out`.
 mod outputs;
+/// Standard output into a pipe whose reader went away: no panic, no file lost.
+mod pipes;
 /// Saved profiles and compare/merge arguments: inconsistent counts, non-finite thresholds,
 /// control characters in text that reaches XML, JSON, Markdown and the terminal.
 mod profiles;

@@ -667,14 +667,18 @@ impl Output {
     }
 
     /// Asserts that stderr has an `hvprof: error: ` line containing every
-    /// one of `needles`, and returns that line.
+    /// one of `needles`, that says each of its causes once
+    /// (tests/faults/messages.rs), and returns that line.
     pub fn assert_error_line(&self, needles: &[&str]) -> String {
         let line = self
             .stderr
             .lines()
             .find(|l| l.starts_with(ERROR_PREFIX) && needles.iter().all(|n| l.contains(n)));
         match line {
-            Some(l) => l.to_string(),
+            Some(l) => {
+                crate::faults::messages::assert_said_once(l);
+                l.to_string()
+            }
             None => panic!(
                 "stderr has no line starting {ERROR_PREFIX:?} and containing all of {needles:?}\n{self}"
             ),

@@ -540,6 +540,11 @@ pub fn read_root(repo: &Path, dir: &str) -> Vec<File> {
     let src = repo.join(dir);
     let mut paths = Vec::new();
     rust_files(&src, &mut paths);
+    // A main.rs beside a lib.rs is a crate of its own (the binary): it reaches the library by
+    // its name, never by `crate::`, and its imports are not names of the library's root.
+    if src.join("lib.rs").is_file() {
+        paths.retain(|p| p != &src.join("main.rs"));
+    }
     let files = paths
         .iter()
         .map(|p| {

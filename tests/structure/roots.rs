@@ -20,6 +20,7 @@ pub const ROOTS: &[Root] = &[
     PROFILE_CORE,
     GUEST_AGENT,
     FILES,
+    WINDOWS_CLI,
 ];
 
 /// The VMM library (vmm).
@@ -263,6 +264,29 @@ const GUEST_AGENT: Root = Root {
         ("params", 1),
         ("discovery", 2),
         ("client", 2),
+    ],
+    known: &[],
+};
+
+/// The Windows guest agent's command line (guest-agent/windows/cli; built for Windows by
+/// guest-agent/windows/build.sh, its pure parts tested on Linux).
+const WINDOWS_CLI: Root = Root {
+    dir: "guest-agent/windows/cli/src",
+    floors: &[
+        // Numbers and NTSTATUS text; the kernel's module list; what to profile.
+        ("number", 0),
+        ("ntstatus", 0),
+        ("modules", 0),
+        ("plan", 0),
+        // Source names (read as numbers too); the IOCTL sequence over a device.
+        ("sources", 1),
+        ("session", 1),
+        // The command line and the result file name sources; the table reads the result file.
+        ("args", 2),
+        ("result_file", 2),
+        ("report", 3),
+        // The Windows system calls (cfg(windows)), over all of the above.
+        ("windows", 4),
     ],
     known: &[],
 };

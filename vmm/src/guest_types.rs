@@ -52,8 +52,8 @@ impl std::str::FromStr for GuestOsChoice {
 /// The layout the user asked for cannot be had.
 #[derive(Debug, thiserror::Error)]
 pub enum GuestTypesError {
-    /// The file could not be read.
-    #[error("{path}: {source}")]
+    /// The file could not be read (the source names it).
+    #[error("cannot read the guest kernel's types")]
     Read {
         /// The file.
         path: PathBuf,
@@ -61,7 +61,7 @@ pub enum GuestTypesError {
         source: files::bounded::InputError,
     },
     /// The file holds no usable layout.
-    #[error("{path}: {source}")]
+    #[error("no structure layout in {path}")]
     Types {
         /// The file.
         path: PathBuf,
@@ -145,9 +145,13 @@ pub fn guest_types(
                         source: TypeError::NoTypes | TypeError::Elf(_),
                         ..
                     },
-                ) => log::info!("guest processes are not named from the kernel: {e}"),
+                ) => log::info!(
+                    "guest processes are not named from the kernel: {}",
+                    with_causes(&e)
+                ),
                 Err(e) => log::warn!(
-                    "guest processes are not named: {e}; samples are split by address space"
+                    "guest processes are not named: {}; samples are split by address space",
+                    with_causes(&e)
                 ),
             }
         } else if choice == GuestOsChoice::Linux {
@@ -180,6 +184,18 @@ fn read_types_file(path: &Path) -> Result<Vec<u8>, GuestTypesError> {
         });
     }
     bounded::read_from(&file, path, size, bounded::SYMBOLS).map_err(read_err)
+}
+
+/// `e` and its causes on one line, for the log: its message leaves them to the chain.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 /// The layout in the vmlinux at `path`.

@@ -180,7 +180,7 @@ pub enum BenchError {
     #[error(transparent)]
     Vm(#[from] VmError),
     /// The PE image for the unwind session could not be written.
-    #[error("cannot write the benchmark's PE image: {0}")]
+    #[error("cannot write the benchmark's PE image")]
     Module(#[source] std::io::Error),
     /// The guest did not report what the benchmark needs.
     #[error("the reference guest did not {0}; its output:\n{1}")]

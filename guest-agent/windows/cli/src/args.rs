@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::number::parse_u64;
+
 /// The usage text (`--help`).
 pub const USAGE: &str = "\
 hvprof-agent: profile this Windows guest from outside, through the hvprof driver.
@@ -125,21 +127,6 @@ impl std::error::Error for ArgError {}
 
 fn err<T>(message: String) -> Result<T, ArgError> {
     Err(ArgError(message))
-}
-
-/// A number: `0x` hex or decimal, `_` allowed as a separator.
-pub fn parse_u64(text: &str) -> Option<u64> {
-    let clean: String = text.chars().filter(|c| *c != '_').collect();
-    if let Some(hex) = clean
-        .strip_prefix("0x")
-        .or_else(|| clean.strip_prefix("0X"))
-    {
-        u64::from_str_radix(hex, 16).ok()
-    } else if !clean.is_empty() && clean.bytes().all(|b| b.is_ascii_digit()) {
-        clean.parse().ok()
-    } else {
-        None
-    }
 }
 
 /// `BASE:SIZE`, both numbers, `SIZE` nonzero.

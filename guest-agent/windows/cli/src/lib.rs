@@ -4,6 +4,8 @@
 //! but the Windows system calls is here and builds on any host, so its unit tests run on Linux:
 //!
 //! * [`args`]: the command line (hand-written: the Windows build has no crates).
+//! * [`ntstatus`]: an NTSTATUS as text, named when known.
+//! * [`number`]: numbers as the user and the result file write them (hex or decimal).
 //! * [`modules`]: the kernel's loaded-module list (`SystemModuleInformation`) as bytes -> modules.
 //! * [`plan`]: what to profile -> the buckets, the buffer and the driver's requests.
 //! * [`session`]: the IOCTL sequence (create, start, wait, stop, close) over a [`session::Device`].
@@ -17,6 +19,8 @@
 
 pub mod args;
 pub mod modules;
+pub mod ntstatus;
+pub mod number;
 pub mod plan;
 pub mod report;
 pub mod result_file;
@@ -29,25 +33,3 @@ pub use hvprof_ioctl::{codes, messages, NtStatus};
 
 /// The agent's version (also without cargo: build.sh calls rustc directly).
 pub const VERSION: &str = "0.1.0";
-
-/// Text for an NTSTATUS: `0xC00000B8 (PROFILING_NOT_STOPPED)`.
-pub fn status_text(status: NtStatus) -> String {
-    match status.name() {
-        Some(name) => format!("{:#010X} (STATUS_{})", status.0, name),
-        None => format!("{:#010X}", status.0),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn status_text_names_known_statuses() {
-        assert_eq!(
-            status_text(NtStatus::PROFILING_NOT_STOPPED),
-            "0xC00000B8 (STATUS_PROFILING_NOT_STOPPED)"
-        );
-        assert_eq!(status_text(NtStatus(0xC000_1234)), "0xC0001234");
-    }
-}

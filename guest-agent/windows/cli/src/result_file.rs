@@ -117,7 +117,7 @@ impl fmt::Display for ParseError {
 impl std::error::Error for ParseError {}
 
 fn number(text: &str) -> Option<u64> {
-    crate::args::parse_u64(text)
+    crate::number::parse_u64(text)
 }
 
 /// Reads a result file (the host side's reader; also pins the format in the tests).

@@ -103,7 +103,7 @@ impl fmt::Display for SessionError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SessionError::Driver { call, status } => {
-                write!(f, "{} failed: {}", call, crate::status_text(*status))
+                write!(f, "{} failed: {}", call, crate::ntstatus::text(*status))
             }
             SessionError::ShortReply(call) => {
                 write!(f, "{}: the driver's reply is too short", call)

@@ -43,7 +43,7 @@ pub fn name(source: u32) -> String {
 /// A source by number (decimal or 0x hex) or by name, with or without the `Profile` prefix,
 /// in any case.
 pub fn parse(text: &str) -> Option<u32> {
-    if let Some(n) = crate::args::parse_u64(text) {
+    if let Some(n) = crate::number::parse_u64(text) {
         return u32::try_from(n).ok();
     }
     let lower = text.to_ascii_lowercase();

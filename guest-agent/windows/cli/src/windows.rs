@@ -8,10 +8,11 @@ use std::ptr;
 
 use crate::args::{Action, ProfileArgs, Run, Target};
 use crate::modules::{self, SYSTEM_MODULE_INFORMATION};
+use crate::ntstatus;
 use crate::plan::{self, Region};
 use crate::result_file::{self, Header};
 use crate::session::{self, Device};
-use crate::{codes, report, status_text, NtStatus};
+use crate::{codes, report, NtStatus};
 
 mod host;
 
@@ -203,7 +204,7 @@ pub fn kernel_modules() -> Result<Vec<modules::Module>, String> {
         if status < 0 {
             return Err(format!(
                 "NtQuerySystemInformation(SystemModuleInformation) failed: {}",
-                status_text(NtStatus(status as u32))
+                ntstatus::text(NtStatus(status as u32))
             ));
         }
         return modules::parse(&buf)

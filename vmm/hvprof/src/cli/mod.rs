@@ -4,6 +4,7 @@
 mod args;
 mod progress;
 mod run;
+mod stdout;
 mod symbols;
 mod tools;
 
@@ -17,9 +18,18 @@ use args::{
     BenchArgs, CompareArgs, DemoArgs, EventsArgs, MergeArgs, ProfileArgs, ReportArgs, RunArgs,
 };
 
-/// hvprof: a KVM hypervisor that profiles its guests from outside.
+/// hvprof runs a KVM guest (Windows, Linux, any PVH or multiboot kernel) and profiles it from outside.
+///
+/// `hvprof profile` boots the guest and samples its vCPUs from the host: call stacks, the
+/// guest's processes and threads, and the profile objects of the guest agent when one runs.
+/// It writes profile.json, a pprof profile, a flame graph and report.txt to `--out`. `hvprof
+/// report` prints a saved profile again, its timeline too; `hvprof compare` tests two
+/// profiles for a significant regression (exit status 1) for automated regression runs;
+/// `hvprof merge` combines repeated runs into one profile.
+///
+/// Exit statuses and what hvprof guarantees: docs/architecture.md.
 #[derive(Parser)]
-#[command(name = "hvprof", version, about)]
+#[command(name = "hvprof", version)]
 struct Cli {
     /// More log output on stderr (-v info, -vv debug, -vvv trace).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -30,7 +40,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Boot a kernel (PVH ELF, multiboot or Linux bzImage) and run it to its end.
+    /// Run a VM to its end: a kernel (PVH ELF, multiboot, Linux bzImage) or firmware and a disk.
     Run(RunArgs),
     /// Run the bundled reference guest's default scenario (a profiled 1:2:4 workload).
     Demo(DemoArgs),
@@ -40,7 +50,7 @@ enum Command {
     /// is opened read-only and the guest's writes go to a temporary overlay discarded when the
     /// run ends, so every run starts from the same golden image and the image never changes.
     Profile(Box<ProfileArgs>),
-    /// Reprint the report of a saved profile.json, optionally with disassembly.
+    /// Print a saved profile.json's report again, its disassembly, timeline or exports.
     Report(ReportArgs),
     /// Compare two profiles; exit status 1 on a significant regression above the threshold.
     Compare(CompareArgs),
@@ -48,8 +58,10 @@ enum Command {
     Merge(MergeArgs),
     /// Measure hvprof's sample and hypercall paths against same-run baselines.
     Bench(BenchArgs),
-    /// List the perf events hvprof can sample on here (the guest's PMU profile sources,
-    /// `--event`, `--clock cpu`) and why the others are absent.
+    /// List the perf events hvprof can sample on this host and why the others are absent.
+    ///
+    /// These are what the guest's PMU profile sources, `profile --event` and `--clock cpu`
+    /// can use here.
     Events(EventsArgs),
 }
 
@@ -104,7 +116,8 @@ pub fn main() -> ExitCode {
         }
         _ => None,
     };
-    match cli.command {
+    // Every subcommand prints through `stdout`, which ends quietly when the reader goes away.
+    stdout::status(match cli.command {
         Command::Run(a) => run::run(a),
         Command::Demo(a) => run::demo(a),
         Command::Profile(a) => run::profile(*a),
@@ -113,5 +126,42 @@ pub fn main() -> ExitCode {
         Command::Merge(a) => tools::merge(&a),
         Command::Bench(a) => tools::bench(&a),
         Command::Events(a) => tools::events(&a),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn help_says_what_hvprof_does_not_how_its_source_is_laid_out() {
+        for help in [
+            Cli::command().render_help(),
+            Cli::command().render_long_help(),
+        ] {
+            let help = help.to_string();
+            let first = help.lines().next().unwrap_or_default();
+            assert!(
+                first.contains("runs a KVM guest") && first.contains("profiles it from outside"),
+                "{first}"
+            );
+            assert!(!first.contains("library"), "{first}");
+        }
+        let long = Cli::command().render_long_help().to_string();
+        assert!(long.contains("regression"), "{long}");
+    }
+
+    #[test]
+    fn every_subcommand_has_a_one_line_help_that_fits_a_terminal() {
+        let cli = Cli::command();
+        for sub in cli.get_subcommands() {
+            let about = sub.get_about().map(|a| a.to_string()).unwrap_or_default();
+            let line = format!("  {:<9}{about}", sub.get_name());
+            assert!(!about.is_empty(), "{} has no help", sub.get_name());
+            assert!(!about.ends_with('.'), "{line}");
+            assert!(line.len() <= 100, "{} columns: {line}", line.len());
+        }
     }
 }

@@ -15,6 +15,7 @@ use vmm::vm::{RunHooks, RunReport};
 
 use super::args::{seconds, BootArgs, DemoArgs, ProfileArgs, RunArgs, VmArgs};
 use super::progress::Bar;
+use super::stdout::out;
 use super::{exit_code, fail, results_filter};
 
 /// The API socket while its VM runs: the caller holds it until the run is over, so the socket
@@ -107,7 +108,7 @@ fn finish(
         profile.symbolize(&symbols);
     }
     if !profile.objects.is_empty() {
-        print!("{}", report::text::render(&profile, &symbols, 10));
+        out!("{}", report::text::render(&profile, &symbols, 10));
     }
     summarize(&report);
     super::symbols::report_missing(&symbols);

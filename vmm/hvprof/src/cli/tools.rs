@@ -15,6 +15,7 @@ use report::sanitize::{markdown_code, terminal};
 use vmm::outcome::{STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
 
 use super::args::{BenchArgs, CompareArgs, EventsArgs, MergeArgs, ReportArgs, ScopeArg};
+use super::stdout::{out, outln};
 use super::{fail, results_filter, symbols};
 
 /// `hvprof report`. With `--annotate` the symbol path is searched for the images of the
@@ -124,7 +125,7 @@ pub fn report(a: &ReportArgs) -> ExitCode {
         };
         let limit = report::time_axis::EXPORT_LIMIT;
         match report::time_axis::text::render_within(timelines, &symbols, bins, a.top, limit) {
-            Ok(text) => print!("{text}"),
+            Ok(text) => out!("{text}"),
             Err(e) => return fail(e, STATUS_CONFIG_ERROR),
         }
         return ExitCode::SUCCESS;
@@ -133,7 +134,7 @@ pub fn report(a: &ReportArgs) -> ExitCode {
     if a.annotate {
         out.push_str(&report::annotate::render(&profile, &symbols, a.top));
     }
-    print!("{out}");
+    out!("{out}");
     ExitCode::SUCCESS
 }
 
@@ -367,7 +368,7 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
     for u in &unmatched {
         md.push_str(&format!("_{u} is only in the base profile._\n"));
     }
-    print!("{}", terminal(&md));
+    out!("{}", terminal(&md));
     // Every file is written beside its final name before any is put in place: a failure
     // (a full file system) leaves all of them as they were.
     let staged = || -> Result<Vec<atomic::Staged>, report::ReportError> {
@@ -500,6 +501,12 @@ fn distinct_files(paths: &[std::path::PathBuf]) -> anyhow::Result<()> {
         };
         let id = (m.dev(), m.ino());
         if let Some((_, first)) = seen.iter().find(|(i, _)| *i == id) {
+            if first == p {
+                anyhow::bail!(
+                    "{} is given twice (the same file): each run may be merged once",
+                    p.display()
+                );
+            }
             anyhow::bail!(
                 "{} is {} given again (the same file): each run may be merged once",
                 p.display(),
@@ -515,23 +522,24 @@ fn distinct_files(paths: &[std::path::PathBuf]) -> anyhow::Result<()> {
 fn bench_disk(a: &BenchArgs) -> ExitCode {
     match bench::disk::run(&bench::disk::DiskBenchOptions::default()) {
         Ok(r) if a.json => {
-            println!("{}", r.to_json());
+            outln!("{}", r.to_json());
             ExitCode::SUCCESS
         }
         Ok(r) => {
-            println!(
+            outln!(
                 "sequential 4 KiB reads: {:>7.0} ns qcow2 vs {:>7.0} ns raw (median of {} rounds of {} reads)",
                 r.seq_qcow2_ns, r.seq_raw_ns, r.rounds, r.reads
             );
-            println!(
+            outln!(
                 "seq_ratio       {:>9.3}   (qcow2 throughput / raw; target >= 0.8)",
                 r.seq_ratio
             );
-            println!(
+            outln!(
                 "random 4 KiB reads:     {:>7.0} ns qcow2 vs {:>7.0} ns raw",
-                r.rand_qcow2_ns, r.rand_raw_ns
+                r.rand_qcow2_ns,
+                r.rand_raw_ns
             );
-            println!(
+            outln!(
                 "rand_ratio      {:>9.3}   (qcow2 throughput / raw)",
                 r.rand_ratio
             );
@@ -553,55 +561,56 @@ pub fn bench(a: &BenchArgs) -> ExitCode {
     };
     match bench::run(&opts) {
         Ok(r) if a.json => {
-            println!("{}", r.to_json());
+            outln!("{}", r.to_json());
             ExitCode::SUCCESS
         }
         Ok(r) => {
-            println!(
+            outln!(
                 "sample path:    {:>9.0} ns full vs {:>9.0} ns bare kick (median of {} each; p90 {:.0} vs {:.0})",
                 r.kick_full_ns, r.kick_bare_ns, r.kicks, r.kick_full_p90_ns, r.kick_bare_p90_ns
             );
-            println!("sample_ratio    {:>9.3}   (target <= 1.15)", r.sample_ratio);
-            println!(
+            outln!("sample_ratio    {:>9.3}   (target <= 1.15)", r.sample_ratio);
+            outln!(
                 "stack path:     {:>9.0} ns with a {:.1}-frame frame-pointer walk ({:.0} ns a frame over the sample path)",
                 r.kick_stack_ns, r.stack_frames, r.ns_per_frame
             );
-            println!("stack_ratio     {:>9.3}   (target <= 1.25)", r.stack_ratio);
-            println!(
+            outln!("stack_ratio     {:>9.3}   (target <= 1.25)", r.stack_ratio);
+            outln!(
                 "timeline_ratio  {:>9.3}   (target <= 1.05; the stack walk's profile recording a timeline, over the same without)",
                 r.timeline_ratio
             );
-            println!(
+            outln!(
                 "timeline:       {:>9.0} ns a sample to record it (off the vCPU), so {:.4} of the stack path",
                 r.timeline_record_ns, r.timeline_record_ratio
             );
             if r.perf_ratio.is_nan() {
-                println!("perf path:      not measured (perf events are closed to this user)");
+                outln!("perf path:      not measured (perf events are closed to this user)");
             } else {
-                println!(
+                outln!(
                     "perf path:      {:>9.0} ns from a task-clock overflow signal (host profile, no stacks)",
                     r.kick_perf_ns
                 );
-                println!("perf_ratio      {:>9.3}", r.perf_ratio);
+                outln!("perf_ratio      {:>9.3}", r.perf_ratio);
             }
-            println!(
+            outln!(
                 "x64 unwind:     {:>9.0} ns with a {:.1}-frame unwind vs {:>9.0} ns bare kick, second VM ({:.0} ns a frame)",
                 r.kick_unwind_ns, r.unwind_frames, r.kick_unwind_bare_ns, r.ns_per_unwind_frame
             );
-            println!("unwind_ratio    {:>9.3}   (target <= 1.25)", r.unwind_ratio);
-            println!(
+            outln!("unwind_ratio    {:>9.3}   (target <= 1.25)", r.unwind_ratio);
+            outln!(
                 "naming:         {:>9.0} ns a sample to name its guest thread (new thread every 16 samples), {:.0} ns (every sample)",
                 r.naming_ns, r.naming_worst_ns
             );
-            println!(
+            outln!(
                 "naming_ratio    {:>9.3}   (target <= 1.10; worst case {:.3})",
-                r.naming_ratio, r.naming_worst_ratio
+                r.naming_ratio,
+                r.naming_worst_ratio
             );
-            println!(
+            outln!(
                 "hypercall path: {:>9.0} ns full vs {:>9.0} ns bare port-I/O exit (guest-measured medians)",
                 r.hypercall_ns, r.io_exit_ns
             );
-            println!(
+            outln!(
                 "hypercall_ratio {:>9.3}   (target <= 1.2)",
                 r.hypercall_ratio
             );
@@ -616,9 +625,9 @@ pub fn events(a: &EventsArgs) -> ExitCode {
     let report = vmm::sampler::probe::probe_host();
     let listing = vmm::sampler::listing::Listing::of(&report);
     if a.json {
-        println!("{}", listing.to_json());
+        outln!("{}", listing.to_json());
     } else {
-        print!("{}", listing.to_text());
+        out!("{}", listing.to_text());
     }
     ExitCode::SUCCESS
 }

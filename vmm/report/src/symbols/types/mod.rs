@@ -48,7 +48,7 @@ pub enum TypeError {
     #[error("PDB: {0}")]
     Pdb(String),
     /// The BTF could not be read.
-    #[error("BTF: {0}")]
+    #[error("BTF")]
     Btf(#[from] btf::BtfError),
     /// The DWARF could not be read.
     #[error("DWARF: {0}")]
