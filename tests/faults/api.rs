@@ -1,5 +1,6 @@
 //! The control API against clients that take their time or never finish: a client sending a
-//! byte every 1.5 s, hundreds of idle connections, a socket file left by a killed hvprof.
+//! byte every 1.5 s, hundreds of idle connections, a socket file left by a killed hvprof or
+//! replaced during the run, a pause under way, pipelined requests, an over-long socket path.
 //! Whatever they do, other requests are answered, and `--duration`, SIGTERM and shutdown take
 //! effect. Every bound here is a generous "does not hang" limit, far from what the old
 //! one-connection-at-a-time server gave (25 s for a GET, a 3 s profile running 16 s, or never
@@ -263,4 +264,99 @@ fn a_stale_socket_is_replaced_and_a_live_one_refused() {
     out.assert_status(status::CLEAN);
     out.assert_stderr_contains("stale API socket");
     assert!(!socket.exists(), "the socket file is removed at exit");
+}
+
+/// Sends `raw` as it is on one connection and reads everything answered.
+fn raw_call(socket: &Path, raw: &[u8]) -> String {
+    let mut s = UnixStream::connect(socket).expect("connect to the API socket");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(raw).unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)
+        .expect("the answers before the read timeout");
+    resp
+}
+
+/// Issue 40: a pause held the serving loop until the vCPUs acknowledged it. Pauses run while
+/// other clients ask: every GET is answered, every pause too (whatever the order they meet
+/// in), and the guest runs on after a resume.
+#[test]
+fn a_pause_under_way_holds_up_no_other_client() {
+    let dir = TempDir::new("api-pause");
+    let socket = dir.join("api.sock");
+    let run = guest_with_api(&socket);
+    for round in 0..3 {
+        let pauser = {
+            let socket = socket.clone();
+            std::thread::spawn(move || timed_call(&socket, "PUT", "/v1/vm/pause"))
+        };
+        assert_get_prompt(&socket, &format!("round {round}: a GET beside a pause"));
+        let (status, body, _) = pauser.join().unwrap();
+        assert_eq!(status, 200, "round {round}: the pause: {body}");
+        let (status, body, _) = timed_call(&socket, "GET", "/v1/vm");
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains(r#""state":"paused""#), "{body}");
+        let (status, body, _) = timed_call(&socket, "PUT", "/v1/vm/resume");
+        assert_eq!(status, 200, "round {round}: the resume: {body}");
+    }
+    assert_eq!(timed_call(&socket, "PUT", "/v1/vm/shutdown").0, 200);
+    run.wait().assert_status(status::CLEAN);
+}
+
+/// Issue 40: the socket's path was removed at the end whatever was there by then.
+#[test]
+fn a_file_put_at_the_socket_path_during_the_run_is_kept() {
+    let dir = TempDir::new("api-replaced");
+    let socket = dir.join("api.sock");
+    let run = guest_with_api(&socket);
+    std::fs::remove_file(&socket).unwrap();
+    std::fs::write(&socket, b"not hvprof's").unwrap();
+    run.signal(libc::SIGTERM);
+    let out = run.wait();
+    out.assert_status(status::SIGNALLED);
+    assert_eq!(
+        std::fs::read(&socket).expect("the file put at the socket's path"),
+        b"not hvprof's",
+        "{out}"
+    );
+    out.assert_stderr_contains("no longer the API socket hvprof created");
+}
+
+/// Issue 40: a socket path too long for a socket address exited 12 (a host failure).
+#[test]
+fn an_over_long_socket_path_is_a_usage_error() {
+    let dir = TempDir::new("api-long");
+    let socket = dir.join(&"s".repeat(120));
+    let elf = Path::new(env!("HVPROF_REFGUEST_ELF"));
+    let out = hvprof_run(elf, &["--api-socket", socket.to_str().unwrap()])
+        .limit(Duration::from_secs(30))
+        .run();
+    out.assert_status(status::USAGE);
+    out.assert_error_line(&["too long for a Unix socket"]);
+    assert!(!socket.exists(), "{out}");
+}
+
+/// Issue 40: of two requests sent together, only the first was answered.
+#[test]
+fn pipelined_requests_are_each_answered() {
+    let dir = TempDir::new("api-pipelined");
+    let socket = dir.join("api.sock");
+    let run = guest_with_api(&socket);
+    let got = raw_call(
+        &socket,
+        b"GET /v1/vm HTTP/1.1\r\nHost: hvprof\r\n\r\nGET /v1/stats HTTP/1.1\r\nHost: hvprof\r\n\r\n",
+    );
+    let answers: Vec<&str> = got.split("HTTP/1.1 ").skip(1).collect();
+    assert_eq!(answers.len(), 2, "{got}");
+    assert!(answers.iter().all(|a| a.starts_with("200 ")), "{got}");
+    assert!(answers[0].contains(r#""vcpus":"#), "{got}");
+    assert!(answers[1].contains(r#""total":"#), "{got}");
+    let got = raw_call(
+        &socket,
+        b"GET /v1/vm HTTP/1.1\r\n\r\nPUT /v1/vm/shutdown HTTP/1.1\r\n\r\n",
+    );
+    assert_eq!(got.matches("HTTP/1.1 200 OK").count(), 2, "{got}");
+    let out = run.wait();
+    out.assert_status(status::CLEAN);
+    out.assert_stderr_contains("stopped by the control API");
 }
