@@ -258,3 +258,65 @@ fn a_stopped_profile_never_changes_while_another_keeps_counting() {
         p2 = num(l, "p2");
     }
 }
+
+/// Issue 40: a run's times came from five clocks started at different moments (profile.json's
+/// `start_time` and `wall_time_s`, the timeline's zero and `start_unix_ns`, the process
+/// table's `first_seen_s`), so a window cut by timeline times from the run's wall time was off
+/// by the gap. Now one start: what holds for every host delay is that the timeline's start is
+/// profile.json's `start_time` (to its millisecond) and that every time recorded (samples,
+/// markers, processes' first and last samples) lies within `wall_time_s` of it.
+#[test]
+fn a_runs_times_came_from_five_clocks() {
+    let dir = crate::harness::TempDir::new("one-clock");
+    let out_dir = dir.join("out");
+    let out = crate::harness::hvprof([
+        "profile",
+        "--timeline",
+        "--cmdline",
+        "scenario=phases",
+        "--quiet",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ])
+    .limit(LIMIT * 3)
+    .run();
+    out.assert_status(0);
+    let p = report::read_profile(&out_dir.join("profile.json")).expect("the run's profile");
+    let t = p.timelines.first().expect("the run's timeline");
+    let start = std::time::SystemTime::UNIX_EPOCH + Duration::from_nanos(t.start_unix_ns);
+    assert_eq!(
+        vmm::clock::rfc3339(start),
+        p.run.start_time,
+        "the timeline's zero is not the run's start"
+    );
+    let wall_ns = p.run.wall_time_s * 1e9;
+    #[allow(clippy::cast_precision_loss)]
+    let within = |ns: u64| ns as f64 <= wall_ns;
+    assert!(!t.samples.is_empty(), "no samples on the timeline");
+    for s in &t.samples {
+        assert!(
+            within(s.t_ns),
+            "a sample at {} ns, past the run's {wall_ns} ns",
+            s.t_ns
+        );
+    }
+    for m in &t.markers {
+        assert!(
+            within(m.end_ns),
+            "a marker ends past the run: {m:?} ({wall_ns} ns)"
+        );
+    }
+    assert!(!p.processes.is_empty(), "no process rows");
+    for r in &p.processes {
+        assert!(
+            0.0 <= r.first_seen_s
+                && r.first_seen_s <= r.last_seen_s
+                && r.last_seen_s <= p.run.wall_time_s,
+            "{} seen {}..{} s in a {} s run",
+            r.name,
+            r.first_seen_s,
+            r.last_seen_s,
+            p.run.wall_time_s
+        );
+    }
+}

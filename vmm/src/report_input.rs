@@ -3,8 +3,6 @@
 //! report crate's plain inputs. The report crate never sees a VMM type, so it builds and
 //! tests without KVM; anything new a profile records is converted here.
 
-use std::time::SystemTime;
-
 use report::hex::{Hex, OptHex};
 use report::input::{GuestObject, HostObject, ProcessInput, RunInput, ThreadInput};
 use report::profile::{GuestModule, GuestPdb, StackCount};
@@ -28,16 +26,14 @@ pub struct RunMetadata {
     pub cmdline: String,
     /// Guest memory in MiB.
     pub memory_mib: u64,
-    /// When the run started.
-    pub start_time: SystemTime,
     /// hvprof's exit status for the outcome (the demo maps it its own way).
     pub exit_status: i32,
 }
 
 impl RunMetadata {
-    /// The metadata of a run of `config` started at `start_time`, with exit status 0 (set
-    /// `exit_status` once the outcome is known).
-    pub fn new(config: &VmConfig, start_time: SystemTime) -> Self {
+    /// The metadata of a run of `config`, with exit status 0 (set `exit_status` once the
+    /// outcome is known).
+    pub fn new(config: &VmConfig) -> Self {
         RunMetadata {
             kernel: config.boot_image().display().to_string(),
             cmdline: config
@@ -45,7 +41,6 @@ impl RunMetadata {
                 .map(|k| k.cmdline.clone())
                 .unwrap_or_default(),
             memory_mib: config.memory_mib,
-            start_time,
             exit_status: 0,
         }
     }
@@ -75,7 +70,9 @@ pub fn profile(report: &RunReport, meta: &RunMetadata) -> Profile {
         protocol: report.protocol.to_string(),
         vcpus,
         memory_mib: meta.memory_mib,
-        start_time: crate::clock::rfc3339(meta.start_time),
+        // The run's one clock: the start the timeline's and the process table's times, and
+        // `wall_time_s`, count from.
+        start_time: crate::clock::rfc3339(report.start.unix()),
         wall_time_s: report.wall_time.as_secs_f64(),
         outcome: report.outcome.to_string(),
         exit_status: meta.exit_status,
@@ -275,7 +272,7 @@ pub fn saved_profile_symbols(
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
-    use std::time::Duration;
+    use std::time::{Duration, SystemTime};
 
     use super::*;
     use crate::boot::Protocol;
@@ -362,7 +359,6 @@ mod tests {
             kernel: "vmlinux".into(),
             cmdline: "quiet".into(),
             memory_mib: 256,
-            start_time: SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
             exit_status: 3,
         }
     }
@@ -390,6 +386,10 @@ mod tests {
             timelines: Vec::new(),
             outcome: RunOutcome::DebugExit(1),
             protocol: Protocol::Pvh,
+            start: crate::clock::RunClock::at(
+                std::time::Instant::now(),
+                SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+            ),
             wall_time: Duration::from_millis(1500),
             vcpus: (0..2)
                 .map(|index| VcpuSummary {

@@ -320,7 +320,8 @@ mod tests {
         let report = ProbeReport { events: Vec::new() };
         let sampling = Arc::new(Sampling::new(Clock::Wall, &report).unwrap());
         let kicks = Arc::new(KickTable::new(vcpus));
-        let profiler = Profiler::new(mem, vm_fd, kicks, sampling, Arc::new(report)).unwrap();
+        let clock = crate::clock::RunClock::start();
+        let profiler = Profiler::new(mem, vm_fd, kicks, sampling, Arc::new(report), clock).unwrap();
         let (requesters, receivers) = (0..vcpus).map(VcpuRequester::detached).unzip();
         let control = VmControl {
             stop: Arc::new(StopSignal::new().unwrap()),

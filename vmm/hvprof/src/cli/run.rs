@@ -2,7 +2,6 @@
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::SystemTime;
 
 use profile_core::source::ProfileSource;
 use report::symbols::Finder;
@@ -74,7 +73,6 @@ fn summarize(report: &RunReport) {
 fn finish(
     config: &VmConfig,
     result: Result<RunReport, vmm::vm::VmError>,
-    started: SystemTime,
     out: Option<&Path>,
     finder: Option<&mut Finder>,
     status_of: impl Fn(&RunReport) -> i32,
@@ -92,7 +90,7 @@ fn finish(
         return code;
     }
     let status = status_of(&report);
-    let mut meta = RunMetadata::new(config, started);
+    let mut meta = RunMetadata::new(config);
     meta.exit_status = status;
     let mut profile = vmm::report_input::profile(&report, &meta);
     // Symbols (and their line tables) only for a report that is printed or written.
@@ -129,11 +127,8 @@ pub fn run(a: RunArgs) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let started = SystemTime::now();
     let result = vmm::vm::run_with(&config, hooks);
-    finish(&config, result, started, None, None, |r| {
-        r.outcome.exit_status()
-    })
+    finish(&config, result, None, None, |r| r.outcome.exit_status())
 }
 
 /// `hvprof demo`.
@@ -149,9 +144,8 @@ pub fn demo(a: DemoArgs) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let started = SystemTime::now();
     let result = vmm::vm::run_with(&config, hooks);
-    finish(&config, result, started, a.out.as_deref(), None, |r| {
+    finish(&config, result, a.out.as_deref(), None, |r| {
         vmm::refguest::exit_status(&r.outcome)
     })
 }
@@ -219,20 +213,12 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
     } else {
         Some(Box::new(Bar::new(span)))
     };
-    let started = SystemTime::now();
     let result = vmm::session::run(&config, &opts, hooks, progress);
-    finish(
-        &config,
-        result,
-        started,
-        Some(&a.out),
-        finder.as_mut(),
-        |r| {
-            if embedded {
-                vmm::refguest::exit_status(&r.outcome)
-            } else {
-                r.outcome.exit_status()
-            }
-        },
-    )
+    finish(&config, result, Some(&a.out), finder.as_mut(), |r| {
+        if embedded {
+            vmm::refguest::exit_status(&r.outcome)
+        } else {
+            r.outcome.exit_status()
+        }
+    })
 }
