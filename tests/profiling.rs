@@ -320,3 +320,75 @@ fn a_runs_times_came_from_five_clocks() {
         );
     }
 }
+
+/// `hvprof profile` of the built-in guest with `extra`, into `out`, with no symbol path from
+/// the environment.
+fn profile_with(out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["profile", "--quiet", "--out", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    crate::harness::hvprof(args)
+        .env("_NT_SYMBOL_PATH", "")
+        .limit(LIMIT * 3)
+        .run()
+}
+
+/// Issue 40: `--process NAME` where no guest process can ever be named (`--guest-os off`, or
+/// no layout source at all: the built-in guest, a kernel without types) ran and exited 0 with
+/// a host profile of 0 samples. Now refused before the run, naming the option and why.
+#[test]
+fn process_filter_without_a_layout_recorded_nothing_silently() {
+    let dir = crate::harness::TempDir::new("process-no-layout");
+    for (extra, why) in [
+        (
+            &["--process", "awk", "--guest-os", "off"][..],
+            "--guest-os off",
+        ),
+        (&["--process", "awk"][..], "no guest kernel layout"),
+    ] {
+        let out_dir = dir.join("out");
+        let out = profile_with(&out_dir, extra);
+        out.assert_status(crate::harness::status::USAGE);
+        out.assert_error_line(&["--process awk", "counts nothing", why]);
+        assert!(!out_dir.join("profile.json").exists(), "{out}");
+        out.assert_stdout_lacks("refguest: scenario");
+    }
+}
+
+/// Issue 40: where a layout may come but never does (a symbol path for a Windows kernel the
+/// built-in guest is not), the run goes on and ends with a warning, and the filter is saved
+/// in profile.json and shown in report.txt instead of "all processes".
+#[test]
+fn process_filter_that_matched_nothing_is_said_and_saved() {
+    let dir = crate::harness::TempDir::new("process-never");
+    let symbols = dir.join("symbols");
+    std::fs::create_dir_all(&symbols).unwrap();
+    let out_dir = dir.join("out");
+    let out = profile_with(
+        &out_dir,
+        &[
+            "--process",
+            "awk",
+            "--symbol-path",
+            symbols.to_str().unwrap(),
+            "--duration",
+            "1",
+        ],
+    );
+    out.assert_status(0);
+    out.assert_stderr_contains(
+        "hvprof: warning: host profile 1 (--process awk) counted no sample: the guest kernel's layout was never found",
+    );
+    let p = report::read_profile(&out_dir.join("profile.json")).expect("the run's profile");
+    let host = p
+        .objects
+        .iter()
+        .find(|o| o.owner == report::ObjectOwner::Host)
+        .expect("the host profile");
+    assert_eq!(host.process_names, ["awk"]);
+    let text = std::fs::read_to_string(out_dir.join("report.txt")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("profile object 1 (host)"))
+        .unwrap_or_else(|| panic!("no host object in report.txt:\n{text}"));
+    assert!(line.contains(", processes named awk, "), "{line}");
+}

@@ -110,6 +110,7 @@ pub fn profile(report: &RunReport, meta: &RunMetadata) -> Profile {
                 last: h.spec.last,
                 bucket_shift: h.spec.bucket_shift,
                 cr3: h.spec.cr3,
+                process_names: &h.spec.process,
                 vcpus: h.spec.vcpus.as_deref(),
                 counts: &h.counts,
                 stacks,
@@ -494,5 +495,40 @@ mod tests {
         assert_eq!(host_source(None), (0, "ProfileTime"));
         assert_eq!(host_source(Some("cycles")), (0x13, "ProfileTotalCycles"));
         assert_eq!(host_source(Some("cpu-clock")), (0, "cpu-clock"));
+    }
+
+    /// Issue 40: a host profile restricted by `--process` was saved without its filter (its
+    /// object said "all processes"), and counting nothing went unsaid.
+    #[test]
+    fn a_process_filter_was_not_saved_and_counting_nothing_unsaid() {
+        let mut r = report();
+        r.host_results[0].spec.process = vec!["awk".into(), "sed".into()];
+        let p = profile(&r, &meta());
+        let host = p
+            .objects
+            .iter()
+            .find(|o| o.owner == report::ObjectOwner::Host)
+            .unwrap();
+        assert_eq!(host.process_names, ["awk", "sed"]);
+        assert_eq!(host.scope(), "processes named awk, sed");
+        let json = serde_json::to_string(&p).unwrap();
+        assert!(json.contains(r#""process_names":["awk","sed"]"#), "{json}");
+        // It counted samples: nothing to warn about.
+        assert!(r.process_filter_warnings().is_empty());
+        // Nothing counted, processes named: none of that name ran.
+        r.host_results[0].counts.clear();
+        let w = r.process_filter_warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("--process awk sed") && w[0].contains("no guest process of that name")
+        );
+        assert!(r.summary().contains(&format!("hvprof: warning: {}", w[0])));
+        // No process ever named: the layout never came.
+        r.processes[0].key = None;
+        let w = r.process_filter_warnings();
+        assert!(w[0].contains("layout was never found"), "{w:?}");
+        // A profile without a filter warns of nothing.
+        r.host_results[0].spec.process.clear();
+        assert!(r.process_filter_warnings().is_empty());
     }
 }

@@ -346,6 +346,36 @@ mod tests {
         out
     }
 
+    /// Issue 40: a host profile restricted to processes by name was started in a run that can
+    /// never name a process, and counted nothing without a word.
+    #[test]
+    fn a_process_filter_that_could_never_match_was_accepted() {
+        use crate::profiler::host_profiles::guest_os::GuestTypes;
+        for (types, why) in [
+            (GuestTypes::Off, "--guest-os off"),
+            (GuestTypes::AddressSpaces, "no guest kernel layout"),
+        ] {
+            let (control, _vcpus) = control(1);
+            assert!(control.profiler.guest().set_types(types).is_none());
+            let mut state = ApiState::new(control);
+            let request = Request {
+                method: "POST".into(),
+                path: "/v1/profiles/host".into(),
+                body: br#"{"process": ["awk"]}"#.to_vec(),
+            };
+            let Answer::Now(r, _) = state.handle(&request) else {
+                panic!("deferred");
+            };
+            assert_eq!(r.status, 400, "{}", r.body);
+            assert!(
+                r.body.contains("counts nothing") && r.body.contains(why),
+                "{}",
+                r.body
+            );
+            assert!(state.control.profiler.host_summaries().is_empty());
+        }
+    }
+
     /// Issue 40: the API's pause waited for the vCPUs inside the serving loop, so a client
     /// asking anything meanwhile waited for the pause (or was closed with 408). Here the one
     /// vCPU acknowledges the pause only once another client's GET has been answered.

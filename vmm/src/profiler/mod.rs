@@ -218,6 +218,14 @@ impl Profiler {
 
     /// Starts a host-side profile; returns its id.
     pub fn start_host_profile(&self, spec: HostProfileSpec) -> Result<u32, HostProfileError> {
+        if let Some(why) = self
+            .host
+            .guest()
+            .why_no_process_names()
+            .filter(|_| !spec.process.is_empty())
+        {
+            return Err(HostProfileError::NoProcessNames(why));
+        }
         self.host.start(spec)
     }
 

@@ -124,6 +124,9 @@ impl RunReport {
                 self.host_results.len()
             ));
         }
+        for w in self.process_filter_warnings() {
+            s.push_str(&format!("hvprof: warning: {w}\n"));
+        }
         for t in &self.timelines {
             s.push_str(&format!(
                 "hvprof: timeline of host profile {}: {} samples ({} dropped), {} markers ({} dropped)\n",
@@ -135,6 +138,31 @@ impl RunReport {
             ));
         }
         s
+    }
+}
+
+impl RunReport {
+    /// Why each host profile restricted to guest processes by name counted nothing: no
+    /// process was ever named (the guest kernel's layout never came), or none of those names
+    /// ran while it sampled.
+    pub fn process_filter_warnings(&self) -> Vec<String> {
+        let named = self.processes.iter().any(|p| p.key.is_some());
+        self.host_results
+            .iter()
+            .filter(|h| !h.spec.process.is_empty() && h.total() == 0)
+            .map(|h| {
+                format!(
+                    "host profile {} (--process {}) counted no sample: {}",
+                    h.id,
+                    h.spec.process.join(" "),
+                    if named {
+                        "no guest process of that name ran while it sampled"
+                    } else {
+                        "the guest kernel's layout was never found, so no guest process was named"
+                    }
+                )
+            })
+            .collect()
     }
 }
 

@@ -197,6 +197,14 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         Ok(t) => t,
         Err(e) => return fail(e, STATUS_CONFIG_ERROR),
     };
+    // A process filter where no process can ever be named would record nothing: refused now.
+    if let (Some(spec), Some(why)) = (&host, guest_types.why_no_process_names()) {
+        if !spec.process.is_empty() {
+            let e = vmm::profiler::host_profiles::HostProfileError::NoProcessNames(why);
+            let e = anyhow::Error::new(e).context(format!("--process {}", spec.process.join(" ")));
+            return fail(e, STATUS_CONFIG_ERROR);
+        }
+    }
     let default = vmm::refguest::kernel_spec(vmm::refguest::DEFAULT_CMDLINE);
     let (config, mut hooks, _api) = match config(a.vm, boot, Some(default)) {
         Ok(c) => c,
