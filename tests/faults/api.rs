@@ -360,3 +360,75 @@ fn pipelined_requests_are_each_answered() {
     out.assert_status(status::CLEAN);
     out.assert_stderr_contains("stopped by the control API");
 }
+
+/// Issue 40: a host profile restricted to processes by name was started in a run that can
+/// never name a process (the built-in guest, no layout source) and counted nothing unsaid.
+#[test]
+fn a_process_filter_that_can_never_match_is_refused() {
+    let dir = TempDir::new("api-process");
+    let socket = dir.join("api.sock");
+    let run = guest_with_api(&socket);
+    let body = r#"{"process": ["awk"]}"#;
+    let got = raw_call(
+        &socket,
+        format!(
+            "POST /v1/profiles/host HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    assert!(got.starts_with("HTTP/1.1 400 "), "{got}");
+    assert!(got.contains("no guest kernel layout"), "{got}");
+    let (status, list, _) = timed_call(&socket, "GET", "/v1/profiles/host");
+    assert_eq!((status, list.as_str()), (200, "[]"));
+    assert_eq!(timed_call(&socket, "PUT", "/v1/vm/shutdown").0, 200);
+    run.wait().assert_status(status::CLEAN);
+}
+
+/// Issue 40: the run's times came from several clocks. A run paused and resumed through the
+/// API (its time on the host's clock runs on while the guest's does not) still records one
+/// origin: the timeline starts at profile.json's `start_time` and every sample lies within
+/// `wall_time_s`.
+#[test]
+fn a_paused_run_keeps_one_clock() {
+    let dir = TempDir::new("api-clock");
+    let socket = dir.join("api.sock");
+    let out_dir = dir.join("out");
+    let mut run = hvprof([
+        "profile",
+        "--timeline",
+        "--cmdline",
+        "scenario=shares shares.ms=60000",
+        "--quiet",
+        "--api-socket",
+        socket.to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+    ])
+    .limit(Duration::from_secs(90))
+    .spawn();
+    wait_for_socket(&socket);
+    run.wait_for_stdout("refguest: scenario shares start", Duration::from_secs(30));
+    assert_eq!(timed_call(&socket, "PUT", "/v1/vm/pause").0, 200);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(timed_call(&socket, "PUT", "/v1/vm/resume").0, 200);
+    assert_eq!(timed_call(&socket, "PUT", "/v1/vm/shutdown").0, 200);
+    let out = run.wait();
+    out.assert_status(status::CLEAN);
+    let p = report::read_profile(&out_dir.join("profile.json")).expect("the run's profile");
+    let t = p.timelines.first().expect("its timeline");
+    let start = std::time::SystemTime::UNIX_EPOCH + Duration::from_nanos(t.start_unix_ns);
+    assert_eq!(vmm::clock::rfc3339(start), p.run.start_time, "{out}");
+    #[allow(clippy::cast_precision_loss)]
+    let last = t.samples.iter().map(|s| s.t_ns).max().unwrap_or(0) as f64;
+    assert!(
+        last <= p.run.wall_time_s * 1e9,
+        "a sample past the run's end"
+    );
+    assert!(
+        t.markers
+            .iter()
+            .any(|m| m.kind == report::timeline::MarkerKind::Pause),
+        "no pause marker"
+    );
+}
