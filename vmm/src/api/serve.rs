@@ -229,7 +229,11 @@ impl Conn {
         };
         while *sent < bytes.len() {
             match self.stream.write(&bytes[*sent..]) {
-                Ok(0) => return Step::Done { then: *then },
+                Ok(0) => {
+                    // The client is gone: nothing after this answer is read.
+                    self.rest.clear();
+                    return Step::Done { then: *then };
+                }
                 Ok(n) => *sent += n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     if fresh {
@@ -238,7 +242,10 @@ impl Conn {
                     return Step::Open;
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => return Step::Done { then: *then },
+                Err(_) => {
+                    self.rest.clear();
+                    return Step::Done { then: *then };
+                }
             }
         }
         Step::Done { then: *then }
