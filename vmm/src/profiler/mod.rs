@@ -218,6 +218,8 @@ impl Profiler {
 
     /// Starts a host-side profile; returns its id.
     pub fn start_host_profile(&self, spec: HostProfileSpec) -> Result<u32, HostProfileError> {
+        // A malformed spec is told as such before whether its filter can ever match.
+        spec.validate()?;
         if let Some(why) = self
             .host
             .guest()
