@@ -258,3 +258,137 @@ fn a_stopped_profile_never_changes_while_another_keeps_counting() {
         p2 = num(l, "p2");
     }
 }
+
+/// Issue 40: a run's times came from five clocks started at different moments (profile.json's
+/// `start_time` and `wall_time_s`, the timeline's zero and `start_unix_ns`, the process
+/// table's `first_seen_s`), so a window cut by timeline times from the run's wall time was off
+/// by the gap. Now one start: what holds for every host delay is that the timeline's start is
+/// profile.json's `start_time` (to its millisecond) and that every time recorded (samples,
+/// markers, processes' first and last samples) lies within `wall_time_s` of it.
+#[test]
+fn a_runs_times_came_from_five_clocks() {
+    let dir = crate::harness::TempDir::new("one-clock");
+    let out_dir = dir.join("out");
+    let out = crate::harness::hvprof([
+        "profile",
+        "--timeline",
+        "--cmdline",
+        "scenario=phases",
+        "--quiet",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ])
+    .limit(LIMIT * 3)
+    .run();
+    out.assert_status(0);
+    let p = report::read_profile(&out_dir.join("profile.json")).expect("the run's profile");
+    let t = p.timelines.first().expect("the run's timeline");
+    let start = std::time::SystemTime::UNIX_EPOCH + Duration::from_nanos(t.start_unix_ns);
+    assert_eq!(
+        vmm::clock::rfc3339(start),
+        p.run.start_time,
+        "the timeline's zero is not the run's start"
+    );
+    let wall_ns = p.run.wall_time_s * 1e9;
+    #[allow(clippy::cast_precision_loss)]
+    let within = |ns: u64| ns as f64 <= wall_ns;
+    assert!(!t.samples.is_empty(), "no samples on the timeline");
+    for s in &t.samples {
+        assert!(
+            within(s.t_ns),
+            "a sample at {} ns, past the run's {wall_ns} ns",
+            s.t_ns
+        );
+    }
+    for m in &t.markers {
+        assert!(
+            within(m.end_ns),
+            "a marker ends past the run: {m:?} ({wall_ns} ns)"
+        );
+    }
+    assert!(!p.processes.is_empty(), "no process rows");
+    for r in &p.processes {
+        assert!(
+            0.0 <= r.first_seen_s
+                && r.first_seen_s <= r.last_seen_s
+                && r.last_seen_s <= p.run.wall_time_s,
+            "{} seen {}..{} s in a {} s run",
+            r.name,
+            r.first_seen_s,
+            r.last_seen_s,
+            p.run.wall_time_s
+        );
+    }
+}
+
+/// `hvprof profile` of the built-in guest with `extra`, into `out`, with no symbol path from
+/// the environment.
+fn profile_with(out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["profile", "--quiet", "--out", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    crate::harness::hvprof(args)
+        .env("_NT_SYMBOL_PATH", "")
+        .limit(LIMIT * 3)
+        .run()
+}
+
+/// Issue 40: `--process NAME` where no guest process can ever be named (`--guest-os off`, or
+/// no layout source at all: the built-in guest, a kernel without types) ran and exited 0 with
+/// a host profile of 0 samples. Now refused before the run, naming the option and why.
+#[test]
+fn process_filter_without_a_layout_recorded_nothing_silently() {
+    let dir = crate::harness::TempDir::new("process-no-layout");
+    for (extra, why) in [
+        (
+            &["--process", "awk", "--guest-os", "off"][..],
+            "--guest-os off",
+        ),
+        (&["--process", "awk"][..], "no guest kernel layout"),
+    ] {
+        let out_dir = dir.join("out");
+        let out = profile_with(&out_dir, extra);
+        out.assert_status(crate::harness::status::USAGE);
+        out.assert_error_line(&["--process awk", "counts nothing", why]);
+        assert!(!out_dir.join("profile.json").exists(), "{out}");
+        out.assert_stdout_lacks("refguest: scenario");
+    }
+}
+
+/// Issue 40: where a layout may come but never does (a symbol path for a Windows kernel the
+/// built-in guest is not), the run goes on and ends with a warning, and the filter is saved
+/// in profile.json and shown in report.txt instead of "all processes".
+#[test]
+fn process_filter_that_matched_nothing_is_said_and_saved() {
+    let dir = crate::harness::TempDir::new("process-never");
+    let symbols = dir.join("symbols");
+    std::fs::create_dir_all(&symbols).unwrap();
+    let out_dir = dir.join("out");
+    let out = profile_with(
+        &out_dir,
+        &[
+            "--process",
+            "awk",
+            "--symbol-path",
+            symbols.to_str().unwrap(),
+            "--duration",
+            "1",
+        ],
+    );
+    out.assert_status(0);
+    out.assert_stderr_contains(
+        "hvprof: warning: host profile 1 (--process awk) counted no sample: the guest kernel's layout was never found",
+    );
+    let p = report::read_profile(&out_dir.join("profile.json")).expect("the run's profile");
+    let host = p
+        .objects
+        .iter()
+        .find(|o| o.owner == report::ObjectOwner::Host)
+        .expect("the host profile");
+    assert_eq!(host.process_names, ["awk"]);
+    let text = std::fs::read_to_string(out_dir.join("report.txt")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("profile object 1 (host)"))
+        .unwrap_or_else(|| panic!("no host object in report.txt:\n{text}"));
+    assert!(line.contains(", processes named awk, "), "{line}");
+}

@@ -1,5 +1,6 @@
 //! The control API against clients that take their time or never finish: a client sending a
-//! byte every 1.5 s, hundreds of idle connections, a socket file left by a killed hvprof.
+//! byte every 1.5 s, hundreds of idle connections, a socket file left by a killed hvprof or
+//! replaced during the run, a pause under way, pipelined requests, an over-long socket path.
 //! Whatever they do, other requests are answered, and `--duration`, SIGTERM and shutdown take
 //! effect. Every bound here is a generous "does not hang" limit, far from what the old
 //! one-connection-at-a-time server gave (25 s for a GET, a 3 s profile running 16 s, or never
@@ -263,4 +264,171 @@ fn a_stale_socket_is_replaced_and_a_live_one_refused() {
     out.assert_status(status::CLEAN);
     out.assert_stderr_contains("stale API socket");
     assert!(!socket.exists(), "the socket file is removed at exit");
+}
+
+/// Sends `raw` as it is on one connection and reads everything answered.
+fn raw_call(socket: &Path, raw: &[u8]) -> String {
+    let mut s = UnixStream::connect(socket).expect("connect to the API socket");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(raw).unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)
+        .expect("the answers before the read timeout");
+    resp
+}
+
+/// Issue 40: a pause held the serving loop until the vCPUs acknowledged it. Pauses run while
+/// other clients ask: every GET is answered, every pause too (whatever the order they meet
+/// in), and the guest runs on after a resume.
+#[test]
+fn a_pause_under_way_holds_up_no_other_client() {
+    let dir = TempDir::new("api-pause");
+    let socket = dir.join("api.sock");
+    let run = guest_with_api(&socket);
+    for round in 0..3 {
+        let pauser = {
+            let socket = socket.clone();
+            std::thread::spawn(move || timed_call(&socket, "PUT", "/v1/vm/pause"))
+        };
+        assert_get_prompt(&socket, &format!("round {round}: a GET beside a pause"));
+        let (status, body, _) = pauser.join().unwrap();
+        assert_eq!(status, 200, "round {round}: the pause: {body}");
+        let (status, body, _) = timed_call(&socket, "GET", "/v1/vm");
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains(r#""state":"paused""#), "{body}");
+        let (status, body, _) = timed_call(&socket, "PUT", "/v1/vm/resume");
+        assert_eq!(status, 200, "round {round}: the resume: {body}");
+    }
+    assert_eq!(timed_call(&socket, "PUT", "/v1/vm/shutdown").0, 200);
+    run.wait().assert_status(status::CLEAN);
+}
+
+/// Issue 40: the socket's path was removed at the end whatever was there by then.
+#[test]
+fn a_file_put_at_the_socket_path_during_the_run_is_kept() {
+    let dir = TempDir::new("api-replaced");
+    let socket = dir.join("api.sock");
+    let run = guest_with_api(&socket);
+    std::fs::remove_file(&socket).unwrap();
+    std::fs::write(&socket, b"not hvprof's").unwrap();
+    run.signal(libc::SIGTERM);
+    let out = run.wait();
+    out.assert_status(status::SIGNALLED);
+    assert_eq!(
+        std::fs::read(&socket).expect("the file put at the socket's path"),
+        b"not hvprof's",
+        "{out}"
+    );
+    out.assert_stderr_contains("no longer the API socket hvprof created");
+}
+
+/// Issue 40: a socket path too long for a socket address exited 12 (a host failure).
+#[test]
+fn an_over_long_socket_path_is_a_usage_error() {
+    let dir = TempDir::new("api-long");
+    let socket = dir.join(&"s".repeat(120));
+    let elf = Path::new(env!("HVPROF_REFGUEST_ELF"));
+    let out = hvprof_run(elf, &["--api-socket", socket.to_str().unwrap()])
+        .limit(Duration::from_secs(30))
+        .run();
+    out.assert_status(status::USAGE);
+    out.assert_error_line(&["too long for a Unix socket"]);
+    assert!(!socket.exists(), "{out}");
+}
+
+/// Issue 40: of two requests sent together, only the first was answered.
+#[test]
+fn pipelined_requests_are_each_answered() {
+    let dir = TempDir::new("api-pipelined");
+    let socket = dir.join("api.sock");
+    let run = guest_with_api(&socket);
+    let got = raw_call(
+        &socket,
+        b"GET /v1/vm HTTP/1.1\r\nHost: hvprof\r\n\r\nGET /v1/stats HTTP/1.1\r\nHost: hvprof\r\n\r\n",
+    );
+    let answers: Vec<&str> = got.split("HTTP/1.1 ").skip(1).collect();
+    assert_eq!(answers.len(), 2, "{got}");
+    assert!(answers.iter().all(|a| a.starts_with("200 ")), "{got}");
+    assert!(answers[0].contains(r#""vcpus":"#), "{got}");
+    assert!(answers[1].contains(r#""total":"#), "{got}");
+    let got = raw_call(
+        &socket,
+        b"GET /v1/vm HTTP/1.1\r\n\r\nPUT /v1/vm/shutdown HTTP/1.1\r\n\r\n",
+    );
+    assert_eq!(got.matches("HTTP/1.1 200 OK").count(), 2, "{got}");
+    let out = run.wait();
+    out.assert_status(status::CLEAN);
+    out.assert_stderr_contains("stopped by the control API");
+}
+
+/// Issue 40: a host profile restricted to processes by name was started in a run that can
+/// never name a process (the built-in guest, no layout source) and counted nothing unsaid.
+#[test]
+fn a_process_filter_that_can_never_match_is_refused() {
+    let dir = TempDir::new("api-process");
+    let socket = dir.join("api.sock");
+    let run = guest_with_api(&socket);
+    let body = r#"{"process": ["awk"]}"#;
+    let got = raw_call(
+        &socket,
+        format!(
+            "POST /v1/profiles/host HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    assert!(got.starts_with("HTTP/1.1 400 "), "{got}");
+    assert!(got.contains("no guest kernel layout"), "{got}");
+    let (status, list, _) = timed_call(&socket, "GET", "/v1/profiles/host");
+    assert_eq!((status, list.as_str()), (200, "[]"));
+    assert_eq!(timed_call(&socket, "PUT", "/v1/vm/shutdown").0, 200);
+    run.wait().assert_status(status::CLEAN);
+}
+
+/// Issue 40: the run's times came from several clocks. A run paused and resumed through the
+/// API (its time on the host's clock runs on while the guest's does not) still records one
+/// origin: the timeline starts at profile.json's `start_time` and every sample lies within
+/// `wall_time_s`.
+#[test]
+fn a_paused_run_keeps_one_clock() {
+    let dir = TempDir::new("api-clock");
+    let socket = dir.join("api.sock");
+    let out_dir = dir.join("out");
+    let mut run = hvprof([
+        "profile",
+        "--timeline",
+        "--cmdline",
+        "scenario=shares shares.ms=60000",
+        "--quiet",
+        "--api-socket",
+        socket.to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+    ])
+    .limit(Duration::from_secs(90))
+    .spawn();
+    wait_for_socket(&socket);
+    run.wait_for_stdout("refguest: scenario shares start", Duration::from_secs(30));
+    assert_eq!(timed_call(&socket, "PUT", "/v1/vm/pause").0, 200);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(timed_call(&socket, "PUT", "/v1/vm/resume").0, 200);
+    assert_eq!(timed_call(&socket, "PUT", "/v1/vm/shutdown").0, 200);
+    let out = run.wait();
+    out.assert_status(status::CLEAN);
+    let p = report::read_profile(&out_dir.join("profile.json")).expect("the run's profile");
+    let t = p.timelines.first().expect("its timeline");
+    let start = std::time::SystemTime::UNIX_EPOCH + Duration::from_nanos(t.start_unix_ns);
+    assert_eq!(vmm::clock::rfc3339(start), p.run.start_time, "{out}");
+    #[allow(clippy::cast_precision_loss)]
+    let last = t.samples.iter().map(|s| s.t_ns).max().unwrap_or(0) as f64;
+    assert!(
+        last <= p.run.wall_time_s * 1e9,
+        "a sample past the run's end"
+    );
+    assert!(
+        t.markers
+            .iter()
+            .any(|m| m.kind == report::timeline::MarkerKind::Pause),
+        "no pause marker"
+    );
 }

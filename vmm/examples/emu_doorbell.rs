@@ -93,6 +93,7 @@ fn main() -> Result<()> {
         Arc::new(KickTable::new(1)),
         Arc::new(Sampling::timer_only()),
         Arc::new(ProbeReport { events: Vec::new() }),
+        vmm::clock::RunClock::start(),
     )?;
     // vCPU 0's doorbell: the command's OFFSET is relative to its ports.
     let mut doorbell = Doorbell::new(DoorbellPorts::ABI);

@@ -3,8 +3,6 @@
 //! report crate's plain inputs. The report crate never sees a VMM type, so it builds and
 //! tests without KVM; anything new a profile records is converted here.
 
-use std::time::SystemTime;
-
 use report::hex::{Hex, OptHex};
 use report::input::{GuestObject, HostObject, ProcessInput, RunInput, ThreadInput};
 use report::profile::{GuestModule, GuestPdb, StackCount};
@@ -28,16 +26,14 @@ pub struct RunMetadata {
     pub cmdline: String,
     /// Guest memory in MiB.
     pub memory_mib: u64,
-    /// When the run started.
-    pub start_time: SystemTime,
     /// hvprof's exit status for the outcome (the demo maps it its own way).
     pub exit_status: i32,
 }
 
 impl RunMetadata {
-    /// The metadata of a run of `config` started at `start_time`, with exit status 0 (set
-    /// `exit_status` once the outcome is known).
-    pub fn new(config: &VmConfig, start_time: SystemTime) -> Self {
+    /// The metadata of a run of `config`, with exit status 0 (set `exit_status` once the
+    /// outcome is known).
+    pub fn new(config: &VmConfig) -> Self {
         RunMetadata {
             kernel: config.boot_image().display().to_string(),
             cmdline: config
@@ -45,7 +41,6 @@ impl RunMetadata {
                 .map(|k| k.cmdline.clone())
                 .unwrap_or_default(),
             memory_mib: config.memory_mib,
-            start_time,
             exit_status: 0,
         }
     }
@@ -75,7 +70,9 @@ pub fn profile(report: &RunReport, meta: &RunMetadata) -> Profile {
         protocol: report.protocol.to_string(),
         vcpus,
         memory_mib: meta.memory_mib,
-        start_time: crate::clock::rfc3339(meta.start_time),
+        // The run's one clock: the start the timeline's and the process table's times, and
+        // `wall_time_s`, count from.
+        start_time: crate::clock::rfc3339(report.start.unix()),
         wall_time_s: report.wall_time.as_secs_f64(),
         outcome: report.outcome.to_string(),
         exit_status: meta.exit_status,
@@ -113,6 +110,7 @@ pub fn profile(report: &RunReport, meta: &RunMetadata) -> Profile {
                 last: h.spec.last,
                 bucket_shift: h.spec.bucket_shift,
                 cr3: h.spec.cr3,
+                process_names: &h.spec.process,
                 vcpus: h.spec.vcpus.as_deref(),
                 counts: &h.counts,
                 stacks,
@@ -275,7 +273,7 @@ pub fn saved_profile_symbols(
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
-    use std::time::Duration;
+    use std::time::{Duration, SystemTime};
 
     use super::*;
     use crate::boot::Protocol;
@@ -362,7 +360,6 @@ mod tests {
             kernel: "vmlinux".into(),
             cmdline: "quiet".into(),
             memory_mib: 256,
-            start_time: SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
             exit_status: 3,
         }
     }
@@ -390,6 +387,10 @@ mod tests {
             timelines: Vec::new(),
             outcome: RunOutcome::DebugExit(1),
             protocol: Protocol::Pvh,
+            start: crate::clock::RunClock::at(
+                std::time::Instant::now(),
+                SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+            ),
             wall_time: Duration::from_millis(1500),
             vcpus: (0..2)
                 .map(|index| VcpuSummary {
@@ -494,5 +495,40 @@ mod tests {
         assert_eq!(host_source(None), (0, "ProfileTime"));
         assert_eq!(host_source(Some("cycles")), (0x13, "ProfileTotalCycles"));
         assert_eq!(host_source(Some("cpu-clock")), (0, "cpu-clock"));
+    }
+
+    /// Issue 40: a host profile restricted by `--process` was saved without its filter (its
+    /// object said "all processes"), and counting nothing went unsaid.
+    #[test]
+    fn a_process_filter_was_not_saved_and_counting_nothing_unsaid() {
+        let mut r = report();
+        r.host_results[0].spec.process = vec!["awk".into(), "sed".into()];
+        let p = profile(&r, &meta());
+        let host = p
+            .objects
+            .iter()
+            .find(|o| o.owner == report::ObjectOwner::Host)
+            .unwrap();
+        assert_eq!(host.process_names, ["awk", "sed"]);
+        assert_eq!(host.scope(), "processes named awk, sed");
+        let json = serde_json::to_string(&p).unwrap();
+        assert!(json.contains(r#""process_names":["awk","sed"]"#), "{json}");
+        // It counted samples: nothing to warn about.
+        assert!(r.process_filter_warnings().is_empty());
+        // Nothing counted, processes named: none of that name ran.
+        r.host_results[0].counts.clear();
+        let w = r.process_filter_warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("--process awk sed") && w[0].contains("no guest process of that name")
+        );
+        assert!(r.summary().contains(&format!("hvprof: warning: {}", w[0])));
+        // No process ever named: the layout never came.
+        r.processes[0].key = None;
+        let w = r.process_filter_warnings();
+        assert!(w[0].contains("layout was never found"), "{w:?}");
+        // A profile without a filter warns of nothing.
+        r.host_results[0].spec.process.clear();
+        assert!(r.process_filter_warnings().is_empty());
     }
 }

@@ -96,6 +96,8 @@ pub struct HostObject<'a> {
     pub bucket_shift: u32,
     /// The CR3 it was restricted to, if any.
     pub cr3: Option<u64>,
+    /// The guest process names it was restricted to (empty: none).
+    pub process_names: &'a [String],
     /// The vCPUs it was restricted to (None: all of them).
     pub vcpus: Option<&'a [usize]>,
     /// Bucket index -> samples, nonzero only.
@@ -133,6 +135,7 @@ impl ProfileObject {
             id: o.id,
             owner: ObjectOwner::Guest,
             process: OptHex(c.process),
+            process_names: Vec::new(),
             base: Hex(c.base),
             size: Hex(c.size),
             bucket_shift: c.bucket_size,
@@ -163,6 +166,7 @@ impl ProfileObject {
             owner: ObjectOwner::Host,
             // Keyed as the guest agent's objects are, so the two compare alike.
             process: OptHex(h.cr3.map(profile_core::abi::process_key)),
+            process_names: h.process_names.to_vec(),
             base: Hex(h.start),
             size: Hex(size),
             bucket_shift: h.bucket_shift,
@@ -350,6 +354,7 @@ mod tests {
             last: u64::MAX,
             bucket_shift: 4,
             cr3: Some(0x1234_5fff),
+            process_names: &[],
             vcpus: None,
             counts: &counts,
             stacks: &stacks,
@@ -423,6 +428,7 @@ mod tests {
                 last: 0x1fff,
                 bucket_shift: 4,
                 cr3: None,
+                process_names: &[],
                 vcpus: None,
                 counts: &counts,
                 stacks: &[],
@@ -472,6 +478,7 @@ mod tests {
                 last: 0xffff,
                 bucket_shift: 4,
                 cr3: None,
+                process_names: &[],
                 vcpus: None,
                 counts: &counts,
                 stacks: &stacks,

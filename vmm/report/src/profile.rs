@@ -297,6 +297,10 @@ pub struct ProfileObject {
     pub owner: ObjectOwner,
     /// The process key (CR3 without PCID bits) it is restricted to, or null for all.
     pub process: OptHex,
+    /// The guest process names a host profile was restricted to (`--process`; ASCII case
+    /// ignored); empty for none. Absent from files before it was recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub process_names: Vec<String>,
     /// First profiled address.
     pub base: Hex,
     /// Bytes profiled.
@@ -408,10 +412,14 @@ impl ProfileObject {
         })
     }
 
-    /// `all processes` or `process 0x...`.
+    /// `all processes`, `process 0x...` or `processes named a, b`.
     pub fn scope(&self) -> String {
         match self.process.0 {
             Some(key) => format!("process {key:#x}"),
+            None if !self.process_names.is_empty() => format!(
+                "processes named {}",
+                crate::sanitize::terminal(&self.process_names.join(", "))
+            ),
             None => "all processes".to_string(),
         }
     }
@@ -555,6 +563,7 @@ pub(crate) mod tests {
             id: 1,
             owner: ObjectOwner::Guest,
             process: OptHex(Some(0x1234_5000)),
+            process_names: Vec::new(),
             base: Hex(base),
             size: Hex(0x100),
             bucket_shift: 4,

@@ -1,5 +1,6 @@
-//! A minimal HTTP/1.1 request parser and response writer for the control API: one request per
-//! connection, `Content-Length` bodies only, bounded sizes. A pure function of bytes (fuzzed).
+//! A minimal HTTP/1.1 request parser and response writer for the control API: requests one
+//! after another on a connection (pipelined), `Content-Length` bodies only, bounded sizes. A
+//! pure function of bytes (fuzzed).
 
 /// Largest request head (request line + headers) accepted.
 pub const MAX_HEAD: usize = 8 * 1024;
@@ -116,8 +117,9 @@ impl Response {
         Response { status, body }
     }
 
-    /// The bytes on the wire.
-    pub fn to_bytes(&self) -> Vec<u8> {
+    /// The bytes on the wire; `close` says the connection closes after it (`Connection: close`),
+    /// else that the next pipelined request will be answered (`Connection: keep-alive`).
+    pub fn to_bytes(&self, close: bool) -> Vec<u8> {
         let reason = match self.status {
             200 => "OK",
             201 => "Created",
@@ -134,9 +136,10 @@ impl Response {
             _ => "Error",
         };
         format!(
-            "HTTP/1.1 {} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+            "HTTP/1.1 {} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: {}\r\n\r\n{}",
             self.status,
             self.body.len(),
+            if close { "close" } else { "keep-alive" },
             self.body
         )
         .into_bytes()
@@ -206,9 +209,12 @@ mod tests {
 
     #[test]
     fn response_has_length_and_status() {
-        let b = String::from_utf8(Response::json(200, "{}".into()).to_bytes()).unwrap();
+        let b = String::from_utf8(Response::json(200, "{}".into()).to_bytes(true)).unwrap();
         assert!(b.starts_with("HTTP/1.1 200 OK\r\n"));
         assert!(b.contains("Content-Length: 2\r\n"));
+        assert!(b.contains("Connection: close\r\n"));
         assert!(b.ends_with("\r\n\r\n{}"));
+        let b = String::from_utf8(Response::json(200, "{}".into()).to_bytes(false)).unwrap();
+        assert!(b.contains("Connection: keep-alive\r\n"));
     }
 }

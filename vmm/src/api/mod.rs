@@ -13,10 +13,13 @@
 //! closed, with 503, to make room). One thread rather than a pool: the controller thread
 //! already exists under its seccomp filter, `poll` is on its allow list, the routes share the
 //! VM's state without locks, and no client needs more than microseconds of the thread's time;
-//! a pool would cost a stack per thread and still need the deadlines.
+//! a pool would cost a stack per thread and still need the deadlines. What waits on others (a
+//! pause, until the vCPUs acknowledge it: [`pause`]) is not waited for in the loop: the
+//! connection waits for its deferred answer while the loop serves everyone else.
 
 mod addr;
 pub mod http;
+mod pause;
 mod routes;
 mod serve;
 
@@ -41,6 +44,14 @@ pub enum ApiError {
     /// nobody listening on it, removed.
     #[error("{}: an existing socket that cannot be checked or replaced; remove it or choose another --api-socket", .0.display())]
     Stale(PathBuf, #[source] std::io::Error),
+    /// The path does not fit in a Unix socket address.
+    #[error("{}: too long for a Unix socket ({len} bytes; at most {MAX_SOCKET_PATH}); choose a shorter --api-socket (a relative path counts from the current directory)", .path.display())]
+    TooLong {
+        /// The path given.
+        path: PathBuf,
+        /// Its length in bytes.
+        len: usize,
+    },
     /// Binding or configuring the socket failed.
     #[error("cannot listen on {}", .0.display())]
     Listen(PathBuf, #[source] std::io::Error),
@@ -49,10 +60,27 @@ pub enum ApiError {
 impl Blame for ApiError {
     fn fault(&self) -> Fault {
         match self {
-            ApiError::Exists(_) | ApiError::Live(_) => Fault::User,
+            ApiError::Exists(_) | ApiError::Live(_) | ApiError::TooLong { .. } => Fault::User,
             ApiError::Stale(_, e) | ApiError::Listen(_, e) => io_fault(e),
         }
     }
+}
+
+/// The longest socket path, in bytes: `sun_path` holds 108 bytes with the terminating NUL.
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// Refuses a path that cannot be a socket's address (the user's to mend), before anything is
+/// looked at or created.
+pub fn check_path(path: &Path) -> Result<(), ApiError> {
+    use std::os::unix::ffi::OsStrExt;
+    let len = path.as_os_str().as_bytes().len();
+    if len > MAX_SOCKET_PATH {
+        return Err(ApiError::TooLong {
+            path: path.to_owned(),
+            len,
+        });
+    }
+    Ok(())
 }
 
 /// A path the user can mend (no such directory, no permission, a name too long, a read-only
@@ -82,6 +110,9 @@ fn io_fault(e: &std::io::Error) -> Fault {
 pub struct ApiSocket {
     listener: UnixListener,
     path: PathBuf,
+    /// The socket file's device and inode as bound: what is at `path` at the end is removed
+    /// only if it is still this file.
+    file: Option<(u64, u64)>,
     /// The effective user id of hvprof, the only peer served.
     owner: u32,
 }
@@ -91,6 +122,7 @@ impl ApiSocket {
     /// nobody listens on (connecting is refused), as a killed hvprof leaves behind, is
     /// removed and replaced.
     pub fn bind(path: &Path) -> Result<Self, ApiError> {
+        check_path(path)?;
         remove_stale(path)?;
         let err = |e| ApiError::Listen(path.to_owned(), e);
         // Created owner-only: bind applies the umask, and a chmod afterwards would leave a
@@ -102,9 +134,14 @@ impl ApiSocket {
         // SAFETY: as above.
         unsafe { libc::umask(old_mask) };
         let listener = bound.map_err(err)?;
+        let file = std::fs::symlink_metadata(path)
+            .ok()
+            .filter(|m| m.file_type().is_socket())
+            .map(|m| (m.dev(), m.ino()));
         let socket = ApiSocket {
             listener,
             path: path.to_owned(),
+            file,
             // SAFETY: geteuid has no preconditions.
             owner: unsafe { libc::geteuid() },
         };
@@ -153,8 +190,23 @@ fn remove_stale(path: &Path) -> Result<(), ApiError> {
 }
 
 impl Drop for ApiSocket {
+    /// Removes the socket file if it is still the one bound (same device and inode): whatever
+    /// replaced it during the run (a file, another process's socket) is left alone, with a
+    /// warning.
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        let now = std::fs::symlink_metadata(&self.path)
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
+        match (now, self.file) {
+            (None, _) => {}
+            (Some(now), Some(bound)) if now == bound => {
+                let _ = std::fs::remove_file(&self.path);
+            }
+            (Some(_), _) => log::warn!(
+                "{}: not removed: it is no longer the API socket hvprof created",
+                self.path.display()
+            ),
+        }
     }
 }
 
@@ -207,6 +259,43 @@ mod tests {
         assert!(e.to_string().contains(&path.display().to_string()), "{e}");
         drop(socket);
         assert!(!path.exists(), "the file goes with its socket");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Issue 40: a path too long for a socket address failed as a host failure (status 12).
+    #[test]
+    fn an_over_long_socket_path_was_a_host_failure() {
+        let d = dir("long");
+        let name = "s".repeat(MAX_SOCKET_PATH);
+        let e = ApiSocket::bind(&d.join(&name)).err().expect("refused");
+        assert_eq!(e.fault(), Fault::User, "{e}");
+        assert!(e.to_string().contains("too long"), "{e}");
+        assert!(!d.join(&name).exists());
+        // The longest that fits is taken.
+        let fits = format!("{}/{}", d.display(), "s").len();
+        let fits = d.join("s".repeat(MAX_SOCKET_PATH - fits + 1));
+        assert_eq!(fits.as_os_str().len(), MAX_SOCKET_PATH);
+        drop(ApiSocket::bind(&fits).expect("a path of the longest length"));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Issue 40: the socket's path was removed blindly at the end, whatever was there by then.
+    #[test]
+    fn the_socket_path_was_removed_blindly_at_the_end() {
+        let d = dir("replaced");
+        let path = d.join("api.sock");
+        let socket = ApiSocket::bind(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, b"someone else's").unwrap();
+        drop(socket);
+        assert_eq!(std::fs::read(&path).unwrap(), b"someone else's");
+        // Another socket bound at the path since is not hvprof's either.
+        let socket = ApiSocket::bind(&d.join("other.sock")).unwrap();
+        std::fs::remove_file(d.join("other.sock")).unwrap();
+        let theirs = UnixListener::bind(d.join("other.sock")).unwrap();
+        drop(socket);
+        assert!(d.join("other.sock").exists(), "another socket was removed");
+        drop(theirs);
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -1,7 +1,6 @@
 //! The API's routes.
 
-use std::sync::mpsc::{channel, RecvTimeoutError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use report::hex::{Hex, OptHex};
 use serde::{Deserialize, Deserializer};
@@ -9,7 +8,8 @@ use serde_json::json;
 
 use super::addr;
 use super::http::{Request, Response};
-use super::serve::Handler;
+use super::pause::{PauseEnd, PendingPause, PAUSE_BOUND};
+use super::serve::{Answer, Handler};
 use crate::outcome::RunOutcome;
 use crate::profiler::host_profiles::{HostProfileError, HostProfileSpec};
 use crate::profiler::vcpu_counters::{total, StatsSnapshot};
@@ -64,6 +64,15 @@ pub struct ApiState {
     pub control: VmControl,
     started: Instant,
     shutdown_requested: bool,
+    /// The pause whose answer is deferred until the vCPUs acknowledge it (one at a time: the
+    /// only deferred answer).
+    pausing: Option<PendingPause>,
+}
+
+/// What a route gives: an answer now, or a pause to wait for.
+enum Routed {
+    Now(Response),
+    Pause,
 }
 
 /// Counters under the same names as in profile.json (`VcpuStats`), without the vCPU index.
@@ -81,14 +90,15 @@ impl ApiState {
             control,
             started: Instant::now(),
             shutdown_requested: false,
+            pausing: None,
         }
     }
 
-    pub fn route(&mut self, req: &Request) -> Response {
+    fn route(&mut self, req: &Request) -> Routed {
         let segments: Vec<&str> = req.path.trim_matches('/').split('/').collect();
-        match (req.method.as_str(), segments.as_slice()) {
+        Routed::Now(match (req.method.as_str(), segments.as_slice()) {
             ("GET", ["v1", "vm"]) => self.vm_info(),
-            ("PUT", ["v1", "vm", "pause"]) => self.pause(),
+            ("PUT", ["v1", "vm", "pause"]) => return self.pause(),
             ("PUT", ["v1", "vm", "resume"]) => self.resume(),
             ("PUT", ["v1", "vm", "shutdown"]) => {
                 self.shutdown_requested = true;
@@ -103,12 +113,19 @@ impl ApiState {
                 Response::error(405, "method not allowed")
             }
             _ => Response::error(404, "no such resource"),
-        }
+        })
     }
 
     fn vm_info(&self) -> Response {
+        let state = if self.pausing.is_some() {
+            "pausing"
+        } else if self.control.uptime.is_paused() {
+            "paused"
+        } else {
+            "running"
+        };
         let body = json!({
-            "state": if self.control.uptime.is_paused() { "paused" } else { "running" },
+            "state": state,
             "vcpus": self.control.vcpus.len(),
             "api_uptime_ms": u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             "interval_100ns": self.control.profiler.time_interval(),
@@ -117,40 +134,38 @@ impl ApiState {
         Response::json(200, body.to_string())
     }
 
-    fn pause(&mut self) -> Response {
+    /// Asks the vCPUs to pause; the answer waits for their acknowledgements (at most
+    /// [`PAUSE_BOUND`]) without holding up other clients ([`Handler::ready`]).
+    fn pause(&mut self) -> Routed {
+        if self.pausing.is_some() {
+            return Routed::Now(Response::error(409, "a pause is in progress"));
+        }
         if self.control.uptime.is_paused() {
-            return Response::error(409, "already paused");
+            return Routed::Now(Response::error(409, "already paused"));
         }
-        let (tx, rx) = channel();
-        let asked = self
-            .control
-            .vcpus
-            .iter()
-            .filter(|v| v.request(VcpuRequest::Pause(tx.clone())))
-            .count();
-        // Waited for in slices, so the end of the run is noticed here too: the API thread must
-        // not hold up the main thread's join of it.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let mut acked = 0;
-        while acked < asked && !self.control.stop.is_requested() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            match rx.recv_timeout(left.min(Duration::from_millis(100))) {
-                Ok(_) => acked += 1,
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
-            }
-        }
+        self.pausing = Some(PendingPause::start(&self.control.vcpus, PAUSE_BOUND));
+        Routed::Pause
+    }
+
+    /// The pending pause's answer, once it has one.
+    fn pause_ended(&mut self) -> Option<Response> {
+        let run_over = self.control.stop.is_requested();
+        let end = self.pausing.as_mut()?.poll(Instant::now(), run_over)?;
+        self.pausing = None;
         self.control.uptime.pause();
-        if acked < self.control.vcpus.len() {
-            return Response::error(500, "not every vCPU acknowledged the pause");
-        }
-        Response::json(200, json!({ "state": "paused" }).to_string())
+        Some(match end {
+            PauseEnd::Paused => Response::json(200, json!({ "state": "paused" }).to_string()),
+            PauseEnd::Partial { acked, of } => Response::error(
+                500,
+                &format!("{acked} of {of} vCPUs acknowledged the pause"),
+            ),
+        })
     }
 
     fn resume(&mut self) -> Response {
+        if self.pausing.is_some() {
+            return Response::error(409, "a pause is in progress");
+        }
         if !self.control.uptime.is_paused() {
             return Response::error(409, "not paused");
         }
@@ -256,9 +271,17 @@ impl Handler for ApiState {
         self.control.stop.is_requested()
     }
 
-    fn handle(&mut self, request: &Request) -> (Response, bool) {
-        let response = self.route(request);
-        (response, std::mem::take(&mut self.shutdown_requested))
+    fn handle(&mut self, request: &Request) -> Answer {
+        match self.route(request) {
+            Routed::Now(response) => {
+                Answer::Now(response, std::mem::take(&mut self.shutdown_requested))
+            }
+            Routed::Pause => Answer::Later,
+        }
+    }
+
+    fn ready(&mut self) -> Option<Response> {
+        self.pause_ended()
     }
 
     /// The shutdown's answer went out: end the run.
@@ -272,6 +295,138 @@ impl Handler for ApiState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::io::{Read, Write};
+    use std::os::unix::net::{UnixListener, UnixStream};
+    use std::sync::mpsc::{channel, Receiver};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use vm_memory::{GuestAddress, GuestMemoryMmap};
+
+    use crate::outcome::StopSignal;
+    use crate::profiler::Profiler;
+    use crate::sampler::probe::ProbeReport;
+    use crate::sampler::{Clock, Sampling};
+    use crate::signals::KickTable;
+    use crate::vcpu::VcpuRequester;
+    use crate::vm::uptime::Uptime;
+
+    /// A VM's controls with made-up vCPUs (their requests arrive on the receivers).
+    fn control(vcpus: usize) -> (VmControl, Vec<Receiver<VcpuRequest>>) {
+        let kvm = kvm_ioctls::Kvm::new().expect("/dev/kvm");
+        let vm_fd = Arc::new(kvm.create_vm().expect("KVM_CREATE_VM"));
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap();
+        let report = ProbeReport { events: Vec::new() };
+        let sampling = Arc::new(Sampling::new(Clock::Wall, &report).unwrap());
+        let kicks = Arc::new(KickTable::new(vcpus));
+        let clock = crate::clock::RunClock::start();
+        let profiler = Profiler::new(mem, vm_fd, kicks, sampling, Arc::new(report), clock).unwrap();
+        let (requesters, receivers) = (0..vcpus).map(VcpuRequester::detached).unzip();
+        let control = VmControl {
+            stop: Arc::new(StopSignal::new().unwrap()),
+            profiler: Arc::new(profiler),
+            vcpus: requesters,
+            uptime: Arc::new(Uptime::start()),
+        };
+        (control, receivers)
+    }
+
+    fn send(socket: &std::path::Path, method: &str, path: &str) -> UnixStream {
+        let mut s = UnixStream::connect(socket).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s.write_all(format!("{method} {path} HTTP/1.1\r\n\r\n").as_bytes())
+            .unwrap();
+        s
+    }
+
+    fn answer(mut s: UnixStream) -> String {
+        let mut out = String::new();
+        s.read_to_string(&mut out).expect("an answer");
+        out
+    }
+
+    /// Issue 40: a host profile restricted to processes by name was started in a run that can
+    /// never name a process, and counted nothing without a word.
+    #[test]
+    fn a_process_filter_that_could_never_match_was_accepted() {
+        use crate::profiler::host_profiles::guest_os::GuestTypes;
+        for (types, why) in [
+            (GuestTypes::Off, "--guest-os off"),
+            (GuestTypes::AddressSpaces, "no guest kernel layout"),
+        ] {
+            let (control, _vcpus) = control(1);
+            assert!(control.profiler.guest().set_types(types).is_none());
+            let mut state = ApiState::new(control);
+            let request = Request {
+                method: "POST".into(),
+                path: "/v1/profiles/host".into(),
+                body: br#"{"process": ["awk"]}"#.to_vec(),
+            };
+            let Answer::Now(r, _) = state.handle(&request) else {
+                panic!("deferred");
+            };
+            assert_eq!(r.status, 400, "{}", r.body);
+            assert!(
+                r.body.contains("counts nothing") && r.body.contains(why),
+                "{}",
+                r.body
+            );
+            assert!(state.control.profiler.host_summaries().is_empty());
+        }
+    }
+
+    /// Issue 40: the API's pause waited for the vCPUs inside the serving loop, so a client
+    /// asking anything meanwhile waited for the pause (or was closed with 408). Here the one
+    /// vCPU acknowledges the pause only once another client's GET has been answered.
+    #[test]
+    fn pause_blocked_every_other_client() {
+        let dir = std::env::temp_dir().join(format!("hvprof-routes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("api.sock");
+        let listener = UnixListener::bind(&socket).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let (control, mut receivers) = control(1);
+        let stop = control.stop.clone();
+        let mut state = ApiState::new(control);
+        let server = std::thread::spawn(move || {
+            // SAFETY: geteuid has no preconditions.
+            let owner = unsafe { libc::geteuid() };
+            super::super::serve::serve(
+                &listener,
+                owner,
+                &mut state,
+                &super::super::serve::Limits::API,
+            );
+        });
+        let (answered, got_answered) = channel::<()>();
+        let (asked, got_asked) = channel::<()>();
+        let vcpu_rx = receivers.remove(0);
+        let vcpu = std::thread::spawn(move || {
+            let Ok(VcpuRequest::Pause(ack)) = vcpu_rx.recv_timeout(Duration::from_secs(30)) else {
+                panic!("no pause request");
+            };
+            asked.send(()).unwrap();
+            // Not acknowledged until the other client has its answer (or 30 s have passed).
+            let _ = got_answered.recv_timeout(Duration::from_secs(30));
+            let _ = ack.send(0);
+            vcpu_rx
+        });
+        let pause = send(&socket, "PUT", "/v1/vm/pause");
+        // The GET is sent once the pause is under way.
+        got_asked.recv().unwrap();
+        let get = answer(send(&socket, "GET", "/v1/vm"));
+        assert!(get.starts_with("HTTP/1.1 200 "), "{get}");
+        answered.send(()).unwrap();
+        let paused = answer(pause);
+        assert!(paused.starts_with("HTTP/1.1 200 "), "{paused}");
+        assert!(paused.ends_with(r#"{"state":"paused"}"#), "{paused}");
+        let _ = vcpu.join();
+        stop.request(RunOutcome::Stopped("the test".into()));
+        server.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn host_profile_body_takes_numbers_and_hex_strings() {

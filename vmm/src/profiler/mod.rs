@@ -25,6 +25,7 @@ use vm_memory::GuestMemoryMmap;
 pub use guest_objects::{features_for, ObjectResult, ProfilerError, FEATURES, GUEST_OWNER};
 
 use crate::arch::cpu_state::CpuState;
+use crate::clock::RunClock;
 use crate::sampler::probe::ProbeReport;
 use crate::sampler::{Sampling, TriggerId};
 use crate::signals::KickTable;
@@ -50,22 +51,30 @@ pub struct Profiler {
 
 impl Profiler {
     /// A profiler for a VM with one vCPU per slot of `kicks`, offering ProfileTime and the
-    /// PMU sources `sampling` found (`probe` is the probe that found them).
+    /// PMU sources `sampling` found (`probe` is the probe that found them); its times count
+    /// from the run's `clock`.
     pub fn new(
         mem: GuestMemoryMmap,
         vm_fd: Arc<VmFd>,
         kicks: Arc<KickTable>,
         sampling: Arc<Sampling>,
         probe: Arc<ProbeReport>,
+        clock: RunClock,
     ) -> Result<Self, ProfilerError> {
         let triggers = Arc::new(Triggers::new(sampling, kicks));
-        let timeline = Arc::new(Timelines::new(triggers.vcpu_count()));
+        let timeline = Arc::new(Timelines::with_clock(triggers.vcpu_count(), clock));
         Ok(Profiler {
             counters: (0..triggers.vcpu_count())
                 .map(|_| VcpuProfileStats::default())
                 .collect(),
             objects: GuestObjects::new(mem.clone(), vm_fd, triggers.clone(), timeline.clone())?,
-            host: HostProfiles::new(mem, triggers.clone(), probe, timeline.clone()),
+            host: HostProfiles::new(
+                mem,
+                triggers.clone(),
+                probe,
+                timeline.clone(),
+                clock.instant(),
+            ),
             triggers,
             timeline,
         })
@@ -209,6 +218,16 @@ impl Profiler {
 
     /// Starts a host-side profile; returns its id.
     pub fn start_host_profile(&self, spec: HostProfileSpec) -> Result<u32, HostProfileError> {
+        // A malformed spec is told as such before whether its filter can ever match.
+        spec.validate()?;
+        if let Some(why) = self
+            .host
+            .guest()
+            .why_no_process_names()
+            .filter(|_| !spec.process.is_empty())
+        {
+            return Err(HostProfileError::NoProcessNames(why));
+        }
         self.host.start(spec)
     }
 

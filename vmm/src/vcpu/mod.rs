@@ -565,6 +565,15 @@ impl VcpuRequester {
         sent
     }
 
+    /// A requester whose requests arrive on the returned receiver, with no thread to kick: a
+    /// made-up vCPU for tests of its requesters (the API's pause).
+    #[cfg(test)]
+    pub(crate) fn detached(index: usize) -> (Self, Receiver<Request>) {
+        let (tx, rx) = channel();
+        let kicks = Arc::new(KickTable::new(index + 1));
+        (VcpuRequester { index, tx, kicks }, rx)
+    }
+
     /// Sends `signal` to the vCPU thread (a kick or a sampling tick); false if it is not
     /// running.
     pub fn signal(&self, signal: i32) -> bool {

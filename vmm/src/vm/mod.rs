@@ -173,6 +173,7 @@ impl Vm {
     pub fn new(
         config: &VmConfig,
         observer: Option<Arc<dyn VcpuObserver>>,
+        clock: crate::clock::RunClock,
     ) -> Result<Self, VmError> {
         config.validate()?;
         let kvm = Kvm::new().map_err(|e| VmError::Kvm("open /dev/kvm", e))?;
@@ -246,6 +247,7 @@ impl Vm {
             kicks.clone(),
             sampling,
             Arc::new(report),
+            clock,
         )?);
         if firmware_slot.is_some() {
             profiler.timeline().boot_firmware();

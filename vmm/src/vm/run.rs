@@ -1,12 +1,13 @@
 //! Running a VM to its outcome: start the vCPUs, run the event loop, stop and join, report.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::event_loop::{run_until_stopped, LoopParams};
 use super::uptime::Uptime;
 use super::{Vm, VmError};
 use crate::boot::Protocol;
+use crate::clock::RunClock;
 use crate::config::VmConfig;
 use crate::outcome::{RunOutcome, StopSignal};
 use crate::profiler::host_profiles::guest_os::GuestTypes;
@@ -48,7 +49,9 @@ pub struct RunReport {
     pub outcome: RunOutcome,
     /// The boot protocol used.
     pub protocol: Protocol,
-    /// Wall time from start to the end of the last vCPU thread.
+    /// The run's start, which every time recorded counts from.
+    pub start: RunClock,
+    /// Wall time from the run's start to the end of the last vCPU thread.
     pub wall_time: Duration,
     /// Per-vCPU exit counts.
     pub vcpus: Vec<VcpuSummary>,
@@ -121,6 +124,9 @@ impl RunReport {
                 self.host_results.len()
             ));
         }
+        for w in self.process_filter_warnings() {
+            s.push_str(&format!("hvprof: warning: {w}\n"));
+        }
         for t in &self.timelines {
             s.push_str(&format!(
                 "hvprof: timeline of host profile {}: {} samples ({} dropped), {} markers ({} dropped)\n",
@@ -132,6 +138,31 @@ impl RunReport {
             ));
         }
         s
+    }
+}
+
+impl RunReport {
+    /// Why each host profile restricted to guest processes by name counted nothing: no
+    /// process was ever named (the guest kernel's layout never came), or none of those names
+    /// ran while it sampled.
+    pub fn process_filter_warnings(&self) -> Vec<String> {
+        let named = self.processes.iter().any(|p| p.key.is_some());
+        self.host_results
+            .iter()
+            .filter(|h| !h.spec.process.is_empty() && h.total() == 0)
+            .map(|h| {
+                format!(
+                    "host profile {} (--process {}) counted no sample: {}",
+                    h.id,
+                    h.spec.process.join(" "),
+                    if named {
+                        "no guest process of that name ran while it sampled"
+                    } else {
+                        "the guest kernel's layout was never found, so no guest process was named"
+                    }
+                )
+            })
+            .collect()
     }
 }
 
@@ -188,11 +219,13 @@ pub fn run(config: &VmConfig) -> Result<RunReport, VmError> {
 
 /// As [`run`], with hooks.
 pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError> {
-    let started = Instant::now();
+    // The run's one clock: every time it records counts from here.
+    let run_clock = RunClock::start();
+    let started = run_clock.instant();
     // Block SIGINT/SIGTERM before any thread exists, so every thread inherits the mask.
     let signals = StopSignals::block_and_open().map_err(|e| VmError::Host("a signalfd", e))?;
     signals::install_handlers()?;
-    let vm = Vm::new(config, hooks.observer)?;
+    let vm = Vm::new(config, hooks.observer, run_clock)?;
     let protocol = vm.boot.protocol;
     let Vm {
         vm_fd,
@@ -247,7 +280,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
         }
     }
     let mut controllers = Vec::new();
-    let uptime = Arc::new(Uptime::start());
+    let uptime = Arc::new(Uptime::start_at(started));
     if start_error.is_none() {
         for f in hooks.controllers {
             let control = VmControl {
@@ -350,6 +383,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
     Ok(RunReport {
         outcome,
         protocol,
+        start: run_clock,
         wall_time: started.elapsed(),
         vcpus,
         profile_stats,

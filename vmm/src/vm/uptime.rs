@@ -1,4 +1,4 @@
-//! The guest's running time: wall time since its vCPUs started, less the time they spent
+//! The guest's running time: wall time since the run's start (its one clock), less the time they spent
 //! paused (the control API's pause). `hvprof profile --duration` counts this, not wall time,
 //! so a pause does not eat into the profile.
 
@@ -25,7 +25,8 @@ impl Uptime {
         Self::start_at(Instant::now())
     }
 
-    fn start_at(started: Instant) -> Self {
+    /// Starts counting at `started` (the run's start: [`crate::clock::RunClock`]).
+    pub fn start_at(started: Instant) -> Self {
         Uptime {
             state: Mutex::new(State {
                 started,

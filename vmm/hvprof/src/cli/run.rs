@@ -2,7 +2,6 @@
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::SystemTime;
 
 use profile_core::source::ProfileSource;
 use report::symbols::Finder;
@@ -76,7 +75,6 @@ fn summarize(report: &RunReport) {
 fn finish(
     config: &VmConfig,
     result: Result<RunReport, vmm::vm::VmError>,
-    started: SystemTime,
     out: Option<&Path>,
     finder: Option<&mut Finder>,
     status_of: impl Fn(&RunReport) -> i32,
@@ -94,7 +92,7 @@ fn finish(
         return code;
     }
     let status = status_of(&report);
-    let mut meta = RunMetadata::new(config, started);
+    let mut meta = RunMetadata::new(config);
     meta.exit_status = status;
     let mut profile = vmm::report_input::profile(&report, &meta);
     // Symbols (and their line tables) only for a report that is printed or written.
@@ -131,11 +129,8 @@ pub fn run(a: RunArgs) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let started = SystemTime::now();
     let result = vmm::vm::run_with(&config, hooks);
-    finish(&config, result, started, None, None, |r| {
-        r.outcome.exit_status()
-    })
+    finish(&config, result, None, None, |r| r.outcome.exit_status())
 }
 
 /// `hvprof demo`.
@@ -151,9 +146,8 @@ pub fn demo(a: DemoArgs) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let started = SystemTime::now();
     let result = vmm::vm::run_with(&config, hooks);
-    finish(&config, result, started, a.out.as_deref(), None, |r| {
+    finish(&config, result, a.out.as_deref(), None, |r| {
         vmm::refguest::exit_status(&r.outcome)
     })
 }
@@ -205,6 +199,14 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         Ok(t) => t,
         Err(e) => return fail(e, STATUS_CONFIG_ERROR),
     };
+    // A process filter where no process can ever be named would record nothing: refused now.
+    if let (Some(spec), Some(why)) = (&host, guest_types.why_no_process_names()) {
+        if !spec.process.is_empty() {
+            let e = vmm::profiler::host_profiles::HostProfileError::NoProcessNames(why);
+            let e = anyhow::Error::new(e).context(format!("--process {}", spec.process.join(" ")));
+            return fail(e, STATUS_CONFIG_ERROR);
+        }
+    }
     let default = vmm::refguest::kernel_spec(vmm::refguest::DEFAULT_CMDLINE);
     let (config, mut hooks, _api) = match config(a.vm, boot, Some(default)) {
         Ok(c) => c,
@@ -221,20 +223,12 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
     } else {
         Some(Box::new(Bar::new(span)))
     };
-    let started = SystemTime::now();
     let result = vmm::session::run(&config, &opts, hooks, progress);
-    finish(
-        &config,
-        result,
-        started,
-        Some(&a.out),
-        finder.as_mut(),
-        |r| {
-            if embedded {
-                vmm::refguest::exit_status(&r.outcome)
-            } else {
-                r.outcome.exit_status()
-            }
-        },
-    )
+    finish(&config, result, Some(&a.out), finder.as_mut(), |r| {
+        if embedded {
+            vmm::refguest::exit_status(&r.outcome)
+        } else {
+            r.outcome.exit_status()
+        }
+    })
 }

@@ -18,6 +18,9 @@ const HANG: Duration = Duration::from_secs(10);
 struct Echo {
     stop: Arc<AtomicBool>,
     afters: Arc<AtomicUsize>,
+    /// `/deferred` is answered once this is set (by the test), with its value.
+    release: Arc<std::sync::Mutex<Option<String>>>,
+    later: usize,
 }
 
 impl Handler for Echo {
@@ -25,12 +28,25 @@ impl Handler for Echo {
         self.stop.load(Ordering::Acquire)
     }
 
-    fn handle(&mut self, request: &Request) -> (Response, bool) {
+    fn handle(&mut self, request: &Request) -> Answer {
         match request.path.as_str() {
-            "/big" => (Response::json(200, "x".repeat(16 << 20)), false),
-            "/shutdown" => (Response::json(200, "{}".into()), true),
-            path => (Response::json(200, format!("{path:?}")), false),
+            "/big" => Answer::Now(Response::json(200, "x".repeat(16 << 20)), false),
+            "/shutdown" => Answer::Now(Response::json(200, "{}".into()), true),
+            "/deferred" => {
+                self.later += 1;
+                Answer::Later
+            }
+            path => Answer::Now(Response::json(200, format!("{path:?}")), false),
         }
+    }
+
+    fn ready(&mut self) -> Option<Response> {
+        if self.later == 0 {
+            return None;
+        }
+        let body = self.release.lock().unwrap().take()?;
+        self.later -= 1;
+        Some(Response::json(200, body))
     }
 
     fn after(&mut self) {
@@ -44,6 +60,7 @@ struct Server {
     socket: PathBuf,
     stop: Arc<AtomicBool>,
     afters: Arc<AtomicUsize>,
+    release: Arc<std::sync::Mutex<Option<String>>>,
     done: Receiver<()>,
 }
 
@@ -62,9 +79,12 @@ impl Server {
         listener.set_nonblocking(true).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let afters = Arc::new(AtomicUsize::new(0));
+        let release = Arc::new(std::sync::Mutex::new(None));
         let mut handler = Echo {
             stop: stop.clone(),
             afters: afters.clone(),
+            release: release.clone(),
+            later: 0,
         };
         let (tx, done) = channel();
         std::thread::spawn(move || {
@@ -76,6 +96,7 @@ impl Server {
             socket,
             stop,
             afters,
+            release,
             done,
         }
     }
@@ -273,4 +294,78 @@ fn other_users_malformed_and_oversized_requests_are_refused() {
     short.write_all(b"GET / HTTP/1.1\r\n").unwrap();
     short.shutdown(std::net::Shutdown::Write).unwrap();
     assert!(answer(&mut short).starts_with("HTTP/1.1 400 "));
+}
+
+/// Issue 40: a pause waited for the vCPUs inside the loop, so every other client waited too
+/// (and was closed with 408 past its 2 s deadline).
+#[test]
+fn pause_blocked_every_other_client() {
+    let server = Server::owned(limits(Duration::from_millis(300)));
+    let mut deferred = server.connect();
+    deferred
+        .write_all(b"PUT /deferred HTTP/1.1\r\n\r\n")
+        .unwrap();
+    // Answered while the deferred one waits, several times past the request deadline.
+    for i in 0..5 {
+        let path = format!("/meanwhile{i}");
+        assert!(server.get(&path).ends_with(&format!("{path:?}")));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    deferred.set_nonblocking(true).unwrap();
+    let mut byte = [0u8; 1];
+    assert_eq!(
+        deferred.read(&mut byte).unwrap_err().kind(),
+        std::io::ErrorKind::WouldBlock,
+        "the deferred request was answered or closed before its answer was ready"
+    );
+    deferred.set_nonblocking(false).unwrap();
+    *server.release.lock().unwrap() = Some("\"done\"".into());
+    let got = answer(&mut deferred);
+    assert!(
+        got.starts_with("HTTP/1.1 200 ") && got.ends_with("\"done\""),
+        "{got}"
+    );
+    assert!(server.get("/after").ends_with("\"/after\""));
+}
+
+/// Issue 40: of two requests sent together on one connection, only the first was answered.
+#[test]
+fn only_the_first_of_two_pipelined_requests_was_answered() {
+    let server = Server::owned(limits(HANG));
+    let mut s = server.connect();
+    s.write_all(b"GET /a HTTP/1.1\r\n\r\nPUT /b HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")
+        .unwrap();
+    let got = answer(&mut s);
+    let answers: Vec<&str> = got.split("HTTP/1.1 ").skip(1).collect();
+    assert_eq!(answers.len(), 2, "{got}");
+    assert!(answers[0].contains("Connection: keep-alive\r\n") && answers[0].ends_with("\"/a\""));
+    assert!(answers[1].contains("Connection: close\r\n") && answers[1].ends_with("\"/b\""));
+    // A deferred answer is followed by the next request's too.
+    let mut s = server.connect();
+    s.write_all(b"PUT /deferred HTTP/1.1\r\n\r\nGET /c HTTP/1.1\r\n\r\n")
+        .unwrap();
+    *server.release.lock().unwrap() = Some("\"done\"".into());
+    let got = answer(&mut s);
+    assert!(
+        got.contains("\"done\"HTTP/1.1 200 OK") && got.ends_with("\"/c\""),
+        "{got}"
+    );
+}
+
+#[test]
+fn past_the_pipelining_bound_the_connection_closes() {
+    let server = Server::owned(limits(HANG));
+    let mut s = server.connect();
+    let one = "GET /x HTTP/1.1\r\n\r\n";
+    s.write_all(one.repeat(MAX_PIPELINED + 3).as_bytes())
+        .unwrap();
+    let got = answer(&mut s);
+    assert_eq!(
+        got.matches("HTTP/1.1 200 OK").count(),
+        MAX_PIPELINED,
+        "{got}"
+    );
+    assert_eq!(got.matches("Connection: close").count(), 1, "{got}");
+    assert!(got.ends_with("\"/x\""));
+    assert!(server.get("/after").ends_with("\"/after\""));
 }

@@ -53,6 +53,21 @@ pub enum GuestTypes {
     WindowsLookup(WindowsLookup),
 }
 
+impl GuestTypes {
+    /// Why no guest process can ever be named in a run with these types (so a process filter
+    /// would count nothing), or None when a layout is or may become known.
+    pub fn why_no_process_names(&self) -> Option<&'static str> {
+        match self {
+            GuestTypes::Off => Some("guest awareness is off (--guest-os off)"),
+            GuestTypes::AddressSpaces => Some(
+                "no guest kernel layout: give --guest-types FILE, a --kernel vmlinux with BTF or \
+                 DWARF, or a symbol path for a Windows guest's kernel",
+            ),
+            GuestTypes::Linux(_) | GuestTypes::Windows(_) | GuestTypes::WindowsLookup(_) => None,
+        }
+    }
+}
+
 impl std::fmt::Debug for GuestTypes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -110,6 +125,8 @@ pub struct VcpuGuest {
 pub struct GuestAwareness {
     /// Off: no rows at all.
     enabled: AtomicBool,
+    /// Set with the types: why no process can ever be named in this run (None: one may be).
+    no_names: Mutex<Option<&'static str>>,
     os: RwLock<Option<GuestOs>>,
     generation: AtomicU32,
     pending: Mutex<Pending>,
@@ -143,6 +160,7 @@ impl GuestAwareness {
     pub fn new(vcpus: usize, start: Instant) -> Self {
         GuestAwareness {
             enabled: AtomicBool::new(true),
+            no_names: Mutex::new(None),
             os: RwLock::new(None),
             generation: AtomicU32::new(0),
             pending: Mutex::new(Pending::Nothing),
@@ -164,6 +182,7 @@ impl GuestAwareness {
     ) -> Option<(WindowsLookup, Receiver<(u64, CodeView)>)> {
         self.enabled
             .store(!matches!(types, GuestTypes::Off), Ordering::Relaxed);
+        *self.no_names.lock().unwrap_or_else(|e| e.into_inner()) = types.why_no_process_names();
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         match types {
             GuestTypes::Off | GuestTypes::AddressSpaces => None,
@@ -186,6 +205,11 @@ impl GuestAwareness {
                 Some((lookup, rx))
             }
         }
+    }
+
+    /// Why no guest process can ever be named in this run (the types set say so), or None.
+    pub fn why_no_process_names(&self) -> Option<&'static str> {
+        *self.no_names.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Makes `os` the kernel every vCPU reads from its next sample on.

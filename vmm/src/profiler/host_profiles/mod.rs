@@ -46,19 +46,20 @@ pub struct HostProfiles {
 
 impl HostProfiles {
     /// No profiles yet, on the vCPUs of `triggers`; those started with a timeline record into
-    /// `timeline`.
+    /// `timeline`; the guest's processes are timed from `start` (the run's).
     pub fn new(
         mem: GuestMemoryMmap,
         triggers: Arc<Triggers>,
         probe: Arc<ProbeReport>,
         timeline: Arc<Timelines>,
+        start: Instant,
     ) -> Self {
         let walkers = (0..triggers.vcpu_count())
             .map(|_| Mutex::new(StackWalker::default()))
             .collect();
         HostProfiles {
             profiles: RwLock::new(Vec::new()),
-            guest: GuestAwareness::new(triggers.vcpu_count(), Instant::now()),
+            guest: GuestAwareness::new(triggers.vcpu_count(), start),
             mem,
             triggers,
             probe,

@@ -154,6 +154,12 @@ pub enum HostProfileError {
         "process names must be 1 to {MAX_PROCESS_NAME} bytes, at most {MAX_PROCESS_NAMES} of them"
     )]
     ProcessName,
+    /// A process filter in a run where no guest process can ever be named: it would count
+    /// nothing.
+    #[error(
+        "a host profile restricted to guest processes by name counts nothing in this run: {0}"
+    )]
+    NoProcessNames(&'static str),
     /// No such profile.
     #[error("no host profile {0}")]
     Unknown(u32),
@@ -175,6 +181,7 @@ impl Blame for HostProfileError {
             | HostProfileError::StackDepth(_)
             | HostProfileError::ProcessAndCr3
             | HostProfileError::ProcessName
+            | HostProfileError::NoProcessNames(_)
             | HostProfileError::Unknown(_)
             | HostProfileError::Stopped(_)
             | HostProfileError::Event(_) => Fault::User,

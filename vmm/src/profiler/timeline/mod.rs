@@ -20,7 +20,9 @@ mod vcpu;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
+
+use crate::clock::RunClock;
 
 use report::timeline::{Marker, MarkerKind, Timeline, TimelineSample, RUN_PHASE};
 
@@ -71,14 +73,15 @@ struct VmLog {
 impl Timelines {
     /// Nothing recorded yet, for `vcpus` vCPUs; the run starts now.
     pub fn new(vcpus: usize) -> Self {
-        let start = Instant::now();
-        let start_unix_ns = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        Self::with_clock(vcpus, RunClock::start())
+    }
+
+    /// Nothing recorded yet, for `vcpus` vCPUs; times count from the run's `clock`.
+    pub fn with_clock(vcpus: usize, clock: RunClock) -> Self {
         Timelines {
             recording: AtomicU32::new(0),
-            start,
-            start_unix_ns,
+            start: clock.instant(),
+            start_unix_ns: clock.unix_ns(),
             vcpus: (0..vcpus).map(|_| Mutex::new(VcpuLog::default())).collect(),
             vm: Mutex::new(VmLog::default()),
             samples: AtomicU64::new(0),
