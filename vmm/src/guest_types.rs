@@ -147,11 +147,11 @@ pub fn guest_types(
                     },
                 ) => log::info!(
                     "guest processes are not named from the kernel: {}",
-                    with_causes(&e)
+                    crate::outcome::with_causes(&e)
                 ),
                 Err(e) => log::warn!(
                     "guest processes are not named: {}; samples are split by address space",
-                    with_causes(&e)
+                    crate::outcome::with_causes(&e)
                 ),
             }
         } else if choice == GuestOsChoice::Linux {
@@ -184,18 +184,6 @@ fn read_types_file(path: &Path) -> Result<Vec<u8>, GuestTypesError> {
         });
     }
     bounded::read_from(&file, path, size, bounded::SYMBOLS).map_err(read_err)
-}
-
-/// `e` and its causes on one line, for the log: its message leaves them to the chain.
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
 }
 
 /// The layout in the vmlinux at `path`.

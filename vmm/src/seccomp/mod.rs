@@ -71,10 +71,10 @@ impl std::str::FromStr for Seccomp {
 #[derive(Debug, thiserror::Error)]
 pub enum SeccompError {
     /// seccompiler refused the rules or the kernel refused the filter.
-    #[error("cannot install the {0} thread's seccomp filter: {1}")]
+    #[error("cannot install the {0} thread's seccomp filter")]
     Filter(&'static str, #[source] seccompiler::Error),
     /// The SIGSYS handler could not be installed.
-    #[error("cannot install the SIGSYS handler: {0}")]
+    #[error("cannot install the SIGSYS handler")]
     Handler(#[source] std::io::Error),
 }
 

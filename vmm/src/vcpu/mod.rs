@@ -181,9 +181,11 @@ impl Vcpu {
         }
         // Everything the thread sets up for itself is done: from here on it runs guest code.
         if let Err(e) = crate::seccomp::install(ThreadKind::Vcpu, self.shared.seccomp) {
-            self.shared
-                .stop
-                .request(RunOutcome::HostError(format!("vCPU {}: {e}", self.index)));
+            self.shared.stop.request(RunOutcome::HostError(format!(
+                "vCPU {}: {}",
+                self.index,
+                crate::outcome::with_causes(&e)
+            )));
             return;
         }
         let mut generation = None;
