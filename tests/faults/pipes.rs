@@ -217,3 +217,47 @@ fn events_into_a_closed_pipe_panicked() {
     let (ended, _) = with_reader_gone(&["events", "--json"], false);
     ended.assert_quiet();
 }
+
+/// Runs hvprof with `args`, its stdout and stderr both pipes whose reader went away before
+/// it started (`hvprof ... 2>&1 | head -0`): nothing it prints can reach anyone.
+fn with_both_readers_gone(args: &[&str]) -> ExitStatus {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let err = writer.try_clone().expect("a second end of the pipe");
+    let mut child = Command::new(hvprof_bin())
+        .args(args)
+        .env_remove("_NT_SYMBOL_PATH")
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(err)
+        .spawn()
+        .expect("starting hvprof");
+    wait_within(&mut child, args)
+}
+
+#[test]
+fn report_with_stderr_into_a_closed_pipe_panicked_after_writing() {
+    let dir = TempDir::new("pipes");
+    let (profile, made) = timeline_profile(&dir);
+    assert!(profile.is_file(), "{made}");
+    let perf = dir.join("perf.txt");
+    // "hvprof: wrote FILE" goes to the closed stderr; the timeline table to the closed stdout.
+    let args = [
+        "report",
+        path(&profile),
+        "--perf-script",
+        path(&perf),
+        "--timeline",
+    ];
+    let status = with_both_readers_gone(&args);
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "hvprof {}: {status}",
+        args.join(" ")
+    );
+    assert!(perf.is_file(), "--perf-script not written");
+    // An error message into a closed stderr: the command's own status, no panic.
+    let status = with_both_readers_gone(&["report", path(&dir.join("absent.json"))]);
+    assert_eq!(status.code(), Some(2), "{status}");
+}

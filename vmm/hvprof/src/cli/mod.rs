@@ -14,6 +14,8 @@ use clap::{Parser, Subcommand};
 use vmm::outcome::Blame;
 use vmm::seccomp::ThreadKind;
 
+use stdout::errln;
+
 use args::{
     BenchArgs, CompareArgs, DemoArgs, EventsArgs, MergeArgs, ProfileArgs, ReportArgs, RunArgs,
 };
@@ -74,7 +76,7 @@ pub fn exit_code(status: i32) -> ExitCode {
 pub fn fail(e: impl Into<anyhow::Error>, status: i32) -> ExitCode {
     // Messages quote file contents and guest text: no escape sequence reaches the terminal.
     let message = format!("{:#}", e.into());
-    eprintln!("hvprof: error: {}", report::sanitize::terminal(&message));
+    errln!("hvprof: error: {}", report::sanitize::terminal(&message));
     exit_code(status)
 }
 

@@ -14,7 +14,7 @@ use vmm::vm::{RunHooks, RunReport};
 
 use super::args::{seconds, BootArgs, DemoArgs, ProfileArgs, RunArgs, VmArgs};
 use super::progress::Bar;
-use super::stdout::out;
+use super::stdout::{err, errln, out};
 use super::{exit_code, fail, results_filter};
 
 /// The API socket while its VM runs: the caller holds it until the run is over, so the socket
@@ -29,11 +29,11 @@ fn config(
 ) -> Result<(VmConfig, RunHooks, ApiGuard), ExitCode> {
     let socket = vm.api_socket.clone();
     let config = boot.into_config(vm, default).map_err(|e| {
-        eprintln!("hvprof: error: {e}");
+        errln!("hvprof: error: {e}");
         exit_code(STATUS_CONFIG_ERROR)
     })?;
     if let Some(notice) = vmm::vm::hyperv_notice(&config) {
-        eprintln!("hvprof: {notice}");
+        errln!("hvprof: {notice}");
     }
     let mut hooks = RunHooks::default();
     let mut guard = None;
@@ -63,9 +63,9 @@ fn check_out(out: Option<&Path>) -> Result<(), ExitCode> {
 
 /// Prints the end-of-run summary (and the error, if the outcome is one).
 fn summarize(report: &RunReport) {
-    eprint!("{}", report.summary());
+    err!("{}", report.summary());
     if report.outcome.is_error() {
-        eprintln!("hvprof: error: {}", report.outcome);
+        errln!("hvprof: error: {}", report.outcome);
     }
 }
 
@@ -114,7 +114,7 @@ fn finish(
         match report::write_all(dir, &profile, &symbols) {
             Ok(files) => {
                 for f in files.all() {
-                    eprintln!("hvprof: wrote {}", f.display());
+                    errln!("hvprof: wrote {}", f.display());
                 }
             }
             Err(e) => return fail(e, STATUS_HOST_ERROR),

@@ -18,6 +18,9 @@
 //!
 //! Any other failure of standard output (a full file system behind `> FILE`) is said once on
 //! stderr, and a command that would have succeeded exits with the host-failure status.
+//!
+//! Standard error goes through [`eprint`] alike (`hvprof report P 2>&1 | head -1` closes it
+//! too): its messages are dropped once it fails, since there is nowhere left to say so.
 
 use std::io::{self, Write};
 use std::process::ExitCode;
@@ -70,6 +73,30 @@ pub fn print(text: &str) {
     }
 }
 
+/// Standard error's state, across the calls of [`eprint`].
+static STDERR: Mutex<State> = Mutex::new(State::Open);
+
+/// Prints `text` to standard error, or drops it once a write to it failed. Never panics.
+pub fn eprint(text: &str) {
+    let mut state = STDERR.lock().unwrap_or_else(PoisonError::into_inner);
+    // A failure of standard error cannot be said anywhere: later text is dropped.
+    let _ = write_to(&mut io::stderr().lock(), &mut state, text);
+}
+
+/// `eprint!` through [`eprint`].
+macro_rules! err {
+    ($($arg:tt)*) => {
+        $crate::cli::stdout::eprint(&format!($($arg)*))
+    };
+}
+
+/// `eprintln!` through [`eprint`].
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::cli::stdout::eprint(&format!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 /// `print!` through [`print`].
 macro_rules! out {
     ($($arg:tt)*) => {
@@ -84,7 +111,7 @@ macro_rules! outln {
     };
 }
 
-pub(super) use {out, outln};
+pub(super) use {err, errln, out, outln};
 
 /// The status a subcommand ends with: its own, or the host-failure status when it succeeded
 /// but a write to standard output failed (a reader that went away is no failure).

@@ -7,6 +7,7 @@ use report::Symbols;
 
 use super::args::SymbolArgs;
 use super::progress::DownloadBar;
+use super::stdout::errln;
 
 /// The environment variable WinDbg reads its symbol path from.
 pub const ENV: &str = "_NT_SYMBOL_PATH";
@@ -15,7 +16,7 @@ pub const ENV: &str = "_NT_SYMBOL_PATH";
 /// finder that shows downloads on a progress bar unless `quiet`. `None`: no symbol path.
 pub fn finder(a: &SymbolArgs, quiet: bool) -> Result<Option<Finder>, String> {
     let path = if let Some(dir) = &a.symbol_dir {
-        eprintln!(
+        errln!(
             "hvprof: warning: --symbol-dir is deprecated; use --symbol-path {}",
             dir.display()
         );
@@ -45,8 +46,8 @@ pub fn report_missing(symbols: &Symbols) {
     if missing.is_empty() {
         return;
     }
-    eprintln!("hvprof: symbols not found for {} PDB(s):", missing.len());
+    errln!("hvprof: symbols not found for {} PDB(s):", missing.len());
     for m in missing {
-        eprintln!("hvprof:   {m}");
+        errln!("hvprof:   {m}");
     }
 }

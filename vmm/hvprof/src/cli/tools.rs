@@ -15,7 +15,7 @@ use report::sanitize::{markdown_code, terminal};
 use vmm::outcome::{STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
 
 use super::args::{BenchArgs, CompareArgs, EventsArgs, MergeArgs, ReportArgs, ScopeArg};
-use super::stdout::{out, outln};
+use super::stdout::{errln, out, outln};
 use super::{fail, results_filter, symbols};
 
 /// `hvprof report`. With `--annotate` the symbol path is searched for the images of the
@@ -91,7 +91,7 @@ pub fn report(a: &ReportArgs) -> ExitCode {
         match report::write_all(dir, &profile, &symbols) {
             Ok(files) => {
                 for path in files.all() {
-                    eprintln!("hvprof: wrote {}", path.display());
+                    errln!("hvprof: wrote {}", path.display());
                 }
             }
             Err(e) => return fail_write(e),
@@ -142,7 +142,7 @@ pub fn report(a: &ReportArgs) -> ExitCode {
 fn said(written: Result<std::path::PathBuf, ReportError>) -> Result<(), ExitCode> {
     match written {
         Ok(path) => {
-            eprintln!("hvprof: wrote {}", path.display());
+            errln!("hvprof: wrote {}", path.display());
             Ok(())
         }
         Err(e) => Err(fail_write(e)),
@@ -308,7 +308,7 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
         .collect();
     let mut md = String::new();
     for w in &warnings {
-        eprintln!("hvprof: warning: {}", terminal(w));
+        errln!("hvprof: warning: {}", terminal(w));
         md.push_str(&format!(
             "> **Warning:** {}\n\n",
             terminal(w).replace('\n', " ")
@@ -396,7 +396,7 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
     match written {
         Ok(paths) => {
             for p in paths.iter().filter(|p| p.ends_with("diff-flamegraph.svg")) {
-                eprintln!("hvprof: wrote {}", p.display());
+                errln!("hvprof: wrote {}", p.display());
             }
         }
         // The outputs were checked before: a failure now is the host's.
@@ -477,7 +477,7 @@ pub fn merge(a: &MergeArgs) -> ExitCode {
     });
     match written {
         Ok(_) => {
-            eprintln!(
+            errln!(
                 "hvprof: merged {} profiles into {}",
                 a.profiles.len(),
                 a.out.display()
