@@ -1,9 +1,11 @@
 //! Windows structure layouts from a PDB's type stream, through the `pdb` crate.
 //!
 //! The type stream (TPI) is indexed once: every complete (not forward-declared) `LF_STRUCTURE`,
-//! `LF_CLASS` and `LF_UNION` by name. Members usually point at a forward reference (MSVC and
-//! clang emit `struct _KPROCESS` as a forward record before its definition), so a member's
-//! structure type is kept by name and resolved through the index, as Volatility and vminer do.
+//! `LF_CLASS` and `LF_UNION` by name and by unique (decorated) name. Members usually point at a
+//! forward reference (MSVC and clang emit `struct _KPROCESS` as a forward record before its
+//! definition), so a member's structure type is kept by key and resolved through the index, as
+//! Volatility, vminer and llvm-pdbutil do: its unique name where it has one (two classes of one
+//! name in different namespaces or translation units stay apart), else its name.
 //! A field list continues through `LF_INDEX` records past 0xFF00 bytes; at most
 //! [`MAX_CONTINUATIONS`] links are followed. Field lists are read by `fields` from the raw
 //! stream: pdb 0.8 misreads `LF_INDEX` (it skips no padding before the index), so every
@@ -11,6 +13,16 @@
 //! parent's list by MSVC and clang; an `<unnamed-tag>` member is still recursed into. Bitfields
 //! (`LF_BITFIELD`) give their position and width, arrays their size in bytes (`LF_ARRAY`'s last
 //! dimension), pointers their own size; const/volatile (`LF_MODIFIER`) are looked through.
+//!
+//! C++ classes: a direct base class (`LF_BCLASS`) is a member without a name whose record (the
+//! base's, read inline) lies at the base's offset, so a path finds an inherited member as C++
+//! name lookup does. Virtual bases are left out (their offset is read from the vbtable at run
+//! time); methods, nested types, static members, enumerators, friends and vtable pointers are
+//! stepped over. [`structure`] lists any structure's members this way; the layout's
+//! structures are read by the same code.
+//!
+//! Checked against real MSVC-written PDBs (testdata/msvc-pdb) member by member with
+//! `llvm-pdbutil dump -types` (the `msvc` tests).
 //!
 //! Symbols: `S_PUB32` publics (data as well as functions) and `S_GDATA32` globals, as RVAs
 //! through the PDB's address map. lld-link writes both; Microsoft's public PDBs have publics.
@@ -48,27 +60,45 @@ fn pdb_err(e: pdb::Error) -> TypeError {
 /// release build returns an error: such a panic is caught and returned as [`TypeError::Pdb`]. (A
 /// panic hook that aborts, as libFuzzer's does, still sees it.)
 pub fn windows_layout(bytes: &[u8]) -> Result<WindowsLayout, TypeError> {
-    std::panic::catch_unwind(|| read_layout(bytes)).unwrap_or_else(|_| {
+    caught(|| {
+        let mut pdb = pdb::PDB::open(Cursor::new(bytes)).map_err(pdb_err)?;
+        let mut layout = with_types(&mut pdb, |t| super::windows_structures(t))?;
+        layout.symbols = symbols(&mut pdb)?;
+        Ok(layout)
+    })
+}
+
+/// The complete structure, class or union called `name` (or of that unique name) in a PDB's
+/// type stream: its size and members as the layout code reads them.
+pub fn structure(bytes: &[u8], name: &str) -> Result<Option<Rc<Record>>, TypeError> {
+    caught(|| {
+        let mut pdb = pdb::PDB::open(Cursor::new(bytes)).map_err(pdb_err)?;
+        with_types(&mut pdb, |t| t.record(name))
+    })
+}
+
+/// `read`'s result, or an error if the pdb crate panicked.
+fn caught<T>(read: impl FnOnce() -> Result<T, TypeError>) -> Result<T, TypeError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)).unwrap_or_else(|_| {
         Err(TypeError::Pdb(
             "malformed type records (the pdb crate panicked)".into(),
         ))
     })
 }
 
-fn read_layout(bytes: &[u8]) -> Result<WindowsLayout, TypeError> {
-    let mut pdb = pdb::PDB::open(Cursor::new(bytes)).map_err(pdb_err)?;
+/// Runs `f` on the PDB's type stream.
+fn with_types<'s, S: pdb::Source<'s> + 's, T>(
+    pdb: &mut pdb::PDB<'s, S>,
+    f: impl FnOnce(&mut PdbTypes<'_>) -> Result<T, TypeError>,
+) -> Result<T, TypeError> {
     let raw = pdb
         .raw_stream(pdb::StreamIndex(2))
         .map_err(pdb_err)?
         .map(|s| s.as_slice().to_vec())
         .unwrap_or_default();
     let tpi = pdb.type_information().map_err(pdb_err)?;
-    let mut layout = {
-        let mut types = PdbTypes::new(&tpi, &raw)?;
-        super::windows_structures(&mut types)?
-    };
-    layout.symbols = symbols(&mut pdb)?;
-    Ok(layout)
+    let mut types = PdbTypes::new(&tpi, &raw)?;
+    f(&mut types)
 }
 
 /// Reads the kernel symbols of a [`WindowsLayout`] from a PDB.
@@ -123,7 +153,7 @@ pub struct PdbTypes<'t> {
     finder: TypeFinder<'t>,
     /// The raw records, for field lists.
     lists: fields::Lists<'t>,
-    /// Complete structures and unions by name.
+    /// Complete structures and unions by name and by unique name (the first of each).
     by_name: HashMap<String, TypeIndex>,
     /// Records already read, by name.
     cache: HashMap<String, Option<Rc<Record>>>,
@@ -144,12 +174,20 @@ impl<'t> PdbTypes<'t> {
                 break;
             };
             finder.update(&it);
-            let (name, forward) = match t.parse() {
-                Ok(TypeData::Class(c)) => (c.name, c.properties.forward_reference()),
-                Ok(TypeData::Union(u)) => (u.name, u.properties.forward_reference()),
+            let (name, unique, forward) = match t.parse() {
+                Ok(TypeData::Class(c)) => (c.name, c.unique_name, c.properties.forward_reference()),
+                Ok(TypeData::Union(u)) => (u.name, u.unique_name, u.properties.forward_reference()),
                 _ => continue,
             };
-            if !forward && !anonymous(&name.to_string()) {
+            if forward {
+                continue;
+            }
+            if let Some(unique) = unique {
+                by_name
+                    .entry(unique.to_string().into_owned())
+                    .or_insert(t.index());
+            }
+            if !anonymous(&name.to_string()) {
                 by_name
                     .entry(name.to_string().into_owned())
                     .or_insert(t.index());
@@ -166,6 +204,20 @@ impl<'t> PdbTypes<'t> {
 
     fn parse(&self, index: TypeIndex) -> Option<TypeData<'t>> {
         self.finder.find(index).ok()?.parse().ok()
+    }
+
+    /// The structure, class or union at type index `index`, if it is a complete one.
+    pub fn structure_at(&self, index: u32) -> Result<Option<Record>, TypeError> {
+        let complete = match self.parse(TypeIndex(index)) {
+            Some(TypeData::Class(c)) => !c.properties.forward_reference(),
+            Some(TypeData::Union(u)) => !u.properties.forward_reference(),
+            _ => false,
+        };
+        if !complete {
+            return Ok(None);
+        }
+        self.budget.set(MAX_MEMBERS);
+        self.read(TypeIndex(index), 0).map(Some)
     }
 
     /// The record of the structure or union at `index`, its anonymous members read inline.
@@ -194,7 +246,11 @@ impl<'t> PdbTypes<'t> {
                 let Ok(offset) = u32::try_from(m.offset) else {
                     continue;
                 };
-                let (size, bits, ty) = self.describe(TypeIndex(m.ty), depth)?;
+                let (size, bits, ty) = if m.base {
+                    self.base(TypeIndex(m.ty), depth)?
+                } else {
+                    self.describe(TypeIndex(m.ty), depth)?
+                };
                 rec.members.push(Member {
                     name: m.name,
                     field: Field { offset, bits, size },
@@ -204,6 +260,22 @@ impl<'t> PdbTypes<'t> {
             next = continuation.map(TypeIndex);
         }
         Ok(rec)
+    }
+
+    /// A base class's size and record, read inline (its definition's, if forward-declared).
+    fn base(&self, index: TypeIndex, depth: usize) -> Result<Described, TypeError> {
+        let (size, _, ty) = self.describe(index, depth)?;
+        let Ty::Named(key) = ty else {
+            return Ok((size, None, ty));
+        };
+        let Some(&full) = self.by_name.get(&key) else {
+            return Ok((size, None, Ty::Other));
+        };
+        if depth >= MAX_DEPTH {
+            return Err(TypeError::TooBig(format!("type {index}")));
+        }
+        let inner = self.read(full, depth + 1)?;
+        Ok((inner.size, None, Ty::Anon(Rc::new(inner))))
     }
 
     /// A member type's size, bits and kind, through modifiers and forward references.
@@ -221,10 +293,9 @@ impl<'t> PdbTypes<'t> {
                 }
                 TypeData::Enumeration(e) => index = e.underlying_type,
                 TypeData::Primitive(p) => {
-                    let size = if p.indirection.is_some() {
-                        8
-                    } else {
-                        primitive_size(p.kind)
+                    let size = match p.indirection {
+                        None => primitive_size(p.kind),
+                        Some(i) => pointer_size(i),
                     };
                     return Ok((size, bits, Ty::Other));
                 }
@@ -233,10 +304,22 @@ impl<'t> PdbTypes<'t> {
                     return Ok((a.dimensions.last().copied().unwrap_or(0), bits, Ty::Other))
                 }
                 TypeData::Class(c) => {
-                    return self.composite(c.name.to_string(), c.size, index, depth)
+                    let named = Named {
+                        name: c.name.to_string(),
+                        unique: c.unique_name.map(|u| u.to_string()),
+                        size: c.size,
+                        forward: c.properties.forward_reference(),
+                    };
+                    return self.composite(named, index, depth);
                 }
                 TypeData::Union(u) => {
-                    return self.composite(u.name.to_string(), u.size, index, depth)
+                    let named = Named {
+                        name: u.name.to_string(),
+                        unique: u.unique_name.map(|u| u.to_string()),
+                        size: u.size,
+                        forward: u.properties.forward_reference(),
+                    };
+                    return self.composite(named, index, depth);
                 }
                 _ => return Ok((0, bits, Ty::Other)),
             }
@@ -244,33 +327,52 @@ impl<'t> PdbTypes<'t> {
         Ok((0, bits, Ty::Other))
     }
 
+    /// A structure or union member's type. An anonymous one is read inline: where it is
+    /// defined, or a forward reference's definition by unique name (MSVC's
+    /// `Parent::<unnamed-type-u>`), else it is left unread. A named one is its key (the unique
+    /// name if the index has a definition of it, else the name) and its definition's size.
     fn composite(
         &self,
-        name: std::borrow::Cow<'_, str>,
-        size: u64,
+        t: Named<'_>,
         index: TypeIndex,
         depth: usize,
     ) -> Result<Described, TypeError> {
-        if anonymous(&name) {
+        let full = |key: &str| self.by_name.get(key).copied();
+        if anonymous(&t.name) {
+            let index = match (t.forward, t.unique.as_deref().and_then(full)) {
+                (false, _) => index,
+                (true, Some(definition)) => definition,
+                (true, None) => return Ok((0, None, Ty::Other)),
+            };
             if depth >= MAX_DEPTH {
                 return Err(TypeError::TooBig(format!("type {index}")));
             }
             let inner = self.read(index, depth + 1)?;
-            let size = u32::try_from(size).unwrap_or(u32::MAX);
-            return Ok((size, None, Ty::Anon(Rc::new(inner))));
+            return Ok((inner.size, None, Ty::Anon(Rc::new(inner))));
         }
-        let full = self.by_name.get(name.as_ref()).copied();
-        let size = match (size, full) {
+        let key = match t.unique {
+            Some(u) if full(&u).is_some() => u,
+            _ => t.name,
+        };
+        let size = match (t.size, full(&key)) {
             (0, Some(full)) => match self.parse(full) {
                 Some(TypeData::Class(c)) => c.size,
                 Some(TypeData::Union(u)) => u.size,
                 _ => 0,
             },
-            _ => size,
+            (size, _) => size,
         };
         let size = u32::try_from(size).unwrap_or(u32::MAX);
-        Ok((size, None, Ty::Named(name.into_owned())))
+        Ok((size, None, Ty::Named(key.into_owned())))
     }
+}
+
+/// A structure or union type as a member's type names it.
+struct Named<'n> {
+    name: std::borrow::Cow<'n, str>,
+    unique: Option<std::borrow::Cow<'n, str>>,
+    size: u64,
+    forward: bool,
 }
 
 impl Records for PdbTypes<'_> {
@@ -287,6 +389,18 @@ impl Records for PdbTypes<'_> {
         };
         self.cache.insert(name.to_string(), rec.clone());
         Ok(rec)
+    }
+}
+
+/// The size of a primitive pointer type (`T_32PINT4`, `T_64PVOID`...), in bytes.
+fn pointer_size(mode: pdb::Indirection) -> u32 {
+    use pdb::Indirection as I;
+    match mode {
+        I::Near16 => 2,
+        I::Far16 | I::Huge16 | I::Near32 => 4,
+        I::Far32 => 6,
+        I::Near64 => 8,
+        I::Near128 => 16,
     }
 }
 
@@ -312,5 +426,7 @@ fn primitive_size(kind: pdb::PrimitiveKind) -> u32 {
     }
 }
 
+#[cfg(test)]
+mod msvc_tests;
 #[cfg(test)]
 mod tests;

@@ -1,14 +1,17 @@
 //! `LF_FIELDLIST` records read from the raw type stream (pdb 0.8 reads `LF_INDEX` without its two
-//! padding bytes, so it fails on every continued list). Only what a C structure's list holds
-//! is understood (members, nested types, base classes, methods, enumerators, vtable pointers);
-//! an unknown leaf ends the list with the members before it.
+//! padding bytes, so it fails on every continued list). Data members and direct base classes
+//! are returned; nested types, static members, methods, enumerators, vtable pointers, friends
+//! and virtual bases are stepped over. An unknown leaf ends the list with the members before
+//! it (its length is not known, so nothing after it can be read).
 
 use crate::symbols::types::pdb::MAX_TYPES;
 
-/// One `LF_MEMBER`.
+/// One `LF_MEMBER`, or one direct base class (`LF_BCLASS`).
 pub struct RawMember {
-    /// Its name.
+    /// Its name (empty for a base class).
     pub name: String,
+    /// Whether it is a base class (`ty` is the class, `offset` the base subobject's).
+    pub base: bool,
     /// Its type's index.
     pub ty: u32,
     /// Its offset.
@@ -160,25 +163,40 @@ impl Cursor<'_> {
                 let ty = self.u32()?;
                 let offset = self.numeric()?;
                 let name = self.name()?;
-                out.push(RawMember { name, ty, offset });
+                out.push(RawMember {
+                    name,
+                    base: false,
+                    ty,
+                    offset,
+                });
             }
             // LF_INDEX
             0x1404 => {
                 self.skip(2)?;
                 *next = Some(self.u32()?);
             }
-            // LF_NESTTYPE, LF_VFUNCTAB
-            0x1510 => {
+            // LF_NESTTYPE, LF_NESTTYPEEX, LF_FRIENDFCN: attributes or padding, a type, a name.
+            0x1510 | 0x1512 | 0x150c => {
                 self.skip(6)?;
                 self.name()?;
             }
-            0x1409 => self.skip(6)?,
+            // LF_VFUNCTAB, LF_FRIENDCLS: padding and a type.
+            0x1409 | 0x140a => self.skip(6)?,
+            // LF_VFUNCOFF: padding, a type and an offset.
+            0x140c => self.skip(10)?,
             // LF_BCLASS
             0x1400 => {
-                self.skip(6)?;
-                self.numeric()?;
+                self.skip(2)?;
+                let ty = self.u32()?;
+                let offset = self.numeric()?;
+                out.push(RawMember {
+                    name: String::new(),
+                    base: true,
+                    ty,
+                    offset,
+                });
             }
-            // LF_VBCLASS, LF_IVBCLASS
+            // LF_VBCLASS, LF_IVBCLASS: a virtual base lies where the vbtable says, at run time.
             0x1401 | 0x1402 => {
                 self.skip(10)?;
                 self.numeric()?;

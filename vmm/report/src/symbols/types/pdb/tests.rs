@@ -28,7 +28,7 @@ fn run(tool: &str, package: &str, args: &[&str]) {
 
 /// Builds ntproc.c into a DLL and its PDB; returns the PDB's and the DLL's bytes. `tag` keeps
 /// parallel tests' directories apart.
-fn ntproc(tag: &str) -> (Vec<u8>, Vec<u8>) {
+pub(super) fn ntproc(tag: &str) -> (Vec<u8>, Vec<u8>) {
     let dir = std::env::temp_dir().join(format!("hvprof-ntproc-{}-{tag}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let src = fixtures().join("ntproc.c");
