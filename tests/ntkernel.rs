@@ -179,6 +179,157 @@ fn processes_threads_and_user_modules_are_named_from_the_pdb_with_the_guests_sha
     check_ntprocs(&run, &out);
 }
 
+/// The same stand-in named from an ISF file (Volatility's symbol-table format) made from its
+/// PDB's layout, with no PDB anywhere: given with `--guest-types`, then found in a symbol pack
+/// on `--symbol-path` by the kernel's CodeView identity.
+#[test]
+fn processes_threads_and_user_modules_are_named_from_an_isf_file_alone() {
+    let dir = TempDir::new("ntprocs-isf");
+    let nt = build_nt(&dir, "ntproc.c");
+    let r = nt.pdb_ref();
+    let json = isf_from_pdb(&nt, &r);
+    let file = dir.join("ntkrnlmp.json");
+    std::fs::write(&file, &json).unwrap();
+    let pack = dir.join("pack");
+    let in_pack = pack
+        .join("symbols/windows")
+        .join(&r.name)
+        .join(format!("{}-{}.json", r.id.guid, r.id.age));
+    std::fs::create_dir_all(in_pack.parent().unwrap()).unwrap();
+    std::fs::write(&in_pack, &json).unwrap();
+    for (i, source) in [
+        ["--guest-types", file.to_str().unwrap()],
+        ["--symbol-path", pack.to_str().unwrap()],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let out = dir.join(&format!("out{i}"));
+        let run = hvprof([
+            "profile",
+            "--cmdline",
+            "scenario=ntprocs ntprocs.ms=3000 ntprocs.kms=500",
+            "--cpus",
+            "1",
+            "--quiet",
+            "--interval",
+            "10000",
+            "--initrd",
+            nt.exe.to_str().unwrap(),
+            source[0],
+            source[1],
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .run();
+        run.assert_status(0)
+            .assert_stdout_contains("refguest: PASS");
+        check_ntprocs(&run, &out);
+    }
+}
+
+/// An ISF file holding the stand-in's layout as read from its PDB: each structure at its size,
+/// each member the layout reads at its offset (a member path's inner structure made up around
+/// it), the symbols as RVAs, and the PDB's identity in its metadata.
+fn isf_from_pdb(nt: &PeModule, r: &report::symbols::pe::PdbRef) -> Vec<u8> {
+    use serde_json::json;
+    let l = report::symbols::types::pdb::windows_layout(&std::fs::read(&nt.pdb).unwrap()).unwrap();
+    let ptr = json!({"kind": "pointer", "subtype": {"kind": "base", "name": "void"}});
+    let st = |name: &str| json!({"kind": "struct", "name": name});
+    let at = |offset: u32, ty: &Value| json!({"offset": offset, "type": ty});
+    let record =
+        |size: u32, fields: Value| json!({"kind": "struct", "size": size, "fields": fields});
+    let (e, p, t) = (l.ethread, l.eprocess, l.ldr_data_table_entry);
+    let mut process = json!({
+        "Pcb": at(p.pcb, &st("_KPROCESS")),
+        "UniqueProcessId": at(p.unique_process_id, &ptr),
+        "CreateTime": at(p.create_time, &json!({"kind": "base", "name": "long long"})),
+        "ImageFileName": at(p.image_file_name, &json!({"kind": "array", "count": 15,
+            "subtype": {"kind": "base", "name": "unsigned char"}})),
+        "ActiveProcessLinks": at(p.active_process_links, &st("_LIST_ENTRY")),
+        "Peb": at(p.peb, &ptr),
+    });
+    if let Some(f) = p.image_file_pointer {
+        process["ImageFilePointer"] = at(f, &ptr);
+    }
+    let mut kprocess = json!({"DirectoryTableBase": at(p.directory_table_base - p.pcb, &ptr)});
+    if let Some(u) = p.user_directory_table_base {
+        kprocess["UserDirectoryTableBase"] = at(u - p.pcb, &ptr);
+    }
+    let mut thread = json!({
+        "Tcb": at(e.tcb, &st("_KTHREAD")),
+        "Cid": at(e.unique_process, &st("_CLIENT_ID")),
+        "CreateTime": at(e.create_time, &json!({"kind": "base", "name": "long long"})),
+    });
+    if let Some(n) = e.thread_name {
+        thread["ThreadName"] = at(n, &ptr);
+    }
+    let s = l.symbols;
+    let mut symbols = json!({
+        "PsActiveProcessHead": {"address": s.ps_active_process_head},
+        "PsLoadedModuleList": {"address": s.ps_loaded_module_list},
+    });
+    for (name, rva) in [
+        ("KiSystemCall64", s.ki_system_call64),
+        ("KiSystemCall64Shadow", s.ki_system_call64_shadow),
+        ("PsInitialSystemProcess", s.ps_initial_system_process),
+    ] {
+        if let Some(rva) = rva {
+            symbols[name] = json!({"address": rva});
+        }
+    }
+    let base =
+        |size: u32| json!({"size": size, "signed": false, "kind": "int", "endian": "little"});
+    let isf = json!({
+        "metadata": {
+            "format": "6.1.0",
+            "producer": {"name": "hvprof-tests", "version": "1.0.0"},
+            "windows": {"pdb": {"GUID": r.id.guid, "age": r.id.age, "database": r.name,
+                                "machine_type": 34404}},
+        },
+        "base_types": {"pointer": base(8), "long long": base(8), "unsigned char": base(1),
+                       "unsigned short": base(2), "unsigned long": base(4)},
+        "user_types": {
+            "_KPCR": record(l.kpcr.size, json!({
+                "Self": at(l.kpcr.self_, &ptr),
+                "CurrentPrcb": at(l.kpcr.current_prcb, &ptr),
+                "Prcb": at(l.kpcr.prcb, &st("_KPRCB")),
+            })),
+            "_KPRCB": record(l.kprcb.size, json!({"CurrentThread": at(l.kprcb.current_thread, &ptr)})),
+            "_ETHREAD": record(e.size, thread),
+            "_CLIENT_ID": record(16, json!({
+                "UniqueProcess": at(0, &ptr),
+                "UniqueThread": at(e.unique_thread - e.unique_process, &ptr),
+            })),
+            "_KTHREAD": record(l.kthread.size, json!({"Process": at(l.kthread.process, &ptr)})),
+            "_EPROCESS": record(p.size, process),
+            "_KPROCESS": record(p.size - p.pcb, kprocess),
+            "_PEB": record(l.peb.size, json!({"Ldr": at(l.peb.ldr, &ptr)})),
+            "_PEB_LDR_DATA": record(l.peb_ldr_data.size, json!({
+                "InLoadOrderModuleList": at(l.peb_ldr_data.in_load_order_module_list, &st("_LIST_ENTRY")),
+            })),
+            "_LDR_DATA_TABLE_ENTRY": record(t.size, json!({
+                "InLoadOrderLinks": at(t.in_load_order_links, &st("_LIST_ENTRY")),
+                "DllBase": at(t.dll_base, &ptr),
+                "SizeOfImage": at(t.size_of_image, &json!({"kind": "base", "name": "unsigned long"})),
+                "FullDllName": at(t.full_dll_name, &st("_UNICODE_STRING")),
+                "BaseDllName": at(t.base_dll_name, &st("_UNICODE_STRING")),
+            })),
+            "_UNICODE_STRING": record(l.unicode_string.size, json!({
+                "Length": at(l.unicode_string.length, &json!({"kind": "base", "name": "unsigned short"})),
+                "Buffer": at(l.unicode_string.buffer, &ptr),
+            })),
+            "_LIST_ENTRY": record(16, json!({"Flink": at(0, &ptr), "Blink": at(8, &ptr)})),
+        },
+        "enums": {},
+        "symbols": symbols,
+    });
+    // The reader must see the layout it was made from.
+    let read = report::symbols::types::isf::layout(isf.to_string().as_bytes()).unwrap();
+    assert_eq!(read, introspect::os::OsLayout::Windows(l));
+    serde_json::to_vec_pretty(&isf).unwrap()
+}
+
 /// Checks hvprof's outputs in `out` against the ground truth the guest printed in `run`.
 fn check_ntprocs(run: &Output, out: &Path) {
     // The guest's ground truth: its processes, threads and loader entries, and the TSC time

@@ -261,6 +261,38 @@ fn temporaries_of_a_killed_writer_are_removed_at_the_next_write_and_nothing_else
     }
 }
 
+/// An ISF file given with --guest-types that breaks the schema is refused before the run,
+/// status 2, naming the file and where in it.
+#[test]
+fn an_isf_file_that_breaks_the_schema_is_refused_naming_where() {
+    let dir = TempDir::new("targets-isf");
+    let types = dir.join("ntkrnlmp.json");
+    std::fs::write(
+        &types,
+        r#"{"metadata": {"format": "6.1.0", "producer": {"name": "x", "version": "1.0.0"},
+            "windows": {}}, "base_types": {}, "enums": {}, "symbols": {},
+            "user_types": {"_EPROCESS": {"kind": "struct", "size": 2624,
+                "fields": {"Peb": {"offset": "1360", "type": {"kind": "function"}}}}}}"#,
+    )
+    .unwrap();
+    let out_dir = dir.join("out");
+    let out = hvprof([
+        "profile",
+        "--serial",
+        "null",
+        "--guest-types",
+        types.to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+    ])
+    .run();
+    out.assert_status(status::USAGE);
+    out.assert_error_line(&[
+        "ntkrnlmp.json",
+        "ISF: user_types._EPROCESS.fields.Peb.offset",
+    ]);
+}
+
 /// The largest resident set of any child this test process has waited for, in bytes.
 fn children_max_rss() -> u64 {
     // SAFETY: getrusage fills the struct it is given.
@@ -297,7 +329,7 @@ fn a_huge_input_of_no_accepted_format_is_refused_from_its_first_bytes() {
     ])
     .run();
     out.assert_status(status::USAGE);
-    out.assert_error_line(&["types.bin", "not a PDB, an ELF file or BTF"]);
+    out.assert_error_line(&["types.bin", "not a PDB, an ELF file, BTF or ISF"]);
     let out = hvprof(["report", s(&runs().r1), "--symbols", s(&symbols)]).run();
     out.assert_status(status::USAGE);
     out.assert_error_line(&["symbols.bin", "not an ELF or PE image, nor a PDB"]);

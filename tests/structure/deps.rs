@@ -27,6 +27,7 @@ const FUZZ_TARGETS: &[(&str, &[&str])] = &[
     ("timeline_json", &["report"]),
     ("symbol_files", &["report"]),
     ("guest_types", &["report"]),
+    ("isf", &["report"]),
     // The control API's HTTP parser, and the kernel loaders, are the VMM library's.
     ("api_http", &["vmm"]),
     ("kernel_elf", &["vmm"]),

@@ -1,17 +1,18 @@
 //! Where a run learns the guest kernel's structure layout, from what the user gave: a file
-//! (`--guest-types`: a PDB, a vmlinux or raw BTF), the vmlinux it boots (its BTF or DWARF), or,
-//! for a Windows guest, the kernel's PDB looked up on the symbol path once a sample has found
-//! the kernel in guest memory. Without any, samples are split by address space.
+//! (`--guest-types`: a PDB, a vmlinux, raw BTF or a Volatility ISF file), the vmlinux it boots
+//! (its BTF or DWARF), or, for a Windows guest, the kernel's ISF file in a symbol pack or its PDB,
+//! looked up on the symbol path once a sample has found the kernel in guest memory. Without any, samples are split by address space.
 
 use std::path::{Path, PathBuf};
 
 use files::bounded;
 use introspect::os::OsLayout;
 use introspect::pe::CodeView;
+use report::symbols::packs;
 use report::symbols::path::SymbolPath;
 use report::symbols::pdb::PdbId;
 use report::symbols::types::{
-    layout_from_file, linux_layout_from_elf, pdb::windows_layout, TypeError,
+    isf, layout_from_file, linux_layout_from_elf, pdb::windows_layout, TypeError,
 };
 use report::symbols::Finder;
 
@@ -198,14 +199,31 @@ fn vmlinux_layout(path: &Path) -> Result<introspect::os::LinuxLayout, GuestTypes
     })
 }
 
-/// Looks the Windows kernel's PDB up on the symbol path `path` and reads its layout.
+/// Looks the Windows kernel's layout up on the symbol path `path`: an ISF file in a symbol pack
+/// (a plain directory entry, [`report::symbols::packs`]) first, as it needs no download, else
+/// its PDB through every entry. A pack's file that is unreadable or of another build is passed
+/// over with a warning.
 fn windows_lookup(path: SymbolPath) -> crate::profiler::host_profiles::guest_os::WindowsLookup {
     Box::new(move |cv: &CodeView| {
-        let mut finder = Finder::new(path);
         let id = PdbId {
             guid: cv.guid.clone(),
             age: cv.age,
         };
+        for file in packs::windows_isf_files(&path, &cv.pdb, &id) {
+            let layout = bounded::read(&file, bounded::SYMBOLS)
+                .map_err(|e| e.to_string())
+                .and_then(|bytes| {
+                    isf::windows_layout_for(&bytes, &cv.pdb, &id).map_err(|e| e.to_string())
+                });
+            match layout {
+                Ok(layout) => {
+                    log::info!("guest kernel layout from {}", file.display());
+                    return Ok(layout);
+                }
+                Err(e) => log::warn!("{}: {e}: ignored", file.display()),
+            }
+        }
+        let mut finder = Finder::new(path);
         let path = finder
             .find_pdb("ntoskrnl", &cv.pdb, &id)
             .ok_or_else(|| format!("not on the symbol path (GUID {} age {})", cv.guid, cv.age))?;

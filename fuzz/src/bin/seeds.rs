@@ -407,6 +407,83 @@ fn qcow2_small() -> Vec<u8> {
     f
 }
 
+/// A small Windows ISF table (after the isf target's selector byte 0): every structure and
+/// symbol the layout needs, at made-up offsets.
+fn isf_windows() -> Vec<u8> {
+    let ptr = r#"{"kind":"pointer","subtype":{"kind":"base","name":"void"}}"#;
+    let named = |n: &str| format!(r#"{{"kind":"struct","name":"{n}"}}"#);
+    let structure = |name: &str, fields: &[(&str, u32, String)]| {
+        let fields: Vec<String> = fields
+            .iter()
+            .map(|(f, o, t)| format!(r#""{f}":{{"offset":{o},"type":{t}}}"#))
+            .collect();
+        format!(
+            r#""{name}":{{"kind":"struct","size":256,"fields":{{{}}}}}"#,
+            fields.join(",")
+        )
+    };
+    let p = || ptr.to_string();
+    let types = [
+        structure(
+            "_KPCR",
+            &[
+                ("Self", 0, p()),
+                ("CurrentPrcb", 8, p()),
+                ("Prcb", 16, named("_KPRCB")),
+            ],
+        ),
+        structure("_KPRCB", &[("CurrentThread", 8, p())]),
+        structure(
+            "_ETHREAD",
+            &[
+                ("Tcb", 0, named("_KTHREAD")),
+                ("Cid", 64, named("_CLIENT_ID")),
+                ("CreateTime", 80, p()),
+            ],
+        ),
+        structure(
+            "_CLIENT_ID",
+            &[("UniqueProcess", 0, p()), ("UniqueThread", 8, p())],
+        ),
+        structure("_KTHREAD", &[("Process", 32, p())]),
+        structure(
+            "_EPROCESS",
+            &[
+                ("Pcb", 0, named("_KPROCESS")),
+                ("UniqueProcessId", 64, p()),
+                ("CreateTime", 72, p()),
+                (
+                    "ImageFileName",
+                    80,
+                    r#"{"kind":"array","count":15,"subtype":{"kind":"base","name":"char"}}"#
+                        .to_string(),
+                ),
+                ("ActiveProcessLinks", 96, p()),
+                ("Peb", 112, p()),
+            ],
+        ),
+        structure("_KPROCESS", &[("DirectoryTableBase", 40, p())]),
+        structure("_PEB", &[("Ldr", 24, p())]),
+        structure("_PEB_LDR_DATA", &[("InLoadOrderModuleList", 16, p())]),
+        structure(
+            "_LDR_DATA_TABLE_ENTRY",
+            &[
+                ("InLoadOrderLinks", 0, p()),
+                ("DllBase", 48, p()),
+                ("SizeOfImage", 64, p()),
+                ("FullDllName", 72, p()),
+                ("BaseDllName", 88, p()),
+            ],
+        ),
+        structure("_UNICODE_STRING", &[("Length", 0, p()), ("Buffer", 8, p())]),
+    ];
+    let json = format!(
+        r#"{{"metadata":{{"format":"6.1.0","producer":{{"name":"seeds","version":"1.0.0"}},"windows":{{"pdb":{{"GUID":"BBED7C2955FBE4522AAA23F4B8677AD9","age":1,"database":"ntkrnlmp.pdb","machine_type":34404}}}}}},"base_types":{{"pointer":{{"size":8,"signed":false,"kind":"int","endian":"little"}},"char":{{"size":1,"signed":false,"kind":"char","endian":"little"}}}},"user_types":{{{}}},"enums":{{}},"symbols":{{"PsActiveProcessHead":{{"address":4096}},"PsLoadedModuleList":{{"address":8192}}}}}}"#,
+        types.join(",")
+    );
+    [&[0u8][..], json.as_bytes()].concat()
+}
+
 /// A BTF blob (after the guest_types target's selector byte 1) with an `int`, an `mm_struct`
 /// whose `pgd` lies in an anonymous struct, and a `task_struct` with a bitfield.
 fn guest_types_btf() -> Vec<u8> {
@@ -459,7 +536,7 @@ const TIMELINE_JSON: &str = r#"{"format":"hvprof-timeline","format_version":1,"r
 
 fn main() -> std::io::Result<()> {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
-    let seeds: [(&str, &str, Vec<u8>); 17] = [
+    let seeds: [(&str, &str, Vec<u8>); 18] = [
         ("platform_io", "virtio-ioeventfd", virtio(true, false)),
         ("platform_io", "virtio-exits", virtio(false, false)),
         ("platform_io", "virtio-ring", virtio(true, true)),
@@ -486,6 +563,7 @@ fn main() -> std::io::Result<()> {
         ("qcow2_header", "qemu-img", qcow2_header()),
         ("qcow2_refcounts", "small", qcow2_small()),
         ("guest_types", "btf", guest_types_btf()),
+        ("isf", "windows", isf_windows()),
     ];
     for (target, name, bytes) in seeds {
         let at = Path::new(&dir).join(target);

@@ -11,11 +11,13 @@
 //! stores ([`store`]) and on HTTP(S) symbol servers ([`server`]).
 //!
 //! Guest kernels' structure layouts (for naming processes and threads) come from the same files'
-//! type information: [`types`] (PDB type streams, BTF, DWARF).
+//! type information: [`types`] (PDB type streams, BTF, DWARF), or from Volatility's ISF symbol
+//! tables, in packs on the symbol path too ([`packs`]).
 
 pub mod elf;
 pub mod find;
 pub mod lines;
+pub mod packs;
 pub mod path;
 pub mod pdb;
 pub mod pe;

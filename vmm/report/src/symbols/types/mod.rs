@@ -9,6 +9,8 @@
 //!   data publics and `S_GDATA32` globals for `PsActiveProcessHead` and the other symbols.
 //! - Linux: a vmlinux's `.BTF` section or a raw BTF blob ([`btf`], a parser of our own), else its
 //!   DWARF ([`dwarf`], through gimli); the per-CPU and kernel symbols from its symbol table.
+//! - Either: a Volatility 3 symbol table ([`isf`], JSON, plain, .xz or .gz), made from the
+//!   same PDB or DWARF by someone else.
 //!
 //! Each reader turns the structures it finds into [`Record`]s, and one resolver here looks
 //! members up by path: `Pcb.DirectoryTableBase` goes through the member `Pcb`'s type (by name, so
@@ -23,6 +25,7 @@
 
 pub mod btf;
 pub mod dwarf;
+pub mod isf;
 pub mod pdb;
 
 use std::collections::HashMap;
@@ -59,8 +62,11 @@ pub enum TypeError {
     /// Neither BTF nor DWARF.
     #[error("the file has neither a .BTF section nor DWARF debug information")]
     NoTypes,
-    /// Not a PDB, an ELF file or BTF.
-    #[error("not a PDB, an ELF file or BTF")]
+    /// The ISF file could not be read.
+    #[error("ISF: {0}")]
+    Isf(isf::IsfError),
+    /// Not a PDB, an ELF file, BTF or ISF.
+    #[error("not a PDB, an ELF file, BTF or ISF (JSON, .json.xz, .json.gz)")]
     UnknownFormat,
     /// A structure the layout needs is not there.
     #[error("no structure {0} in the type information")]
@@ -273,6 +279,8 @@ pub enum TypesFormat {
     Elf,
     /// A raw BTF blob.
     Btf,
+    /// A Volatility 3 symbol table (ISF): JSON, xz or gzip.
+    Isf(isf::compressed::Packing),
 }
 
 /// How many first bytes [`TypesFormat::sniff`] looks at.
@@ -292,20 +300,22 @@ impl TypesFormat {
         } else if head.starts_with(BTF) {
             Some(TypesFormat::Btf)
         } else {
-            None
+            isf::compressed::Packing::sniff(head).map(TypesFormat::Isf)
         }
     }
 }
 
 /// The guest kernel layout in a file the user gave (`--guest-types`): a PDB (Windows; its
 /// symbols are RVAs), a vmlinux ELF (BTF or DWARF and its symbol table) or a raw BTF blob
-/// (such as /sys/kernel/btf/vmlinux or pahole's detached output: structures only).
+/// (such as /sys/kernel/btf/vmlinux or pahole's detached output: structures only), or an
+/// ISF symbol table of either.
 pub fn layout_from_file(bytes: &[u8]) -> Result<introspect::os::OsLayout, TypeError> {
     use introspect::os::OsLayout;
     match TypesFormat::sniff(bytes) {
         Some(TypesFormat::Pdb) => Ok(OsLayout::Windows(pdb::windows_layout(bytes)?)),
         Some(TypesFormat::Elf) => Ok(OsLayout::Linux(linux_layout_from_elf(bytes)?)),
         Some(TypesFormat::Btf) => Ok(OsLayout::Linux(btf::linux_layout(bytes)?)),
+        Some(TypesFormat::Isf(_)) => isf::layout(bytes),
         None => Err(TypeError::UnknownFormat),
     }
 }
