@@ -52,8 +52,6 @@ const VMM: Root = Root {
         ("session", 10),
         // Handing a run to the report crate (a crate of its own, below everything here).
         ("report_input", 10),
-        // The guest kernel's structure layout for a run, from the user's files and symbols.
-        ("guest_types", 10),
         ("api", 11),
     ],
     known: &[],

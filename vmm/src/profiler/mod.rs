@@ -203,7 +203,7 @@ impl Profiler {
 
     /// The guest's processes and threads host-side samples found: the layout they are read
     /// with, the vCPUs' contexts and the run's rows.
-    pub fn guest(&self) -> &host_profiles::guest_os::GuestAwareness {
+    pub fn guest(&self) -> &host_profiles::guest_awareness::GuestAwareness {
         self.host.guest()
     }
 

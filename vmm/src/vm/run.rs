@@ -9,7 +9,7 @@ use super::{Vm, VmError};
 use crate::boot::Protocol;
 use crate::config::VmConfig;
 use crate::outcome::{RunOutcome, StopSignal};
-use crate::profiler::host_profiles::guest_os::GuestTypes;
+use crate::profiler::host_profiles::guest_awareness::GuestTypes;
 use crate::profiler::host_profiles::{HostProfileResult, HostProfileSpec};
 use crate::profiler::vcpu_counters::{total, StatsSnapshot};
 use crate::profiler::ObjectResult;
@@ -61,9 +61,9 @@ pub struct RunReport {
     /// The PE images found in guest memory by host-profile sampling.
     pub guest_modules: Vec<crate::profiler::host_profiles::FoundModule>,
     /// The guest's processes host-side samples ran in (rows of the run's process table).
-    pub processes: Vec<crate::profiler::host_profiles::processes::ProcessRow>,
+    pub processes: Vec<report::profile::ProcessInfo>,
     /// The guest's threads host-side samples ran in.
-    pub threads: Vec<crate::profiler::host_profiles::processes::ThreadRow>,
+    pub threads: Vec<report::profile::ThreadInfo>,
     /// The ProfileTime interval in force at the end, in 100 ns units.
     pub interval_100ns: u32,
     /// What ProfileTime ticked on.

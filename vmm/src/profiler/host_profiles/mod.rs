@@ -3,8 +3,7 @@
 //! memory at sample time, and each vCPU's cache of the PE images its walks found ([`stacks`]:
 //! also the guest's modules, for the report's symbols).
 
-pub mod guest_os;
-pub mod processes;
+pub mod guest_awareness;
 pub mod profile;
 pub mod stacks;
 
@@ -24,7 +23,7 @@ use super::triggers::Triggers;
 use crate::arch::cpu_state::CpuState;
 use crate::sampler::probe::ProbeReport;
 use crate::sampler::TriggerId;
-use guest_os::GuestAwareness;
+use guest_awareness::GuestAwareness;
 use profile::HostProfile;
 use stacks::StackWalker;
 

@@ -15,8 +15,8 @@ use report::symbols::types::{
 };
 use report::symbols::Finder;
 
+use super::GuestTypes;
 use crate::outcome::{Blame, Fault};
-use crate::profiler::host_profiles::guest_os::GuestTypes;
 
 /// Which guest kernel to read processes and threads from (`--guest-os`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -195,7 +195,7 @@ fn vmlinux_layout(path: &Path) -> Result<introspect::os::LinuxLayout, GuestTypes
 }
 
 /// Looks the Windows kernel's PDB up on the symbol path `path` and reads its layout.
-fn windows_lookup(path: SymbolPath) -> crate::profiler::host_profiles::guest_os::WindowsLookup {
+fn windows_lookup(path: SymbolPath) -> super::WindowsLookup {
     Box::new(move |cv: &CodeView| {
         let mut finder = Finder::new(path);
         let id = PdbId {

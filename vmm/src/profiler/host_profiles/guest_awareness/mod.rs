@@ -1,4 +1,8 @@
-//! Which guest process and thread each host-side sample ran in.
+//! Guest awareness: which guest process and thread each host-side sample ran in. The folder
+//! holds all of it: this file ([`GuestAwareness`]: the layout in use, each vCPU's context, the
+//! Windows kernel's discovery and processes' user-mode modules), [`layout_source`] (where a
+//! run's layout comes from: `--guest-os`, `--guest-types`, the booted vmlinux, the symbol
+//! path) and [`process_table`] (the run's process and thread rows).
 //!
 //! The guest kernel's structures are read by `introspect::os` (one [`GuestContext`] per vCPU:
 //! its per-CPU base, the current thread pointer in it, the thread's identity read once per
@@ -18,6 +22,9 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
+pub mod layout_source;
+pub mod process_table;
+
 use introspect::os::{
     GuestContext, GuestOs, IdentifyError, Identity, LinuxLayout, OsLayout, SampleRegs, ThreadKey,
     WindowsLayout,
@@ -26,9 +33,9 @@ use introspect::paging::Paging;
 use introspect::pe::CodeView;
 use vm_memory::GuestMemoryMmap;
 
-use super::processes::{Found, ProcessTable, ThreadRef};
 use super::stacks::{listed_module, FoundModule, GuestVirt};
 use crate::arch::cpu_state::{CpuState, WantedMsrs};
+use process_table::{Found, ProcessTable, ThreadRef};
 
 /// Samples between two reads of IA32_LSTAR on a vCPU while a Windows kernel is looked for.
 pub const LSTAR_PERIOD: u32 = 1024;

@@ -7,12 +7,17 @@
 //! a process that reuses an exited one's page tables or kernel object gets a row of its own.
 //! Samples whose thread could not be named get a row per address space instead, named
 //! `[cr3 0x..]`, as profiles without guest awareness always were.
+//!
+//! The rows are the report's own types ([`ProcessInfo`], [`ThreadInfo`]: what profile.json
+//! lists), keyed by their row index, so the run hands them over as they are.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
 use introspect::os::{Identity, ProcessKey, ThreadKey};
+use report::hex::Hex;
+use report::profile::{ProcessInfo, ThreadInfo};
 
 /// Process rows kept; beyond this, new processes share the `[other]` row.
 pub const MAX_PROCESSES: usize = 65_536;
@@ -28,46 +33,10 @@ pub struct ThreadRef {
     pub process: u32,
 }
 
-/// One process row.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ProcessRow {
-    /// Its identity in the guest kernel; None for a `[cr3 ..]` or `[other]` row.
-    pub key: Option<ProcessKey>,
-    /// The guest's process id.
-    pub pid: Option<u64>,
-    /// Its name.
-    pub name: String,
-    /// The executable's full path, when known.
-    pub path: Option<String>,
-    /// Its page-table roots (page-aligned).
-    pub cr3s: Vec<u64>,
-    /// Seconds from the table's start to when a sample first and last found it running.
-    pub first_seen_s: f64,
-    /// See `first_seen_s`.
-    pub last_seen_s: f64,
-    /// The kernel's own process.
-    pub kernel: bool,
-    /// Windows: its PEB (0: none).
-    pub peb: u64,
-}
-
-/// One thread row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ThreadRow {
-    /// Its identity in the guest kernel; None for a `[cr3 ..]` or `[other]` row.
-    pub key: Option<ThreadKey>,
-    /// Its process's row.
-    pub process: u32,
-    /// The guest's thread id.
-    pub tid: Option<u64>,
-    /// Its name.
-    pub name: Option<String>,
-}
-
 #[derive(Default)]
 struct Tables {
-    processes: Vec<ProcessRow>,
-    threads: Vec<ThreadRow>,
+    processes: Vec<ProcessInfo>,
+    threads: Vec<ThreadInfo>,
     by_process: HashMap<ProcessKey, u32>,
     by_thread: HashMap<ThreadKey, u32>,
     /// `[cr3 ..]` rows by address space.
@@ -122,21 +91,20 @@ impl ProcessTable {
                 if id.process.path.is_some() {
                     row.path.clone_from(&id.process.path);
                 }
-                row.peb = id.process.peb;
                 (p, false)
             }
             None if t.processes.len() < MAX_PROCESSES => {
                 let p = row(t.processes.len());
-                t.processes.push(ProcessRow {
-                    key: Some(id.process.key),
+                t.processes.push(ProcessInfo {
+                    key: p,
                     pid: Some(id.process.key.id),
                     name: id.process.name.clone(),
                     path: id.process.path.clone(),
-                    cr3s: id.process.cr3s.clone(),
+                    cr3s: id.process.cr3s.iter().copied().map(Hex).collect(),
                     first_seen_s: now_s,
                     last_seen_s: now_s,
                     kernel: id.process.kernel,
-                    peb: id.process.peb,
+                    identified: true,
                 });
                 t.by_process.insert(id.process.key, p);
                 (p, true)
@@ -158,8 +126,8 @@ impl ProcessTable {
             }
             _ if t.threads.len() < MAX_THREADS => {
                 let th = row(t.threads.len());
-                t.threads.push(ThreadRow {
-                    key: Some(id.thread.key),
+                t.threads.push(ThreadInfo {
+                    key: th,
                     process,
                     tid: Some(id.thread.key.id),
                     name: id.thread.name.clone(),
@@ -209,13 +177,13 @@ impl ProcessTable {
     }
 
     /// A copy of every row.
-    pub fn rows(&self) -> (Vec<ProcessRow>, Vec<ThreadRow>) {
+    pub fn rows(&self) -> (Vec<ProcessInfo>, Vec<ThreadInfo>) {
         let t = self.lock();
         (t.processes.clone(), t.threads.clone())
     }
 
     /// Process row `p`, copied.
-    pub fn process(&self, p: u32) -> Option<ProcessRow> {
+    pub fn process(&self, p: u32) -> Option<ProcessInfo> {
         self.lock().processes.get(p as usize).cloned()
     }
 }
@@ -250,19 +218,19 @@ fn unnamed(t: &mut Tables, name: String, cr3s: Vec<u64>, now_s: f64) -> ThreadRe
         process: row(t.processes.len()),
         thread: row(t.threads.len()),
     };
-    t.processes.push(ProcessRow {
-        key: None,
+    t.processes.push(ProcessInfo {
+        key: at.process,
         pid: None,
         name,
         path: None,
-        cr3s,
+        cr3s: cr3s.into_iter().map(Hex).collect(),
         first_seen_s: now_s,
         last_seen_s: now_s,
         kernel: false,
-        peb: 0,
+        identified: false,
     });
-    t.threads.push(ThreadRow {
-        key: None,
+    t.threads.push(ThreadInfo {
+        key: at.thread,
         process: at.process,
         tid: None,
         name: None,
@@ -327,6 +295,6 @@ mod tests {
         assert_ne!(t.unidentified(0x6000, 0.7), a);
         let (p, _) = t.rows();
         assert_eq!(p[0].name, "[cr3 0x5000]");
-        assert_eq!((p[0].pid, p[0].key), (None, None));
+        assert_eq!((p[0].pid, p[0].identified), (None, false));
     }
 }
