@@ -376,4 +376,109 @@ fn check_ntprocs(run: &Output, out: &Path) {
     for p in &processes {
         assert!(report.contains(p["name"].as_str()), "{report}");
     }
+    check_jq_totals(&json, out);
+}
+
+/// Runs the jq lines of docs/profile-json.md ("Totals for scripts") in `out` on its
+/// profile.json (`json`), and checks each row against what the per-thread counts give,
+/// added up here without the file's totals. Needs Debian's `jq` (.ci/run installs it).
+fn check_jq_totals(json: &Value, out: &Path) {
+    let doc =
+        std::fs::read_to_string(crate::harness::workspace_root().join("docs/profile-json.md"))
+            .unwrap();
+    let section = doc
+        .split("## Totals for scripts")
+        .nth(1)
+        .expect("the doc's section");
+    let lines: Vec<&str> = section
+        .split("\n## ")
+        .next()
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("jq "))
+        .collect();
+    assert_eq!(lines.len(), 2, "top processes and top threads: {lines:?}");
+    let table = |name: &str| -> BTreeMap<u64, &Value> {
+        json[name]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (json_num(&r["key"]).unwrap(), r))
+            .collect()
+    };
+    let (processes, threads) = (table("processes"), table("threads"));
+    let text = |v: &Value| match v {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        v => json_num(v).unwrap().to_string(),
+    };
+    let (mut want_processes, mut want_threads) = (Vec::new(), Vec::new());
+    for o in json["objects"].as_array().unwrap() {
+        if o["owner"] != "host" {
+            continue;
+        }
+        let id = json_num(&o["id"]).unwrap();
+        let (base, shift) = (
+            json_num(&o["base"]).unwrap(),
+            json_num(&o["bucket_shift"]).unwrap(),
+        );
+        // Per thread and per process: (samples, user, kernel).
+        let mut per_process: BTreeMap<u64, [u64; 3]> = BTreeMap::new();
+        let mut per_thread = Vec::new();
+        for t in o["threads"].as_array().into_iter().flatten() {
+            let key = json_num(&t["thread"]).unwrap();
+            let mut sums = [0u64; 3];
+            for c in t["counts"].as_array().unwrap() {
+                let (index, n) = (json_num(&c[0]).unwrap(), json_num(&c[1]).unwrap());
+                let kernel = base.wrapping_add(index << shift) >> 63 == 1;
+                sums[0] += n;
+                sums[if kernel { 2 } else { 1 }] += n;
+            }
+            let row = threads[&key];
+            let process = json_num(&row["process"]).unwrap();
+            let p = per_process.entry(process).or_default();
+            for (a, b) in p.iter_mut().zip(sums) {
+                *a += b;
+            }
+            per_thread.push((sums, key, row, processes[&process]));
+        }
+        let mut ranked: Vec<_> = per_process.into_iter().collect();
+        ranked.sort_by_key(|&(key, sums)| (std::cmp::Reverse(sums[0]), key));
+        for (key, [n, user, kernel]) in ranked {
+            let p = processes[&key];
+            want_processes.push(format!(
+                "{id}\t{n}\t{user}\t{kernel}\t{}\t{}",
+                text(&p["pid"]),
+                text(&p["name"])
+            ));
+        }
+        per_thread.sort_by_key(|&(sums, key, ..)| (std::cmp::Reverse(sums[0]), key));
+        for ([n, user, kernel], _, t, p) in per_thread {
+            want_threads.push(format!(
+                "{id}\t{n}\t{user}\t{kernel}\t{}\t{}\t{}",
+                text(&t["tid"]),
+                text(&t["name"]),
+                text(&p["name"])
+            ));
+        }
+    }
+    assert!(
+        !want_processes.is_empty(),
+        "a host object with per-thread counts"
+    );
+    for (line, want) in lines.iter().zip([want_processes, want_threads]) {
+        let run = std::process::Command::new("sh")
+            .args(["-c", line])
+            .current_dir(out)
+            .output()
+            .expect("sh runs");
+        let stdout = String::from_utf8_lossy(&run.stdout);
+        assert!(
+            run.status.success(),
+            "{line}: {} (needs Debian's jq)\n{stdout}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let got: Vec<&str> = stdout.lines().collect();
+        assert_eq!(got, want, "{line}");
+    }
 }

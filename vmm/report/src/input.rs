@@ -110,6 +110,7 @@ impl ProfileObject {
             functions: Vec::new(),
             stacks: Vec::new(),
             stacks_dropped: 0,
+            processes: Vec::new(),
             threads: Vec::new(),
         }
     }
@@ -150,11 +151,16 @@ impl ProfileObject {
                 s
             },
             stacks_dropped: h.stacks_dropped,
+            // Filled with the threads' by Profile::from_run, which knows their processes.
+            processes: Vec::new(),
             threads: h
                 .threads
                 .iter()
                 .filter(|(_, c)| c.values().any(|n| *n > 0))
                 .map(|(t, c)| ThreadCounts {
+                    samples: None,
+                    user: None,
+                    kernel: None,
                     thread: *t,
                     counts: c
                         .iter()
@@ -171,7 +177,7 @@ impl Profile {
     /// The profile of a finished run, not yet symbolized (see [`Profile::symbolize`]).
     pub fn from_run(input: RunInput) -> Self {
         let vcpus = input.run.vcpus;
-        Profile {
+        let mut p = Profile {
             format: FORMAT_NAME.to_string(),
             format_version: FORMAT_VERSION,
             hvprof_version: input.hvprof_version.to_string(),
@@ -203,7 +209,9 @@ impl Profile {
                     t
                 })
                 .collect(),
-        }
+        };
+        crate::processes::add_totals(&mut p);
+        p
     }
 }
 
