@@ -273,6 +273,26 @@ fn check_ntprocs(run: &Output, out: &Path) {
     );
     let key = |i: usize| json_num(&guest_rows[i].process["key"]).unwrap();
     assert_ne!(key(2), key(3), "charlie and delta are two processes");
+    // The kernel's process list, walked once the PDB's layout arrived: the `[cr3 ..]` rows of
+    // the samples before it were folded into the process that owned their address space, so
+    // none is left for a CR3 an identified process owns.
+    let owned: Vec<u64> = rows
+        .iter()
+        .filter(|r| r["identified"] == true)
+        .flat_map(|r| r["cr3s"].as_array().unwrap().iter().filter_map(json_num))
+        .collect();
+    for r in rows.iter().filter(|r| r["identified"] == false) {
+        let cr3s: Vec<u64> = r["cr3s"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(json_num)
+            .collect();
+        assert!(
+            cr3s.iter().all(|c| !owned.contains(c)),
+            "{r} is an address space an identified process owns\n{rows:#?}"
+        );
+    }
 
     // Every loader entry, in its process's address space (charlie's and delta's share one).
     let found: Vec<(Option<u64>, &str, u64, u64)> = json["guest_modules"]

@@ -207,6 +207,12 @@ impl Profiler {
         self.host.guest()
     }
 
+    /// Walks the guest kernel's process list a last time (the run is over): processes no
+    /// sample found are listed with none.
+    pub fn walk_guest_processes(&self) {
+        self.host.walk_guest_processes();
+    }
+
     /// Starts a host-side profile; returns its id.
     pub fn start_host_profile(&self, spec: HostProfileSpec) -> Result<u32, HostProfileError> {
         self.host.start(spec)

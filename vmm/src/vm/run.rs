@@ -329,6 +329,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
             log::error!("the guest-types thread panicked");
         }
     }
+    profiler.walk_guest_processes();
     let (processes, threads) = profiler.guest().table().rows();
     let profile_stats = profiler.stats();
     let results = profiler.results();

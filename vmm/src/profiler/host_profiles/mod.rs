@@ -71,6 +71,12 @@ impl HostProfiles {
         &self.guest
     }
 
+    /// Walks the guest kernel's process list a last time, once every vCPU has stopped
+    /// (`guest_awareness::process_list`).
+    pub fn walk_guest_processes(&self) {
+        self.guest.walk_at_end(&self.mem);
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<HostProfile>> {
         self.profiles.read().unwrap_or_else(|e| e.into_inner())
     }

@@ -2,7 +2,8 @@
 //! holds all of it: this file ([`GuestAwareness`]: the layout in use, each vCPU's context, the
 //! Windows kernel's discovery and processes' user-mode modules), [`layout_source`] (where a
 //! run's layout comes from: `--guest-os`, `--guest-types`, the booted vmlinux, the symbol
-//! path) and [`process_table`] (the run's process and thread rows).
+//! path), [`process_table`] (the run's process and thread rows) and [`process_list`] (the
+//! guest kernel's own process list, walked once a layout is known and at the end).
 //!
 //! The guest kernel's structures are read by `introspect::os` (one [`GuestContext`] per vCPU:
 //! its per-CPU base, the current thread pointer in it, the thread's identity read once per
@@ -23,6 +24,7 @@ use std::sync::{Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
 pub mod layout_source;
+pub mod process_list;
 pub mod process_table;
 
 use introspect::os::{
@@ -119,6 +121,10 @@ pub struct GuestAwareness {
     enabled: AtomicBool,
     os: RwLock<Option<GuestOs>>,
     generation: AtomicU32,
+    /// The layout generation whose process list was walked ([`process_list`]).
+    walked: AtomicU32,
+    /// The kernel page tables the first walk read through.
+    walk_paging: Mutex<Option<Paging>>,
     pending: Mutex<Pending>,
     want_kernel_gs: Box<[AtomicBool]>,
     /// A Windows layout waits for the kernel: samples read IA32_LSTAR now and then.
@@ -152,6 +158,8 @@ impl GuestAwareness {
             enabled: AtomicBool::new(true),
             os: RwLock::new(None),
             generation: AtomicU32::new(0),
+            walked: AtomicU32::new(0),
+            walk_paging: Mutex::new(None),
             pending: Mutex::new(Pending::Nothing),
             want_kernel_gs: (0..vcpus).map(|_| AtomicBool::new(false)).collect(),
             windows_pending: AtomicBool::new(false),
@@ -324,6 +332,9 @@ impl GuestAwareness {
         if generation != g.generation {
             g.generation = generation;
             g.context = self.os().map(GuestContext::new);
+        }
+        if let (Some(_), Some(kernel)) = (&g.context, g.kernel_paging) {
+            self.walk_once(generation, mem, kernel);
         }
         let key = match g.context.as_mut() {
             Some(context) => {
