@@ -424,6 +424,26 @@ fn check_ntprocs(run: &Output, out: &Path) {
     );
     let key = |i: usize| json_num(&guest_rows[i].process["key"]).unwrap();
     assert_ne!(key(2), key(3), "charlie and delta are two processes");
+    // The kernel's process list, walked once the PDB's layout arrived: the `[cr3 ..]` rows of
+    // the samples before it were folded into the process that owned their address space, so
+    // none is left for a CR3 an identified process owns.
+    let owned: Vec<u64> = rows
+        .iter()
+        .filter(|r| r["identified"] == true)
+        .flat_map(|r| r["cr3s"].as_array().unwrap().iter().filter_map(json_num))
+        .collect();
+    for r in rows.iter().filter(|r| r["identified"] == false) {
+        let cr3s: Vec<u64> = r["cr3s"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(json_num)
+            .collect();
+        assert!(
+            cr3s.iter().all(|c| !owned.contains(c)),
+            "{r} is an address space an identified process owns\n{rows:#?}"
+        );
+    }
 
     // Every loader entry, in its process's address space (charlie's and delta's share one).
     let found: Vec<(Option<u64>, &str, u64, u64)> = json["guest_modules"]
@@ -526,5 +546,110 @@ fn check_ntprocs(run: &Output, out: &Path) {
     let report = std::fs::read_to_string(out.join("report.txt")).unwrap();
     for p in &processes {
         assert!(report.contains(p["name"].as_str()), "{report}");
+    }
+    check_jq_totals(&json, out);
+}
+
+/// Runs the jq lines of docs/profile-json.md ("Totals for scripts") in `out` on its
+/// profile.json (`json`), and checks each row against what the per-thread counts give,
+/// added up here without the file's totals. Needs Debian's `jq` (.ci/run installs it).
+fn check_jq_totals(json: &Value, out: &Path) {
+    let doc =
+        std::fs::read_to_string(crate::harness::workspace_root().join("docs/profile-json.md"))
+            .unwrap();
+    let section = doc
+        .split("## Totals for scripts")
+        .nth(1)
+        .expect("the doc's section");
+    let lines: Vec<&str> = section
+        .split("\n## ")
+        .next()
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("jq "))
+        .collect();
+    assert_eq!(lines.len(), 2, "top processes and top threads: {lines:?}");
+    let table = |name: &str| -> BTreeMap<u64, &Value> {
+        json[name]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (json_num(&r["key"]).unwrap(), r))
+            .collect()
+    };
+    let (processes, threads) = (table("processes"), table("threads"));
+    let text = |v: &Value| match v {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        v => json_num(v).unwrap().to_string(),
+    };
+    let (mut want_processes, mut want_threads) = (Vec::new(), Vec::new());
+    for o in json["objects"].as_array().unwrap() {
+        if o["owner"] != "host" {
+            continue;
+        }
+        let id = json_num(&o["id"]).unwrap();
+        let (base, shift) = (
+            json_num(&o["base"]).unwrap(),
+            json_num(&o["bucket_shift"]).unwrap(),
+        );
+        // Per thread and per process: (samples, user, kernel).
+        let mut per_process: BTreeMap<u64, [u64; 3]> = BTreeMap::new();
+        let mut per_thread = Vec::new();
+        for t in o["threads"].as_array().into_iter().flatten() {
+            let key = json_num(&t["thread"]).unwrap();
+            let mut sums = [0u64; 3];
+            for c in t["counts"].as_array().unwrap() {
+                let (index, n) = (json_num(&c[0]).unwrap(), json_num(&c[1]).unwrap());
+                let kernel = base.wrapping_add(index << shift) >> 63 == 1;
+                sums[0] += n;
+                sums[if kernel { 2 } else { 1 }] += n;
+            }
+            let row = threads[&key];
+            let process = json_num(&row["process"]).unwrap();
+            let p = per_process.entry(process).or_default();
+            for (a, b) in p.iter_mut().zip(sums) {
+                *a += b;
+            }
+            per_thread.push((sums, key, row, processes[&process]));
+        }
+        let mut ranked: Vec<_> = per_process.into_iter().collect();
+        ranked.sort_by_key(|&(key, sums)| (std::cmp::Reverse(sums[0]), key));
+        for (key, [n, user, kernel]) in ranked {
+            let p = processes[&key];
+            want_processes.push(format!(
+                "{id}\t{n}\t{user}\t{kernel}\t{}\t{}",
+                text(&p["pid"]),
+                text(&p["name"])
+            ));
+        }
+        per_thread.sort_by_key(|&(sums, key, ..)| (std::cmp::Reverse(sums[0]), key));
+        for ([n, user, kernel], _, t, p) in per_thread {
+            want_threads.push(format!(
+                "{id}\t{n}\t{user}\t{kernel}\t{}\t{}\t{}",
+                text(&t["tid"]),
+                text(&t["name"]),
+                text(&p["name"])
+            ));
+        }
+    }
+    assert!(
+        !want_processes.is_empty(),
+        "a host object with per-thread counts"
+    );
+    for (line, want) in lines.iter().zip([want_processes, want_threads]) {
+        let run = std::process::Command::new("sh")
+            .args(["-c", line])
+            .current_dir(out)
+            .output()
+            .expect("sh runs");
+        let stdout = String::from_utf8_lossy(&run.stdout);
+        assert!(
+            run.status.success(),
+            "{line}: {} (needs Debian's jq)\n{stdout}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let got: Vec<&str> = stdout.lines().collect();
+        assert_eq!(got, want, "{line}");
     }
 }

@@ -53,8 +53,6 @@ const VMM: Root = Root {
         ("session", 10),
         // Handing a run to the report crate (a crate of its own, below everything here).
         ("report_input", 10),
-        // The guest kernel's structure layout for a run, from the user's files and symbols.
-        ("guest_types", 10),
         ("api", 11),
     ],
     known: &[],
@@ -171,20 +169,22 @@ const REPORT: Root = Root {
         ("sanitize", 0),
         ("symbols", 1),
         ("profile", 2),
-        ("input", 3),
+        // A profile's processes and threads, and their totals (what input and validate fill
+        // in and check).
         ("processes", 3),
-        ("validate", 3),
-        ("error", 4),
-        ("flame", 5),
-        ("json", 5),
-        ("load", 5),
-        ("pprof", 5),
-        ("callers", 6),
+        ("input", 4),
+        ("validate", 4),
+        ("error", 5),
+        ("flame", 6),
+        ("json", 6),
+        ("load", 6),
+        ("pprof", 6),
+        ("callers", 7),
         // What is made of a timeline: its files, a text timeline, windows of a profile.
-        ("time_axis", 6),
-        ("text", 7),
-        ("annotate", 8),
-        ("compare", 8),
+        ("time_axis", 7),
+        ("text", 8),
+        ("annotate", 9),
+        ("compare", 9),
     ],
     known: &[],
 };

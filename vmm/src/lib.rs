@@ -12,7 +12,6 @@ pub mod boot;
 pub mod clock;
 pub mod config;
 pub mod firmware;
-pub mod guest_types;
 pub mod layout;
 pub mod memory;
 pub mod outcome;

@@ -4,14 +4,13 @@
 //! tests without KVM; anything new a profile records is converted here.
 
 use report::hex::{Hex, OptHex};
-use report::input::{GuestObject, HostObject, ProcessInput, RunInput, ThreadInput};
+use report::input::{GuestObject, HostObject, RunInput};
 use report::profile::{GuestModule, GuestPdb, StackCount};
 use report::symbols::{elf, Finder};
 use report::{KernelImage, Module, Profile, ReportError, RunInfo, SymbolSpec, Symbols, VcpuStats};
 
 use crate::boot::KernelSpec;
 use crate::config::VmConfig;
-use crate::profiler::host_profiles::processes::{ProcessRow, ThreadRow};
 use crate::profiler::host_profiles::FoundModule;
 use crate::profiler::host_profiles::StackCounts;
 use crate::profiler::vcpu_counters::StatsSnapshot;
@@ -121,8 +120,8 @@ pub fn profile(report: &RunReport, meta: &RunMetadata) -> Profile {
             })
             .collect(),
         guest_modules: report.guest_modules.iter().map(guest_module).collect(),
-        processes: processes(&report.processes),
-        threads: threads(&report.threads),
+        processes: report.processes.clone(),
+        threads: report.threads.clone(),
         timelines: report.timelines.clone(),
     })
 }
@@ -167,37 +166,6 @@ fn stack_counts(s: &StackCounts) -> Vec<StackCount> {
         .map(|(k, count)| StackCount {
             thread: k.thread,
             ..StackCount::new(k.pcs.iter().copied(), k.truncated, *count)
-        })
-        .collect()
-}
-
-/// The run's process rows as the report's process table (keys are row indexes).
-fn processes(rows: &[ProcessRow]) -> Vec<ProcessInput> {
-    (0..)
-        .zip(rows)
-        .map(|(key, p)| ProcessInput {
-            key,
-            pid: p.pid,
-            name: p.name.clone(),
-            path: p.path.clone(),
-            cr3s: p.cr3s.clone(),
-            first_seen_s: p.first_seen_s,
-            last_seen_s: p.last_seen_s,
-            kernel: p.kernel,
-            identified: p.key.is_some(),
-        })
-        .collect()
-}
-
-/// The run's thread rows as the report's thread table.
-fn threads(rows: &[ThreadRow]) -> Vec<ThreadInput> {
-    (0..)
-        .zip(rows)
-        .map(|(key, t)| ThreadInput {
-            key,
-            process: t.process,
-            tid: t.tid,
-            name: t.name.clone(),
         })
         .collect()
 }
@@ -416,24 +384,19 @@ mod tests {
                 threads: BTreeMap::from([(0, BTreeMap::from([(0x100, 5)]))]),
                 stacks: Default::default(),
             }],
-            processes: vec![ProcessRow {
-                key: Some(introspect::os::ProcessKey {
-                    object: 0xffff_8880_0100_0000,
-                    id: 57,
-                    created: 1234,
-                    space: 0xffff_8880_0200_0000,
-                }),
+            processes: vec![report::profile::ProcessInfo {
+                key: 0,
                 pid: Some(57),
                 name: "awk".into(),
                 path: None,
-                cr3s: vec![0x7000],
+                cr3s: vec![Hex(0x7000)],
                 first_seen_s: 0.25,
                 last_seen_s: 1.5,
                 kernel: false,
-                peb: 0,
+                identified: true,
             }],
-            threads: vec![ThreadRow {
-                key: None,
+            threads: vec![report::profile::ThreadInfo {
+                key: 0,
                 process: 0,
                 tid: Some(57),
                 name: Some("awk".into()),
@@ -524,7 +487,7 @@ mod tests {
         );
         assert!(r.summary().contains(&format!("hvprof: warning: {}", w[0])));
         // No process ever named: the layout never came.
-        r.processes[0].key = None;
+        r.processes[0].identified = false;
         let w = r.process_filter_warnings();
         assert!(w[0].contains("layout was never found"), "{w:?}");
         // A profile without a filter warns of nothing.

@@ -16,7 +16,7 @@ use introspect::testguest::windows::{ntproc_layout, WindowsGuest};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use vmm::arch::cpu_state::CpuState;
 use vmm::memory::GuestPhys;
-use vmm::profiler::host_profiles::guest_os::{GuestAwareness, GuestTypes, VcpuGuest};
+use vmm::profiler::host_profiles::guest_awareness::{GuestAwareness, GuestTypes, VcpuGuest};
 
 /// Per-sample identification costs, in nanoseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

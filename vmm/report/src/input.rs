@@ -27,49 +27,13 @@ pub struct RunInput<'a> {
     pub host: Vec<HostObject<'a>>,
     /// The PE images found in guest memory.
     pub guest_modules: Vec<GuestModule>,
-    /// The guest's processes the samples ran in, keyed by [`ProcessInput::key`].
-    pub processes: Vec<ProcessInput>,
-    /// The guest's threads the samples ran in, keyed by [`ThreadInput::key`].
-    pub threads: Vec<ThreadInput>,
+    /// The guest's processes the samples ran in, keyed by [`ProcessInfo::key`]: the rows
+    /// profile.json lists, as the VMM's process table fills them.
+    pub processes: Vec<ProcessInfo>,
+    /// The guest's threads the samples ran in, keyed by [`ThreadInfo::key`].
+    pub threads: Vec<ThreadInfo>,
     /// The host profiles' timelines (those started with one).
     pub timelines: Vec<crate::timeline::Timeline>,
-}
-
-/// A guest process host-side samples ran in, as the VMM named it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ProcessInput {
-    /// Its key in this run (unique; what threads refer to).
-    pub key: u32,
-    /// The guest's process id (None for a process hvprof could not identify).
-    pub pid: Option<u64>,
-    /// Its name: the kernel's (ImageFileName, comm), or `[cr3 0x..]` for samples whose process
-    /// could not be identified, named by their address space.
-    pub name: String,
-    /// The executable's full path, when known.
-    pub path: Option<String>,
-    /// Its page-table roots (page-aligned).
-    pub cr3s: Vec<u64>,
-    /// Seconds from the run's start to its first and last sample.
-    pub first_seen_s: f64,
-    /// See `first_seen_s`.
-    pub last_seen_s: f64,
-    /// True for the kernel's own process (Windows System or Idle, Linux kernel threads).
-    pub kernel: bool,
-    /// True when the guest kernel's structures named it; false for a `[cr3 ..]` row.
-    pub identified: bool,
-}
-
-/// A guest thread host-side samples ran in.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ThreadInput {
-    /// Its key in this run (unique; what stacks and per-thread counts refer to).
-    pub key: u32,
-    /// Its process's key.
-    pub process: u32,
-    /// The guest's thread id (None when not identified).
-    pub tid: Option<u64>,
-    /// Its name, when the guest gave it one.
-    pub name: Option<String>,
 }
 
 /// A guest agent's profile object as the run left it.
@@ -149,6 +113,7 @@ impl ProfileObject {
             functions: Vec::new(),
             stacks: Vec::new(),
             stacks_dropped: 0,
+            processes: Vec::new(),
             threads: Vec::new(),
         }
     }
@@ -190,11 +155,16 @@ impl ProfileObject {
                 s
             },
             stacks_dropped: h.stacks_dropped,
+            // Filled with the threads' by Profile::from_run, which knows their processes.
+            processes: Vec::new(),
             threads: h
                 .threads
                 .iter()
                 .filter(|(_, c)| c.values().any(|n| *n > 0))
                 .map(|(t, c)| ThreadCounts {
+                    samples: None,
+                    user: None,
+                    kernel: None,
                     thread: *t,
                     counts: c
                         .iter()
@@ -211,7 +181,7 @@ impl Profile {
     /// The profile of a finished run, not yet symbolized (see [`Profile::symbolize`]).
     pub fn from_run(input: RunInput) -> Self {
         let vcpus = input.run.vcpus;
-        Profile {
+        let mut p = Profile {
             format: FORMAT_NAME.to_string(),
             format_version: FORMAT_VERSION,
             hvprof_version: input.hvprof_version.to_string(),
@@ -219,8 +189,8 @@ impl Profile {
             vcpus: input.vcpus,
             modules: Vec::new(),
             guest_modules: input.guest_modules,
-            processes: input.processes.into_iter().map(ProcessInfo::from).collect(),
-            threads: input.threads.into_iter().map(ThreadInfo::from).collect(),
+            processes: input.processes,
+            threads: input.threads,
             objects: input
                 .guest
                 .iter()
@@ -243,34 +213,9 @@ impl Profile {
                     t
                 })
                 .collect(),
-        }
-    }
-}
-
-impl From<ProcessInput> for ProcessInfo {
-    fn from(p: ProcessInput) -> Self {
-        ProcessInfo {
-            key: p.key,
-            pid: p.pid,
-            name: p.name,
-            path: p.path,
-            cr3s: p.cr3s.into_iter().map(Hex).collect(),
-            first_seen_s: p.first_seen_s,
-            last_seen_s: p.last_seen_s,
-            kernel: p.kernel,
-            identified: p.identified,
-        }
-    }
-}
-
-impl From<ThreadInput> for ThreadInfo {
-    fn from(t: ThreadInput) -> Self {
-        ThreadInfo {
-            key: t.key,
-            process: t.process,
-            tid: t.tid,
-            name: t.name,
-        }
+        };
+        crate::processes::add_totals(&mut p);
+        p
     }
 }
 
@@ -488,19 +433,19 @@ mod tests {
                 source_name: "ProfileTime",
             }],
             guest_modules: Vec::new(),
-            processes: vec![ProcessInput {
+            processes: vec![ProcessInfo {
                 key: 7,
                 pid: Some(57),
                 name: "awk".into(),
                 path: None,
-                cr3s: vec![0x3000],
+                cr3s: vec![Hex(0x3000)],
                 first_seen_s: 0.0,
                 last_seen_s: 0.5,
                 kernel: false,
                 identified: true,
             }],
             threads: [1, 2, 3]
-                .map(|key| ThreadInput {
+                .map(|key| ThreadInfo {
                     key,
                     process: 7,
                     tid: Some(u64::from(key) + 56),

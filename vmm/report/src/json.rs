@@ -11,8 +11,20 @@ use super::ReportError;
 
 pub mod keys;
 
-/// Writes `profile` as one line of JSON and a newline (compact: `jq .` pretty-prints it).
+/// Writes `profile` as one line of JSON and a newline (compact: `jq .` pretty-prints it),
+/// with every host object's per-process and per-thread totals filled in afresh from its
+/// per-thread counts ([`crate::processes::add_totals`]): whatever made the profile, the file
+/// has them, and they agree with the counts.
 pub fn write(profile: &Profile, mut w: impl Write) -> Result<(), ReportError> {
+    let filled;
+    let profile = if profile.objects.iter().any(|o| !o.threads.is_empty()) {
+        let mut p = profile.clone();
+        crate::processes::add_totals(&mut p);
+        filled = p;
+        &filled
+    } else {
+        profile
+    };
     serde_json::to_writer(&mut w, profile).map_err(ReportError::Json)?;
     w.write_all(b"\n").map_err(ReportError::Io)?;
     Ok(())
@@ -379,14 +391,25 @@ mod tests {
             schema["properties"]["format_version"]["const"],
             FORMAT_VERSION
         );
-        // A profile with processes, threads, per-thread counts and stacks.
-        let v = serde_json::to_value(crate::processes::tests::tasks_profile()).unwrap();
+        // A profile with processes, threads, per-thread counts and stacks, and the totals
+        // the writer adds.
+        let mut tasks = crate::processes::tests::tasks_profile();
+        crate::processes::add_totals(&mut tasks);
+        let v = serde_json::to_value(tasks).unwrap();
         assert_eq!(keys(&v["processes"][0]), required(&defs["process"]));
         assert_eq!(keys(&v["threads"][0]), required(&defs["thread"]));
+        let mut thread_counts = required(&defs["thread_counts"]);
+        thread_counts.extend(["samples", "user", "kernel"].map(String::from));
+        thread_counts.sort();
+        assert_eq!(keys(&v["objects"][0]["threads"][0]), thread_counts);
         assert_eq!(
-            keys(&v["objects"][0]["threads"][0]),
-            required(&defs["thread_counts"])
+            keys(&v["objects"][0]["processes"][0]),
+            required(&defs["process_samples"])
         );
+        let mut object = required(&defs["object"]);
+        object.extend(["processes", "threads", "stacks", "stacks_dropped"].map(String::from));
+        object.sort();
+        assert_eq!(keys(&v["objects"][0]), object);
         let mut stack = required(&defs["stack"]);
         stack.push("thread".into());
         stack.sort();
@@ -414,14 +437,26 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains(r#"{"thread":20,"counts":[["0x107",40],["0xffffffff8100000",10]]}"#),
+            text.contains(
+                r#"{"thread":20,"samples":50,"user":40,"kernel":10,"counts":[["0x107",40],["0xffffffff8100000",10]]}"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#""processes":[{"process":10,"samples":70,"user":60,"kernel":10},{"process":11,"samples":26,"user":21,"kernel":5},{"process":12,"samples":4,"user":4,"kernel":0}],"threads":[{"thread":20,"#
+            ),
             "{text}"
         );
         assert!(
             text.contains(r#"{"pcs":["0x1044"],"truncated":false,"count":20,"thread":21}"#),
             "{text}"
         );
-        assert_eq!(read(text.as_bytes()).unwrap(), p);
+        // Read back with the totals the writer added.
+        let mut totalled = p.clone();
+        crate::processes::add_totals(&mut totalled);
+        assert_ne!(totalled, p);
+        assert_eq!(read(text.as_bytes()).unwrap(), totalled);
         // Ids past 2^53 (a hostile guest's) are written as hex strings, and read back.
         let mut big = p.clone();
         big.processes[0].pid = Some(u64::MAX);
@@ -429,6 +464,7 @@ mod tests {
         write(&big, &mut buf).unwrap();
         let text = String::from_utf8(buf).unwrap();
         assert!(text.contains(r#""pid":"0xffffffffffffffff""#), "{text}");
+        crate::processes::add_totals(&mut big);
         assert_eq!(read(text.as_bytes()).unwrap(), big);
     }
 
@@ -437,11 +473,35 @@ mod tests {
     #[test]
     fn the_version_4_fixture_is_the_tasks_profile() {
         let fixture = include_str!("../testdata/profile-v4-processes.json");
-        let p = crate::processes::tests::tasks_profile();
+        let mut p = crate::processes::tests::tasks_profile();
+        crate::processes::add_totals(&mut p);
         assert_eq!(read(fixture.as_bytes()).unwrap(), p);
         let mut buf = Vec::new();
         write(&p, &mut buf).unwrap();
         assert_eq!(String::from_utf8(buf).unwrap(), fixture);
+    }
+
+    /// A version-4 file written before the totals (no `objects[].processes`, no per-thread
+    /// `samples`, `user`, `kernel`) still reads, as the same profile without them, and what
+    /// hvprof writes from it has them.
+    #[test]
+    fn a_version_4_file_without_totals_reads_and_is_written_with_them() {
+        let mut v: Value =
+            serde_json::from_str(include_str!("../testdata/profile-v4-processes.json")).unwrap();
+        let o = v["objects"][0].as_object_mut().unwrap();
+        assert!(o.remove("processes").is_some());
+        for t in o["threads"].as_array_mut().unwrap() {
+            for field in ["samples", "user", "kernel"] {
+                assert!(t.as_object_mut().unwrap().remove(field).is_some());
+            }
+        }
+        let old = read(v.to_string().as_bytes()).unwrap();
+        assert_eq!(old, crate::processes::tests::tasks_profile());
+        let mut buf = Vec::new();
+        write(&old, &mut buf).unwrap();
+        let again = read(&buf[..]).unwrap();
+        assert_eq!(again.objects[0].processes.len(), 3);
+        assert_eq!(again.objects[0].threads[0].samples, Some(50));
     }
 
     /// A version-3 file as hvprof 0.1 wrote it (guest object, whole-space host profile with

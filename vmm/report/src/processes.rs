@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+pub use crate::profile::ProcessSamples;
 use crate::profile::{
     FunctionCount, FunctionTotals, ProcessInfo, Profile, ProfileObject, ThreadInfo,
 };
@@ -56,19 +57,6 @@ pub fn is_kernel_address(address: u64) -> bool {
     address >> 63 == 1
 }
 
-/// One process's samples in one object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProcessSamples {
-    /// Its key.
-    pub process: u32,
-    /// All its samples.
-    pub samples: u64,
-    /// Those in user-half buckets.
-    pub user: u64,
-    /// Those in kernel-half buckets (bit 63 of the bucket's start address).
-    pub kernel: u64,
-}
-
 /// `o`'s samples per thread, most first (ties by key); threads without samples left out.
 pub fn thread_samples(o: &ProfileObject) -> Vec<(u32, u64)> {
     let mut by: BTreeMap<u32, u64> = BTreeMap::new();
@@ -108,6 +96,53 @@ pub fn process_samples(tasks: &Tasks, o: &ProfileObject) -> Vec<ProcessSamples> 
     let mut v: Vec<ProcessSamples> = by.into_values().filter(|r| r.samples > 0).collect();
     v.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.process.cmp(&b.process)));
     v
+}
+
+/// A list of `o`'s counts (the object's, or one thread's) as (samples, user, kernel): user
+/// and kernel by the bucket's start address. None when a sum passes 2^64-1 (a checked
+/// profile's never do: they add up to at most the object's total).
+pub fn split(o: &ProfileObject, counts: &[(u64, u64)]) -> Option<(u64, u64, u64)> {
+    let (mut user, mut kernel) = (0u64, 0u64);
+    for &(index, count) in counts {
+        let (start, _) = o.bucket_range(index);
+        let half = if is_kernel_address(start) {
+            &mut kernel
+        } else {
+            &mut user
+        };
+        *half = half.checked_add(count)?;
+    }
+    Some((user.checked_add(kernel)?, user, kernel))
+}
+
+/// Fills in every object's totals from its per-thread counts: each thread's `samples`,
+/// `user` and `kernel`, and the object's `processes` (what [`process_samples`] gives), so
+/// that profile.json answers "which process, which thread" without a script adding up
+/// buckets. The JSON writer calls it, so a file hvprof writes always has them, fresh.
+pub fn add_totals(p: &mut Profile) {
+    let per_object: Vec<Vec<ProcessSamples>> = {
+        let tasks = Tasks::new(p);
+        p.objects
+            .iter()
+            .map(|o| {
+                if o.threads.is_empty() {
+                    Vec::new()
+                } else {
+                    process_samples(&tasks, o)
+                }
+            })
+            .collect()
+    };
+    for (o, processes) in p.objects.iter_mut().zip(per_object) {
+        let totals: Vec<_> = o.threads.iter().map(|t| split(o, &t.counts)).collect();
+        for (t, total) in o.threads.iter_mut().zip(totals) {
+            (t.samples, t.user, t.kernel) = match total {
+                Some((samples, user, kernel)) => (Some(samples), Some(user), Some(kernel)),
+                None => (None, None, None),
+            };
+        }
+        o.processes = processes;
+    }
 }
 
 /// The buckets of `o` that threads of process `process` counted: index -> samples.
@@ -198,6 +233,9 @@ pub(crate) mod tests {
         ];
         let per = |thread, counts: &[(u64, u64)]| ThreadCounts {
             thread,
+            samples: None,
+            user: None,
+            kernel: None,
             counts: counts.to_vec(),
         };
         let stack = |pcs: &[u64], count, thread| StackCount {

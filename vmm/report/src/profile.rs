@@ -114,6 +114,30 @@ pub struct ThreadInfo {
 pub struct ThreadCounts {
     /// The thread's key in the profile's thread table.
     pub thread: u32,
+    /// Its samples: the sum of `counts`, written for scripts (`jq`) to read without adding up
+    /// buckets. hvprof writes the three totals together ([`crate::processes::add_totals`]);
+    /// None in files written before they were added, and in objects made from others
+    /// (merge, time windows) until written. Checked against `counts` when present.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "super::hex::opt_big"
+    )]
+    pub samples: Option<u64>,
+    /// Those of `samples` in user-half buckets.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "super::hex::opt_big"
+    )]
+    pub user: Option<u64>,
+    /// Those of `samples` in kernel-half buckets (bit 63 of the bucket's start address).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "super::hex::opt_big"
+    )]
+    pub kernel: Option<u64>,
     /// Its nonzero buckets, as the object's `counts` (index order, `["0x..", count]`).
     #[serde(with = "super::hex::indexed_counts")]
     pub counts: Vec<(u64, u64)>,
@@ -332,10 +356,33 @@ pub struct ProfileObject {
     /// Samples whose stack did not fit hvprof's table: in `counts`, not in `stacks`.
     #[serde(default, skip_serializing_if = "is_zero", with = "super::hex::big")]
     pub stacks_dropped: u64,
+    /// Per process: its samples in this object and their user/kernel split, most first, every
+    /// process with samples here once: the totals of `threads` by process, written for scripts
+    /// (`jq`) to read directly ([`crate::processes::add_totals`]). Empty in files written
+    /// before they were added, and in objects made from others (merge, time windows) until
+    /// written. Checked against `threads` when present.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<ProcessSamples>,
     /// Per thread: its counts, which together are `counts` (host profiles of runs that named
     /// threads; empty otherwise, and for guest agent objects).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub threads: Vec<ThreadCounts>,
+}
+
+/// One process's samples in one object (`objects[].processes` in profile.json).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessSamples {
+    /// Its key in the profile's process table.
+    pub process: u32,
+    /// All its samples.
+    #[serde(with = "super::hex::big")]
+    pub samples: u64,
+    /// Those in user-half buckets.
+    #[serde(with = "super::hex::big")]
+    pub user: u64,
+    /// Those in kernel-half buckets (bit 63 of the bucket's start address).
+    #[serde(with = "super::hex::big")]
+    pub kernel: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -576,6 +623,7 @@ pub(crate) mod tests {
             functions: Vec::new(),
             stacks: Vec::new(),
             stacks_dropped: 0,
+            processes: Vec::new(),
             threads: Vec::new(),
         };
         Profile {

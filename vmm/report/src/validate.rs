@@ -18,6 +18,11 @@
 //! - process and thread keys are unique, each thread's process is listed, and every thread an
 //!   object's per-thread counts or stacks name is listed; processes' times are finite and not
 //!   negative;
+//! - the totals written for scripts, when present, are what they summarize: a thread's
+//!   `samples`, `user` and `kernel` (given all three or none) its counts' sum and its user-
+//!   and kernel-half buckets'; an object's `processes` name each process with samples in its
+//!   per-thread counts once, with the sums of its threads (one listed without samples there
+//!   has 0);
 //! - `run.wall_time_s` is finite and not negative (a merge adds them up);
 //! - every module's and guest module's `base + size` is at most 2^64;
 //! - all objects' totals together are at most 2^63-1, so that any output may add them up
@@ -31,6 +36,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::profile::{Profile, ProfileObject};
+
+mod totals;
 
 /// A profile that is well-formed JSON but not self-consistent: where (`objects[2].counts`)
 /// and what is wrong.
@@ -314,9 +321,11 @@ pub fn check(p: &Profile) -> Result<(), Inconsistent> {
         range_fits(&format!("guest_modules[{i}].size"), m.base.0, m.size.0)?;
     }
     let threads = check_tables(p)?;
+    let tasks = crate::processes::Tasks::new(p);
     for (i, o) in p.objects.iter().enumerate() {
         check_object(&format!("objects[{i}]"), o)?;
         check_object_threads(&threads, &format!("objects[{i}]"), o)?;
+        totals::check(&tasks, &format!("objects[{i}]"), o)?;
     }
     match checked_sum(p.objects.iter().map(|o| o.total)) {
         Some(t) if t <= i64::MAX.unsigned_abs() => Ok(()),

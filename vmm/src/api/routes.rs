@@ -350,7 +350,7 @@ mod tests {
     /// never name a process, and counted nothing without a word.
     #[test]
     fn a_process_filter_that_could_never_match_was_accepted() {
-        use crate::profiler::host_profiles::guest_os::GuestTypes;
+        use crate::profiler::host_profiles::guest_awareness::GuestTypes;
         for (types, why) in [
             (GuestTypes::Off, "--guest-os off"),
             (GuestTypes::AddressSpaces, "no guest kernel layout"),

@@ -212,8 +212,14 @@ impl Profiler {
 
     /// The guest's processes and threads host-side samples found: the layout they are read
     /// with, the vCPUs' contexts and the run's rows.
-    pub fn guest(&self) -> &host_profiles::guest_os::GuestAwareness {
+    pub fn guest(&self) -> &host_profiles::guest_awareness::GuestAwareness {
         self.host.guest()
+    }
+
+    /// Walks the guest kernel's process list a last time (the run is over): processes no
+    /// sample found are listed with none.
+    pub fn walk_guest_processes(&self) {
+        self.host.walk_guest_processes();
     }
 
     /// Starts a host-side profile; returns its id.

@@ -10,7 +10,7 @@ use crate::boot::Protocol;
 use crate::clock::RunClock;
 use crate::config::VmConfig;
 use crate::outcome::{RunOutcome, StopSignal};
-use crate::profiler::host_profiles::guest_os::GuestTypes;
+use crate::profiler::host_profiles::guest_awareness::GuestTypes;
 use crate::profiler::host_profiles::{HostProfileResult, HostProfileSpec};
 use crate::profiler::vcpu_counters::{total, StatsSnapshot};
 use crate::profiler::ObjectResult;
@@ -64,9 +64,9 @@ pub struct RunReport {
     /// The PE images found in guest memory by host-profile sampling.
     pub guest_modules: Vec<crate::profiler::host_profiles::FoundModule>,
     /// The guest's processes host-side samples ran in (rows of the run's process table).
-    pub processes: Vec<crate::profiler::host_profiles::processes::ProcessRow>,
+    pub processes: Vec<report::profile::ProcessInfo>,
     /// The guest's threads host-side samples ran in.
-    pub threads: Vec<crate::profiler::host_profiles::processes::ThreadRow>,
+    pub threads: Vec<report::profile::ThreadInfo>,
     /// The ProfileTime interval in force at the end, in 100 ns units.
     pub interval_100ns: u32,
     /// What ProfileTime ticked on.
@@ -146,7 +146,7 @@ impl RunReport {
     /// process was ever named (the guest kernel's layout never came), or none of those names
     /// ran while it sampled.
     pub fn process_filter_warnings(&self) -> Vec<String> {
-        let named = self.processes.iter().any(|p| p.key.is_some());
+        let named = self.processes.iter().any(|p| p.identified);
         self.host_results
             .iter()
             .filter(|h| !h.spec.process.is_empty() && h.total() == 0)
@@ -362,6 +362,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
             log::error!("the guest-types thread panicked");
         }
     }
+    profiler.walk_guest_processes();
     let (processes, threads) = profiler.guest().table().rows();
     let profile_stats = profiler.stats();
     let results = profiler.results();

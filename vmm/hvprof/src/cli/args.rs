@@ -253,7 +253,7 @@ pub struct ProfileArgs {
     /// (auto: Linux from a --kernel vmlinux with BTF or DWARF, else Windows when a symbol
     /// path is given, its kernel's PDB looked up once a sample finds the kernel).
     #[arg(long, value_name = "OS", default_value = "auto")]
-    pub guest_os: vmm::guest_types::GuestOsChoice,
+    pub guest_os: vmm::profiler::host_profiles::guest_awareness::layout_source::GuestOsChoice,
     /// The guest kernel's type information: a PDB (ntkrnlmp.pdb), a vmlinux, or raw BTF
     /// (such as a guest's /sys/kernel/btf/vmlinux).
     #[arg(long, value_name = "FILE")]

@@ -189,7 +189,7 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
             Err(e) => return fail(e, STATUS_CONFIG_ERROR),
         }
     }
-    let types = vmm::guest_types::guest_types(
+    let types = vmm::profiler::host_profiles::guest_awareness::layout_source::guest_types(
         a.guest_os,
         a.guest_types.as_deref(),
         boot.kernel.as_deref(),

@@ -106,6 +106,9 @@ pub fn renumber(
         for t in &mut o.threads {
             t.thread = thread_key.get(&t.thread).copied().unwrap_or(t.thread);
         }
+        for s in &mut o.processes {
+            s.process = process_key.get(&s.process).copied().unwrap_or(s.process);
+        }
         for s in &mut o.stacks {
             s.thread = s.thread.map(|k| thread_key.get(&k).copied().unwrap_or(k));
         }

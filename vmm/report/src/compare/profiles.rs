@@ -433,6 +433,8 @@ pub fn merge_profiles(mut profiles: Vec<Profile>) -> Result<Profile, MergeError>
         }
     }
     merged.run.outcome = format!("merged from {runs} runs");
+    // Objects summed from several runs: their per-process totals, from the threads of all.
+    crate::processes::add_totals(&mut merged);
     // What merge writes, report and compare must read.
     crate::validate::check(&merged).map_err(MergeError::Inconsistent)?;
     Ok(merged)

@@ -187,6 +187,9 @@ pub fn rebuild(
             per_thread
                 .into_iter()
                 .map(|(thread, c)| ThreadCounts {
+                    samples: None,
+                    user: None,
+                    kernel: None,
                     thread,
                     counts: c.into_iter().collect(),
                 })
@@ -194,6 +197,8 @@ pub fn rebuild(
         } else {
             Vec::new()
         },
+        // Totals of the whole object's threads, not the window's: filled again on writing.
+        processes: Vec::new(),
         ..o.clone()
     }
 }

@@ -3,8 +3,7 @@
 //! memory at sample time, and each vCPU's cache of the PE images its walks found ([`stacks`]:
 //! also the guest's modules, for the report's symbols).
 
-pub mod guest_os;
-pub mod processes;
+pub mod guest_awareness;
 pub mod profile;
 pub mod stacks;
 
@@ -24,7 +23,7 @@ use super::triggers::Triggers;
 use crate::arch::cpu_state::CpuState;
 use crate::sampler::probe::ProbeReport;
 use crate::sampler::TriggerId;
-use guest_os::GuestAwareness;
+use guest_awareness::GuestAwareness;
 use profile::HostProfile;
 use stacks::StackWalker;
 
@@ -71,6 +70,12 @@ impl HostProfiles {
     /// The guest's processes and threads, as the samples found them.
     pub fn guest(&self) -> &GuestAwareness {
         &self.guest
+    }
+
+    /// Walks the guest kernel's process list a last time, once every vCPU has stopped
+    /// (`guest_awareness::process_list`).
+    pub fn walk_guest_processes(&self) {
+        self.guest.walk_at_end(&self.mem);
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<HostProfile>> {

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use introspect::Stack;
 
-use super::processes::ThreadRef;
+use super::guest_awareness::process_table::ThreadRef;
 use crate::outcome::{Blame, Fault};
 use profile_core::attribution::process_key;
 

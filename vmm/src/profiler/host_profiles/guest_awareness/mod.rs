@@ -1,4 +1,9 @@
-//! Which guest process and thread each host-side sample ran in.
+//! Guest awareness: which guest process and thread each host-side sample ran in. The folder
+//! holds all of it: this file ([`GuestAwareness`]: the layout in use, each vCPU's context, the
+//! Windows kernel's discovery and processes' user-mode modules), [`layout_source`] (where a
+//! run's layout comes from: `--guest-os`, `--guest-types`, the booted vmlinux, the symbol
+//! path), [`process_table`] (the run's process and thread rows) and [`process_list`] (the
+//! guest kernel's own process list, walked once a layout is known and at the end).
 //!
 //! The guest kernel's structures are read by `introspect::os` (one [`GuestContext`] per vCPU:
 //! its per-CPU base, the current thread pointer in it, the thread's identity read once per
@@ -18,6 +23,10 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
+pub mod layout_source;
+pub mod process_list;
+pub mod process_table;
+
 use introspect::os::{
     GuestContext, GuestOs, IdentifyError, Identity, LinuxLayout, OsLayout, SampleRegs, ThreadKey,
     WindowsLayout,
@@ -26,9 +35,9 @@ use introspect::paging::Paging;
 use introspect::pe::CodeView;
 use vm_memory::GuestMemoryMmap;
 
-use super::processes::{Found, ProcessTable, ThreadRef};
 use super::stacks::{listed_module, FoundModule, GuestVirt};
 use crate::arch::cpu_state::{CpuState, WantedMsrs};
+use process_table::{Found, ProcessTable, ThreadRef};
 
 /// Samples between two reads of IA32_LSTAR on a vCPU while a Windows kernel is looked for.
 pub const LSTAR_PERIOD: u32 = 1024;
@@ -129,6 +138,10 @@ pub struct GuestAwareness {
     no_names: Mutex<Option<&'static str>>,
     os: RwLock<Option<GuestOs>>,
     generation: AtomicU32,
+    /// The layout generation whose process list was walked ([`process_list`]).
+    walked: AtomicU32,
+    /// The kernel page tables the first walk read through.
+    walk_paging: Mutex<Option<Paging>>,
     pending: Mutex<Pending>,
     want_kernel_gs: Box<[AtomicBool]>,
     /// A Windows layout waits for the kernel: samples read IA32_LSTAR now and then.
@@ -163,6 +176,8 @@ impl GuestAwareness {
             no_names: Mutex::new(None),
             os: RwLock::new(None),
             generation: AtomicU32::new(0),
+            walked: AtomicU32::new(0),
+            walk_paging: Mutex::new(None),
             pending: Mutex::new(Pending::Nothing),
             want_kernel_gs: (0..vcpus).map(|_| AtomicBool::new(false)).collect(),
             windows_pending: AtomicBool::new(false),
@@ -341,6 +356,9 @@ impl GuestAwareness {
         if generation != g.generation {
             g.generation = generation;
             g.context = self.os().map(GuestContext::new);
+        }
+        if let (Some(_), Some(kernel)) = (&g.context, g.kernel_paging) {
+            self.walk_once(generation, mem, kernel);
         }
         let key = match g.context.as_mut() {
             Some(context) => {

@@ -227,3 +227,65 @@ fn windows_threads_are_named_once_per_switch_with_their_processes_dlls() {
         "one DTB, two processes"
     );
 }
+
+#[test]
+fn the_process_list_is_walked_once_a_layout_is_known_and_takes_in_the_earlier_rows() {
+    use introspect::testguest::windows::{ntproc_layout, WindowsGuest};
+    let g = WindowsGuest::new(&ntproc_layout());
+    let mem = guest_memory(&g.phys);
+    let aware = GuestAwareness::new(1, Instant::now());
+    aware.set_types(GuestTypes::Windows(g.layout));
+    let mut v = VcpuGuest::default();
+    // Before the kernel is found: a kernel-mode sample in System's address space and a
+    // user-mode one in a.exe's get address-space rows.
+    let system = aware
+        .identify(0, &mut v, &mem, &sample(&g, 0, 0, 0, false))
+        .map(|w| w.at)
+        .unwrap();
+    let a = aware
+        .identify(0, &mut v, &mem, &sample(&g, 0, 3, 1, false))
+        .map(|w| w.at)
+        .unwrap();
+    let names = |p: &[report::profile::ProcessInfo]| -> Vec<String> {
+        let mut n: Vec<String> = p.iter().map(|r| r.name.clone()).collect();
+        n.sort();
+        n
+    };
+    let (p, _) = aware.table().rows();
+    assert_eq!(
+        names(&p),
+        [
+            format!("[cr3 {:#x}]", g.processes[0].dtb),
+            format!("[cr3 {:#x}]", g.processes[1].dtb)
+        ]
+    );
+    // The kernel is found: the next kernel-mode sample walks PsActiveProcessHead.
+    aware.kernel_found(g.os().load_bias, None);
+    let who = aware.identify(0, &mut v, &mem, &sample(&g, 0, 0, 0, false));
+    assert_eq!(who.map(|w| w.process_name.as_str()), Some("System"));
+    let (p, t) = aware.table().rows();
+    assert_eq!(
+        names(&p),
+        ["System", "a.exe", "b.exe", "c.exe"],
+        "no [cr3 ..] row is left"
+    );
+    let row = |name: &str| p.iter().find(|r| r.name == name).unwrap();
+    assert_eq!(t[system.thread as usize].process, row("System").key);
+    assert_eq!(t[a.thread as usize].process, row("a.exe").key);
+    assert_eq!(row("a.exe").pid, Some(g.processes[1].facts.key.id));
+    // b.exe and c.exe never ran in a sample: listed, without threads.
+    for name in ["b.exe", "c.exe"] {
+        assert!(t.iter().all(|th| th.process != row(name).key), "{name}");
+    }
+    // The walk at the end finds nothing new.
+    assert_eq!(aware.walk_at_end(&mem), Some(Default::default()));
+}
+
+#[test]
+fn without_a_layout_nothing_is_walked() {
+    let aware = GuestAwareness::new(1, Instant::now());
+    let mut v = VcpuGuest::default();
+    aware.identify(0, &mut v, &mem(), &cpu(0x5000, 0));
+    assert_eq!(aware.walk_at_end(&mem()), None);
+    assert_eq!(aware.table().rows().0.len(), 1);
+}

@@ -7,12 +7,17 @@
 //! a process that reuses an exited one's page tables or kernel object gets a row of its own.
 //! Samples whose thread could not be named get a row per address space instead, named
 //! `[cr3 0x..]`, as profiles without guest awareness always were.
+//!
+//! The rows are the report's own types ([`ProcessInfo`], [`ThreadInfo`]: what profile.json
+//! lists), keyed by their row index, so the run hands them over as they are.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use introspect::os::{Identity, ProcessKey, ThreadKey};
+use introspect::os::{Identity, ProcessFacts, ProcessKey, ThreadKey};
+use report::hex::Hex;
+use report::profile::{ProcessInfo, ThreadInfo};
 
 /// Process rows kept; beyond this, new processes share the `[other]` row.
 pub const MAX_PROCESSES: usize = 65_536;
@@ -28,51 +33,30 @@ pub struct ThreadRef {
     pub process: u32,
 }
 
-/// One process row.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ProcessRow {
-    /// Its identity in the guest kernel; None for a `[cr3 ..]` or `[other]` row.
-    pub key: Option<ProcessKey>,
-    /// The guest's process id.
-    pub pid: Option<u64>,
-    /// Its name.
-    pub name: String,
-    /// The executable's full path, when known.
-    pub path: Option<String>,
-    /// Its page-table roots (page-aligned).
-    pub cr3s: Vec<u64>,
-    /// Seconds from the table's start to when a sample first and last found it running.
-    pub first_seen_s: f64,
-    /// See `first_seen_s`.
-    pub last_seen_s: f64,
-    /// The kernel's own process.
-    pub kernel: bool,
-    /// Windows: its PEB (0: none).
-    pub peb: u64,
-}
-
-/// One thread row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ThreadRow {
-    /// Its identity in the guest kernel; None for a `[cr3 ..]` or `[other]` row.
-    pub key: Option<ThreadKey>,
-    /// Its process's row.
-    pub process: u32,
-    /// The guest's thread id.
-    pub tid: Option<u64>,
-    /// Its name.
-    pub name: Option<String>,
-}
-
 #[derive(Default)]
 struct Tables {
-    processes: Vec<ProcessRow>,
-    threads: Vec<ThreadRow>,
+    processes: Vec<ProcessInfo>,
+    threads: Vec<ThreadInfo>,
     by_process: HashMap<ProcessKey, u32>,
     by_thread: HashMap<ThreadKey, u32>,
     /// `[cr3 ..]` rows by address space.
     by_cr3: HashMap<u64, ThreadRef>,
     other: Option<ThreadRef>,
+    /// `[cr3 ..]` process rows folded into the process a list walk found owning their
+    /// address space: left out of [`ProcessTable::rows`], their thread rows moved.
+    folded: HashSet<u32>,
+    /// Process rows a list walk added that no sample has found yet: the first sample that
+    /// does finds it as new ([`Found::new_process`]: its loader list is read then).
+    unsampled: HashSet<u32>,
+}
+
+/// What [`ProcessTable::listed`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Listed {
+    /// Process rows added (processes no sample had found yet: 0 samples so far).
+    pub added: usize,
+    /// `[cr3 ..]` rows folded into the process that owned their address space.
+    pub folded: usize,
 }
 
 /// What a row lookup did.
@@ -80,7 +64,8 @@ struct Tables {
 pub struct Found {
     /// The rows.
     pub at: ThreadRef,
-    /// True when the process row was created by this lookup.
+    /// True when the process row was created by this lookup, or this is the first sample
+    /// in a process a list walk added.
     pub new_process: bool,
 }
 
@@ -115,6 +100,7 @@ impl ProcessTable {
         let t = &mut *t;
         let (process, new_process) = match t.by_process.get(&id.process.key) {
             Some(&p) => {
+                let first_sample = t.unsampled.remove(&p);
                 let row = &mut t.processes[p as usize];
                 if row.name != id.process.name {
                     row.name.clone_from(&id.process.name);
@@ -122,21 +108,20 @@ impl ProcessTable {
                 if id.process.path.is_some() {
                     row.path.clone_from(&id.process.path);
                 }
-                row.peb = id.process.peb;
-                (p, false)
+                (p, first_sample)
             }
             None if t.processes.len() < MAX_PROCESSES => {
                 let p = row(t.processes.len());
-                t.processes.push(ProcessRow {
-                    key: Some(id.process.key),
+                t.processes.push(ProcessInfo {
+                    key: p,
                     pid: Some(id.process.key.id),
                     name: id.process.name.clone(),
                     path: id.process.path.clone(),
-                    cr3s: id.process.cr3s.clone(),
+                    cr3s: id.process.cr3s.iter().copied().map(Hex).collect(),
                     first_seen_s: now_s,
                     last_seen_s: now_s,
                     kernel: id.process.kernel,
-                    peb: id.process.peb,
+                    identified: true,
                 });
                 t.by_process.insert(id.process.key, p);
                 (p, true)
@@ -158,8 +143,8 @@ impl ProcessTable {
             }
             _ if t.threads.len() < MAX_THREADS => {
                 let th = row(t.threads.len());
-                t.threads.push(ThreadRow {
-                    key: Some(id.thread.key),
+                t.threads.push(ThreadInfo {
+                    key: th,
                     process,
                     tid: Some(id.thread.key.id),
                     name: id.thread.name.clone(),
@@ -196,6 +181,78 @@ impl ProcessTable {
         at
     }
 
+    /// Takes in the processes a walk of the guest kernel's process list found at `now_s`:
+    /// each that is not a row yet becomes one, without threads (0 samples; its times are the
+    /// walk's), and each `[cr3 ..]` row of an address space that exactly one of them owns is
+    /// folded into it: its thread row (the samples hvprof could not name, taken before the
+    /// layout was known) moves to that process, whose times take in the row's, and a later
+    /// unnamed sample in that space (on a vCPU that has left it since) starts a new
+    /// `[cr3 ..]` row.
+    pub fn listed(&self, facts: &[ProcessFacts], now_s: f64) -> Listed {
+        let mut t = self.lock();
+        let t = &mut *t;
+        let mut done = Listed::default();
+        // Address space -> the listed process owning it; None when two claim it.
+        let mut owner: HashMap<u64, Option<u32>> = HashMap::new();
+        for f in facts {
+            let p = match t.by_process.get(&f.key) {
+                Some(&p) => p,
+                None if t.processes.len() < MAX_PROCESSES => {
+                    let p = row(t.processes.len());
+                    t.processes.push(ProcessInfo {
+                        key: p,
+                        pid: Some(f.key.id),
+                        name: f.name.clone(),
+                        path: f.path.clone(),
+                        cr3s: f.cr3s.iter().copied().map(Hex).collect(),
+                        first_seen_s: now_s,
+                        last_seen_s: now_s,
+                        kernel: f.kernel,
+                        identified: true,
+                    });
+                    t.by_process.insert(f.key, p);
+                    t.unsampled.insert(p);
+                    done.added += 1;
+                    p
+                }
+                None => continue,
+            };
+            for &space in &f.cr3s {
+                owner
+                    .entry(space)
+                    .and_modify(|o| {
+                        if *o != Some(p) {
+                            *o = None;
+                        }
+                    })
+                    .or_insert(Some(p));
+            }
+        }
+        let spaces: Vec<u64> = t.by_cr3.keys().copied().collect();
+        for space in spaces {
+            let Some(&Some(p)) = owner.get(&space) else {
+                continue;
+            };
+            let Some(at) = t.by_cr3.remove(&space) else {
+                continue;
+            };
+            if let Some(th) = t.threads.get_mut(at.thread as usize) {
+                th.process = p;
+            }
+            let (first, last) = match t.processes.get(at.process as usize) {
+                Some(r) => (r.first_seen_s, r.last_seen_s),
+                None => continue,
+            };
+            if let Some(r) = t.processes.get_mut(p as usize) {
+                r.first_seen_s = r.first_seen_s.min(first);
+                r.last_seen_s = r.last_seen_s.max(last);
+            }
+            t.folded.insert(at.process);
+            done.folded += 1;
+        }
+        done
+    }
+
     /// Notes that a vCPU found `at` running at `now_s` (called when a vCPU leaves a thread).
     pub fn seen(&self, at: ThreadRef, now_s: f64) {
         seen(&mut self.lock(), at, now_s);
@@ -208,14 +265,20 @@ impl ProcessTable {
         }
     }
 
-    /// A copy of every row.
-    pub fn rows(&self) -> (Vec<ProcessRow>, Vec<ThreadRow>) {
+    /// A copy of every row (but the `[cr3 ..]` rows folded into a listed process).
+    pub fn rows(&self) -> (Vec<ProcessInfo>, Vec<ThreadInfo>) {
         let t = self.lock();
-        (t.processes.clone(), t.threads.clone())
+        let processes = t
+            .processes
+            .iter()
+            .filter(|r| !t.folded.contains(&r.key))
+            .cloned()
+            .collect();
+        (processes, t.threads.clone())
     }
 
     /// Process row `p`, copied.
-    pub fn process(&self, p: u32) -> Option<ProcessRow> {
+    pub fn process(&self, p: u32) -> Option<ProcessInfo> {
         self.lock().processes.get(p as usize).cloned()
     }
 }
@@ -250,19 +313,19 @@ fn unnamed(t: &mut Tables, name: String, cr3s: Vec<u64>, now_s: f64) -> ThreadRe
         process: row(t.processes.len()),
         thread: row(t.threads.len()),
     };
-    t.processes.push(ProcessRow {
-        key: None,
+    t.processes.push(ProcessInfo {
+        key: at.process,
         pid: None,
         name,
         path: None,
-        cr3s,
+        cr3s: cr3s.into_iter().map(Hex).collect(),
         first_seen_s: now_s,
         last_seen_s: now_s,
         kernel: false,
-        peb: 0,
+        identified: false,
     });
-    t.threads.push(ThreadRow {
-        key: None,
+    t.threads.push(ThreadInfo {
+        key: at.thread,
         process: at.process,
         tid: None,
         name: None,
@@ -316,6 +379,76 @@ mod tests {
     }
 
     #[test]
+    fn listed_processes_are_rows_without_samples_and_take_in_their_address_spaces_rows() {
+        let t = ProcessTable::new(Instant::now());
+        // Samples before the layout: two address spaces, and one a walk will not find.
+        let early = t.unidentified(0x1000, 0.1);
+        let system = t.unidentified(0x9000, 0.2);
+        let stray = t.unidentified(0x7000, 0.3);
+        // A process already named by a sample, in another space.
+        let mut named = id(0xffff_8000_0000_2000, 12, 1, 16, "b.exe");
+        named.process.cr3s = vec![0x2000];
+        let b = t.identified(&named, 0.4);
+        let mut a = id(0xffff_8000_0000_1000, 8, 1, 12, "a.exe").process;
+        let mut sys = id(0xffff_8000_0000_3000, 4, 1, 0, "System").process;
+        sys.cr3s = vec![0x9000];
+        sys.kernel = true;
+        let mut idle = id(0xffff_8000_0000_4000, 100, 1, 0, "idle.exe").process;
+        idle.cr3s = vec![0x8000];
+        let listed = t.listed(&[a.clone(), named.process.clone(), sys, idle], 1.0);
+        assert_eq!(
+            listed,
+            Listed {
+                added: 3,
+                folded: 2
+            }
+        );
+        let (p, th) = t.rows();
+        let names: Vec<&str> = p.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["[cr3 0x7000]", "b.exe", "a.exe", "System", "idle.exe"],
+            "the folded rows are left out, the stray one kept"
+        );
+        let row = |name: &str| p.iter().find(|r| r.name == name).unwrap();
+        // a.exe owns 0x1000: the early samples' thread is now a.exe's, and its times start then.
+        assert_eq!(th[early.thread as usize].process, row("a.exe").key);
+        assert_eq!(
+            (row("a.exe").first_seen_s, row("a.exe").last_seen_s),
+            (0.1, 1.0)
+        );
+        assert_eq!(th[system.thread as usize].process, row("System").key);
+        assert_eq!(th[stray.thread as usize].process, stray.process);
+        assert_eq!(th[b.at.thread as usize].process, b.at.process);
+        // idle.exe had no sample: a row without threads, seen only by the walk.
+        assert!(th.iter().all(|t| t.process != row("idle.exe").key));
+        assert_eq!(row("idle.exe").first_seen_s, 1.0);
+        // The first sample in a listed process finds it as new, once.
+        let mut in_idle = id(0xffff_8000_0000_4000, 100, 1, 104, "idle.exe");
+        in_idle.process.cr3s = vec![0x8000];
+        let found = t.identified(&in_idle, 1.5);
+        assert_eq!(
+            (found.at.process, found.new_process),
+            (row("idle.exe").key, true)
+        );
+        assert!(!t.identified(&in_idle, 1.6).new_process);
+        // Another walk adds nothing; an unnamed sample in 0x1000 now starts a row of its own.
+        a.name = "a.exe".into();
+        assert_eq!(t.listed(&[a], 2.0), Listed::default());
+        assert_ne!(t.unidentified(0x1000, 2.1), early);
+    }
+
+    #[test]
+    fn a_space_two_listed_processes_claim_is_not_folded() {
+        let t = ProcessTable::new(Instant::now());
+        let early = t.unidentified(0x1000, 0.1);
+        let a = id(0xffff_8000_0000_1000, 8, 1, 12, "a.exe").process;
+        let b = id(0xffff_8000_0000_2000, 12, 1, 16, "b.exe").process;
+        assert_eq!(t.listed(&[a, b], 1.0).folded, 0);
+        assert_eq!(t.rows().1[early.thread as usize].process, early.process);
+    }
+
+    #[test]
     fn unnamed_samples_get_one_row_per_address_space() {
         let t = ProcessTable::new(Instant::now());
         let a = t.unidentified(0x5003, 0.5);
@@ -327,6 +460,6 @@ mod tests {
         assert_ne!(t.unidentified(0x6000, 0.7), a);
         let (p, _) = t.rows();
         assert_eq!(p[0].name, "[cr3 0x5000]");
-        assert_eq!((p[0].pid, p[0].key), (None, None));
+        assert_eq!((p[0].pid, p[0].identified), (None, false));
     }
 }

@@ -16,8 +16,8 @@ use report::symbols::types::{
 };
 use report::symbols::Finder;
 
+use super::GuestTypes;
 use crate::outcome::{Blame, Fault};
-use crate::profiler::host_profiles::guest_os::GuestTypes;
 
 /// Which guest kernel to read processes and threads from (`--guest-os`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -203,7 +203,7 @@ fn vmlinux_layout(path: &Path) -> Result<introspect::os::LinuxLayout, GuestTypes
 /// (a plain directory entry, [`report::symbols::packs`]) first, as it needs no download, else
 /// its PDB through every entry. A pack's file that is unreadable or of another build is passed
 /// over with a warning.
-fn windows_lookup(path: SymbolPath) -> crate::profiler::host_profiles::guest_os::WindowsLookup {
+fn windows_lookup(path: SymbolPath) -> super::WindowsLookup {
     Box::new(move |cv: &CodeView| {
         let id = PdbId {
             guid: cv.guid.clone(),
