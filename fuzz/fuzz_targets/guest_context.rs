@@ -3,7 +3,8 @@
 //! of samples through two vCPUs' `GuestContext`s. Each sample must end, read guest memory a
 //! bounded number of times (counted), never panic, and, when a fresh context can name the
 //! sample too, name it the same (the caches change nothing). The process list and each PEB's
-//! loader list are walked over the corrupted memory as well, within their bounds.
+//! loader list (and the WOW64 process's 32-bit PEB's) are walked over the corrupted memory as
+//! well, within their bounds.
 //!
 //! Input: byte 0 picks the guest (bit 0: Linux; bit 1: Linux with pcpu_hot; bit 2: Windows
 //! without ThreadName/UserDirectoryTableBase), byte 1 the number of corruptions (up to 32),
@@ -11,8 +12,8 @@
 //! `vCPU | CPL3 << 1 | with IA32_KERNEL_GS_BASE << 2`, and the CPU area whose GS it has.
 #![no_main]
 
-use introspect::os::windows::{processes, user_modules, MAX_PROCESSES, MAX_USER_MODULES};
-use introspect::os::{GuestContext, GuestOs, SampleRegs};
+use introspect::os::windows::{process_modules, processes, MAX_PROCESSES, MAX_USER_MODULES};
+use introspect::os::{GuestContext, GuestOs, ProcessFacts, SampleRegs};
 use introspect::testguest::linux::{test_layout, LinuxGuest};
 use introspect::testguest::windows::{ntproc_layout, WindowsGuest, NT_BASE};
 use introspect::testguest::{Counting, PhysMem, Space};
@@ -32,8 +33,8 @@ struct Guest {
     areas: Vec<u64>,
     /// Kernel objects the corruptions aim at.
     objects: Vec<u64>,
-    /// Windows: (DTB, PEB) of each user process.
-    pebs: Vec<(u64, u64)>,
+    /// Windows: each user process (its DTB and facts).
+    pebs: Vec<(u64, ProcessFacts)>,
 }
 
 fn windows(plain: bool) -> Guest {
@@ -43,6 +44,9 @@ fn windows(plain: bool) -> Guest {
         layout.eprocess.user_directory_table_base = None;
     }
     let mut g = WindowsGuest::new(&layout);
+    // A 32-bit process: its 32-bit PEB and list are in user space, where corruptions of
+    // physical memory (kind 1) reach them.
+    g.add_wow64_process("legacy32.exe");
     let threads = g.threads();
     for &t in &threads {
         let cpu = g.add_cpu();
@@ -56,7 +60,7 @@ fn windows(plain: bool) -> Guest {
         .processes
         .iter()
         .filter(|p| p.facts.peb != 0)
-        .map(|p| (p.dtb, p.facts.peb))
+        .map(|p| (p.dtb, p.facts.clone()))
         .collect();
     Guest {
         os: g.os(),
@@ -169,9 +173,13 @@ fuzz_target!(|data: &[u8]| {
     if let introspect::os::OsLayout::Windows(layout) = &g.os.layout {
         let list = processes(&mut kmem(&g), layout, NT_BASE, usize::MAX);
         assert!(list.processes.len() <= MAX_PROCESSES);
-        for &(dtb, peb) in &g.pebs {
-            let list = user_modules(&mut g.phys.space(dtb), layout, peb, usize::MAX);
-            assert!(list.modules.len() <= MAX_USER_MODULES);
+        for (dtb, facts) in &g.pebs {
+            let mut space = g.phys.space(*dtb);
+            let list = process_modules(&mut kmem(&g), &mut space, layout, facts, usize::MAX);
+            assert!(list.native.modules.len() <= MAX_USER_MODULES);
+            let wow64 = list.wow64.as_ref().map_or(0, |l| l.modules.len());
+            assert!(wow64 <= MAX_USER_MODULES);
+            assert!(list.modules().len() <= 2 * MAX_USER_MODULES);
         }
     }
 });

@@ -239,6 +239,11 @@ structure! {
         user_directory_table_base: "Pcb.UserDirectoryTableBase",
         /// `ImageFilePointer`: the image's `_FILE_OBJECT` (Windows 10 and later).
         image_file_pointer: "ImageFilePointer",
+        /// `WoW64Process`: a 32-bit process's `_EWOW64PROCESS`, whose `Peb` (at offset 0) is
+        /// its 32-bit PEB; NULL for a 64-bit process (later Windows 10 builds, 11).
+        wow64_process: "WoW64Process",
+        /// `Wow64Process`: earlier builds' `PVOID`, taken as the 32-bit PEB itself.
+        wow64_peb32: "Wow64Process",
     }
 }
 

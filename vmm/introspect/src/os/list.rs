@@ -1,7 +1,8 @@
 //! Walking a kernel's circular doubly linked lists (Windows `LIST_ENTRY`, Linux `list_head`:
-//! a forward link then a back link, embedded in each entry at a fixed offset).
+//! a forward link then a back link, embedded in each entry at a fixed offset), and a 32-bit
+//! process's (`LIST_ENTRY32`: two 4-byte links, [`walk32`]).
 //!
-//! The guest owns every link. Each link must be canonical, 8-aligned and in the same half of
+//! The guest owns every link. Each link must be canonical, aligned to its width and in the same half of
 //! the address space as the list's head (kernel lists stay in the kernel, a process's lists in
 //! user space), and each entry's back link must point at the entry the walk came from. That
 //! last check also ends every loop that does not pass through the head: the first entry
@@ -40,11 +41,43 @@ pub fn walk<M: Memory + ?Sized>(
     head: u64,
     link_offset: u32,
     limit: usize,
+    visit: impl FnMut(&mut M, u64) -> ControlFlow<ListEnd>,
+) -> ListEnd {
+    walk_links::<M, 8>(mem, head, link_offset, limit, visit)
+}
+
+/// [`walk`] for a list of `LIST_ENTRY32` (a 32-bit process's, under WOW64): 4-byte links,
+/// 4-aligned, zero-extended (so all in the low 4 GiB, user space), with the same checks.
+pub fn walk32<M: Memory + ?Sized>(
+    mem: &mut M,
+    head: u64,
+    link_offset: u32,
+    limit: usize,
+    visit: impl FnMut(&mut M, u64) -> ControlFlow<ListEnd>,
+) -> ListEnd {
+    walk_links::<M, 4>(mem, head, link_offset, limit, visit)
+}
+
+/// The little-endian link of `W` bytes at the start of `b`, zero-extended.
+fn link<const W: usize>(b: &[u8]) -> u64 {
+    let mut l = [0u8; 8];
+    l[..W].copy_from_slice(&b[..W]);
+    u64::from_le_bytes(l)
+}
+
+/// The walk, for links of `W` (4 or 8) bytes.
+fn walk_links<M: Memory + ?Sized, const W: usize>(
+    mem: &mut M,
+    head: u64,
+    link_offset: u32,
+    limit: usize,
     mut visit: impl FnMut(&mut M, u64) -> ControlFlow<ListEnd>,
 ) -> ListEnd {
-    let Ok(mut at) = mem.read_u64(head) else {
+    let mut first = [0u8; W];
+    if mem.read(head, &mut first).is_err() {
         return ListEnd::Unreadable(head);
-    };
+    }
+    let mut at = link::<W>(&first);
     let mut prev = head;
     let mut visited = 0;
     loop {
@@ -57,18 +90,19 @@ pub fn walk<M: Memory + ?Sized>(
         let Some(entry) = at.checked_sub(u64::from(link_offset)) else {
             return ListEnd::BadLink(at);
         };
-        if !canonical(at) || at % 8 != 0 || !same_half(at, head) || !same_half(entry, head) {
+        if !canonical(at)
+            || !at.is_multiple_of(W as u64)
+            || !same_half(at, head)
+            || !same_half(entry, head)
+        {
             return ListEnd::BadLink(at);
         }
         let mut links = [0u8; 16];
-        if mem.read(at, &mut links).is_err() {
+        let links = &mut links[..2 * W];
+        if mem.read(at, links).is_err() {
             return ListEnd::Unreadable(at);
         }
-        let [flink, blink] = [0, 8].map(|i| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&links[i..i + 8]);
-            u64::from_le_bytes(b)
-        });
+        let (flink, blink) = (link::<W>(links), link::<W>(&links[W..]));
         if blink != prev {
             return ListEnd::BadLink(at);
         }
@@ -197,5 +231,52 @@ mod tests {
             }
         });
         assert_eq!((n, end), (2, ListEnd::Unreadable(entry(1))));
+    }
+
+    /// A 32-bit list at 0x7000_0000: entries 0x40 apart, links at +0x8, `links[i]` entry i's
+    /// (flink, blink) as u32s (the head's first).
+    fn list32(links: &[(u32, u32)]) -> Regions {
+        let mut bytes = vec![0u8; 0x40 * links.len()];
+        for (i, (f, b)) in links.iter().enumerate() {
+            let o = 0x40 * i + if i == 0 { 0 } else { 8 };
+            bytes[o..o + 4].copy_from_slice(&f.to_le_bytes());
+            bytes[o + 4..o + 8].copy_from_slice(&b.to_le_bytes());
+        }
+        Regions::new().with(0x7000_0000, bytes)
+    }
+
+    #[test]
+    fn a_32_bit_list_is_walked_with_4_byte_links_and_the_same_checks() {
+        const H: u32 = 0x7000_0000;
+        let l = |i: u32| H + 0x40 * i + 8;
+        let walk = |mem: &mut Regions| {
+            let mut seen = Vec::new();
+            let end = walk32(mem, u64::from(H), 8, 100, |_, e| {
+                seen.push(e);
+                ControlFlow::Continue(())
+            });
+            (seen, end)
+        };
+        let good = [(l(1), l(2)), (l(2), H), (H, l(1))];
+        assert_eq!(
+            walk(&mut list32(&good)),
+            (vec![0x7000_0040, 0x7000_0080], ListEnd::Complete)
+        );
+        // A back link that does not point back (a loop to the first entry), a misaligned one.
+        let looped = [(l(1), l(2)), (l(2), H), (l(1), l(1))];
+        assert_eq!(
+            walk(&mut list32(&looped)).1,
+            ListEnd::BadLink(u64::from(l(1)))
+        );
+        let odd = [(l(1), l(2)), (l(2) + 2, H), (H, l(1))];
+        assert_eq!(
+            walk(&mut list32(&odd)).1,
+            ListEnd::BadLink(u64::from(l(2) + 2))
+        );
+        // 8-byte links read as 4-byte ones would not pass: the 64-bit walk refuses this list.
+        let end = super::walk(&mut list32(&good), u64::from(H), 8, 100, |_, _| {
+            ControlFlow::Continue(())
+        });
+        assert_ne!(end, ListEnd::Complete);
     }
 }

@@ -3,6 +3,8 @@
 //! each PEB's loader list, all on `PsActiveProcessHead`, at the offsets of the layout given.
 //! [`WindowsGuest::replace`] makes a process exit and a new one take both its EPROCESS address
 //! and its DTB (and its first thread's ETHREAD address) with a new id and create time.
+//! [`WindowsGuest::add_wow64_process`] adds a 32-bit process: WOW64's DLLs on its PEB's list,
+//! x86 DLLs from SysWOW64 on its 32-bit PEB's (found through `EPROCESS.WoW64Process`).
 
 use super::{utf16, Bump, PhysMem, Space};
 use crate::os::layout::{
@@ -17,6 +19,10 @@ use crate::os::{
 pub const NT_BASE: u64 = 0xffff_f806_1a40_0000;
 const POOL: u64 = 0xffff_a38c_0000_0000;
 const USER_HEAP: u64 = 0x0000_02a0_0000_0000;
+/// Where a WOW64 process's 32-bit PEB, loader data and names are (below 4 GiB).
+const USER_HEAP32: u64 = 0x0030_0000;
+/// A WOW64 process's executable.
+pub const WOW64_EXE_BASE: u64 = 0x0040_0000;
 /// A user-mode GS base (a TEB), what GS holds at CPL3.
 pub const TEB: u64 = 0x0000_00e1_5f4d_0000;
 const FIRST_TIME: u64 = 0x01db_3c2a_0000_0000;
@@ -80,6 +86,7 @@ pub fn ntproc_layout() -> WindowsLayout {
             ("ActiveProcessLinks", "EPROCESS_ACTIVEPROCESSLINKS"),
             ("Peb", "EPROCESS_PEB"),
             ("ImageFilePointer", "EPROCESS_IMAGEFILEPOINTER"),
+            ("WoW64Process", "EPROCESS_WOW64PROCESS"),
         ],
     );
     let eprocess = Eprocess::build(s, |m| get(&f, m)).unwrap();
@@ -163,6 +170,10 @@ pub struct WinProcess {
     pub threads: Vec<WinThread>,
     /// Its loader list, executable first.
     pub modules: Vec<UserModule>,
+    /// Its 32-bit loader list, executable first (empty unless it runs under WOW64).
+    pub wow64_modules: Vec<UserModule>,
+    /// Its 32-bit PEB (0 unless it runs under WOW64).
+    pub peb32: u64,
     /// Its DirectoryTableBase (the root page of its address space).
     pub dtb: u64,
     /// Its KVA-shadow user DTB, if it has one.
@@ -234,12 +245,12 @@ impl WindowsGuest {
         let (root, mut pool) = (g.kernel_cr3, g.pool);
         g.kernel_modules = g.loader_list(root, &mut pool, head, &drivers);
         g.pool = pool;
-        let system = g.spawn("System", 4, None, false, &[None]);
+        let system = g.spawn("System", 4, None, false, &[None], false);
         for p in [("a.exe", false), ("b.exe", true), ("c.exe", false)] {
             let name = p.0.trim_end_matches(".exe");
             let threads = [Some(format!("{name} main")), Some(format!("{name} worker"))];
             let id = g.id();
-            g.spawn(p.0, id, None, p.1, &threads);
+            g.spawn(p.0, id, None, p.1, &threads, false);
         }
         g.relink();
         let t = g.processes[system].threads[0].ethread;
@@ -330,9 +341,25 @@ impl WindowsGuest {
             dtb: old.dtb,
             ethread: old.threads[0].ethread,
         };
-        let new = self.spawn(name, id, Some(reuse), false, &threads);
+        let new = self.spawn(name, id, Some(reuse), false, &threads, false);
         self.relink();
         new
+    }
+
+    /// Adds a 32-bit process `name` (one thread) running under WOW64; returns its index.
+    pub fn add_wow64_process(&mut self, name: &str) -> usize {
+        let id = self.id();
+        let short = name.trim_end_matches(".exe");
+        let i = self.spawn(
+            name,
+            id,
+            None,
+            false,
+            &[Some(format!("{short} main"))],
+            true,
+        );
+        self.relink();
+        i
     }
 
     /// Overwrites the u64 at kernel address `va`.
@@ -397,6 +424,7 @@ impl WindowsGuest {
         reuse: Option<Reuse>,
         shadow: bool,
         threads: &[Option<String>],
+        wow64: bool,
     ) -> usize {
         let l = self.layout;
         let e: Eprocess = l.eprocess;
@@ -409,8 +437,8 @@ impl WindowsGuest {
             (false, None) => self.phys.new_root(Some(self.kernel_cr3)),
         };
         let created = self.tick();
-        let mut modules = Vec::new();
-        let mut peb = 0;
+        let (mut modules, mut wow64_modules) = (Vec::new(), Vec::new());
+        let (mut peb, mut peb32) = (0, 0);
         if !kernel {
             let mut heap = Bump {
                 next: USER_HEAP + (pid << 20),
@@ -421,18 +449,43 @@ impl WindowsGuest {
                 .write(dtb, peb + u64::from(l.peb.ldr), &ldr.to_le_bytes());
             let head = ldr + u64::from(l.peb_ldr_data.in_load_order_module_list);
             let short = name.trim_end_matches(".exe");
-            let dlls = [
-                (
-                    0x7ff6_4000_0000 + (pid << 24),
-                    format!("C:\\apps\\{short}\\{name}"),
-                ),
-                (0x7ffb_2a00_0000, "C:\\Windows\\System32\\ntdll.dll".into()),
-                (
-                    0x7ffb_2800_0000,
-                    "C:\\Windows\\System32\\KERNEL32.DLL".into(),
-                ),
-            ];
+            let exe = format!("C:\\apps\\{short}\\{name}");
+            let system32 = |base: u64, dll: &str| (base, format!("C:\\Windows\\System32\\{dll}"));
+            let dlls = if wow64 {
+                vec![
+                    (WOW64_EXE_BASE, exe.clone()),
+                    system32(0x7ffb_2a00_0000, "ntdll.dll"),
+                    system32(0x7ffb_2900_0000, "wow64.dll"),
+                    system32(0x7ffb_2980_0000, "wow64win.dll"),
+                    system32(0x7ffb_2990_0000, "wow64cpu.dll"),
+                ]
+            } else {
+                vec![
+                    (0x7ff6_4000_0000 + (pid << 24), exe.clone()),
+                    system32(0x7ffb_2a00_0000, "ntdll.dll"),
+                    system32(0x7ffb_2800_0000, "KERNEL32.DLL"),
+                ]
+            };
             modules = self.loader_list(dtb, &mut heap, head, &dlls);
+            if wow64 {
+                let syswow64 =
+                    |base: u64, dll: &str| (base, format!("C:\\Windows\\SysWOW64\\{dll}"));
+                let dlls32 = [
+                    (WOW64_EXE_BASE, exe),
+                    syswow64(0x77a0_0000, "ntdll.dll"),
+                    syswow64(0x7640_0000, "KERNEL32.DLL"),
+                    syswow64(0x7510_0000, "KERNELBASE.dll"),
+                ];
+                let mut low = Bump { next: USER_HEAP32 };
+                peb32 = low.take(0x480);
+                let ldr32 = low.take(0x30);
+                self.phys.write(
+                    dtb,
+                    peb32 + 0x0c,
+                    &u32::try_from(ldr32).unwrap().to_le_bytes(),
+                );
+                wow64_modules = self.loader_list32(dtb, &mut low, ldr32 + 0x0c, &dlls32);
+            }
         }
         let user_dtb = shadow.then(|| {
             let root = self.phys.new_root(None);
@@ -455,6 +508,16 @@ impl WindowsGuest {
         image[..n].copy_from_slice(&name.as_bytes()[..n]);
         self.write(at(e.image_file_name), &image);
         self.write_u64(at(e.peb), peb);
+        if peb32 != 0 {
+            // The later form: WoW64Process -> _EWOW64PROCESS { Peb, .. }; the earlier: the PEB32.
+            if let Some(off) = e.wow64_process {
+                let ewow64 = self.pool.take(16);
+                self.write_u64(ewow64, peb32);
+                self.write_u64(at(off), ewow64);
+            } else if let Some(off) = e.wow64_peb32 {
+                self.write_u64(at(off), peb32);
+            }
+        }
         let mut cr3s = vec![dtb];
         cr3s.extend(user_dtb);
         let facts = ProcessFacts {
@@ -495,6 +558,8 @@ impl WindowsGuest {
             facts,
             threads: out,
             modules,
+            wow64_modules,
+            peb32,
             dtb,
             user_dtb,
             alive: true,
@@ -535,6 +600,57 @@ impl WindowsGuest {
             );
             self.unicode(root, heap, entry + u64::from(o.full_dll_name), path);
             self.unicode(root, heap, entry + u64::from(o.base_dll_name), &base_name);
+            modules.push(UserModule {
+                base: *base,
+                size,
+                name: base_name,
+                path: path.clone(),
+            });
+        }
+        modules
+    }
+
+    /// A 32-bit loader list (`_LDR_DATA_TABLE_ENTRY32`s, `LIST_ENTRY32` links and
+    /// `UNICODE_STRING32` names at the x86 offsets) headed at `head` in the address space
+    /// `root`, everything from `heap` (below 4 GiB).
+    fn loader_list32(
+        &mut self,
+        root: u64,
+        heap: &mut Bump,
+        head: u64,
+        dlls: &[(u64, String)],
+    ) -> Vec<UserModule> {
+        use crate::os::windows::Ldr32;
+        let low = |a: u64| u32::try_from(a).unwrap().to_le_bytes();
+        let entries: Vec<u64> = dlls.iter().map(|_| heap.take(0x50)).collect();
+        let mut chain = vec![head];
+        chain.extend(&entries);
+        for (i, &at) in chain.iter().enumerate() {
+            let next = chain[(i + 1) % chain.len()];
+            let prev = chain[(i + chain.len() - 1) % chain.len()];
+            self.phys.write(root, at, &low(next));
+            self.phys.write(root, at + 4, &low(prev));
+        }
+        let mut modules = Vec::new();
+        for (i, (base, path)) in dlls.iter().enumerate() {
+            let size = 0x1_8000 + 0x1000 * u32::try_from(i).unwrap();
+            let base_name = path.rsplit('\\').next().unwrap().to_string();
+            let entry = entries[i];
+            let put =
+                |g: &mut Self, off: u32, b: &[u8]| g.phys.write(root, entry + u64::from(off), b);
+            put(self, Ldr32::DLL_BASE, &low(*base));
+            put(self, Ldr32::SIZE_OF_IMAGE, &size.to_le_bytes());
+            for (off, s) in [
+                (Ldr32::FULL_DLL_NAME, path),
+                (Ldr32::BASE_DLL_NAME, &base_name),
+            ] {
+                let bytes = utf16(s);
+                let buffer = heap.take(bytes.len() as u64 + 2);
+                self.phys.write(root, buffer, &bytes);
+                let len = u16::try_from(bytes.len()).unwrap();
+                put(self, off, &len.to_le_bytes());
+                put(self, off + 4, &low(buffer));
+            }
             modules.push(UserModule {
                 base: *base,
                 size,

@@ -3,7 +3,8 @@
 //! A CPU's `_KPCR` is at its kernel GS base; `_KPCR.Prcb.CurrentThread` is the running
 //! `_ETHREAD`; its `Tcb.Process` is the owning process's `_KPROCESS`, embedded at `Pcb` in the
 //! `_EPROCESS`. Every process is on `PsActiveProcessHead` through `ActiveProcessLinks`; a
-//! process's user-mode modules are on its PEB's loader list ([`user_modules`]).
+//! process's user-mode modules are on its PEB's loader list ([`user_modules`]), and a 32-bit
+//! process's also on its 32-bit PEB's ([`process_modules`]).
 //!
 //! Checks on what is read: kernel objects are canonical, 8-aligned kernel-half addresses;
 //! thread and process ids are multiples of 4 below 2^32; the thread's `Cid.UniqueProcess` is its
@@ -19,8 +20,12 @@ use super::{IdentifyError, Identity, ProcessFacts, ProcessKey, ThreadFacts, Thre
 use crate::mem::{canonical, Memory};
 
 mod ldr;
+mod wow64;
 pub use ldr::{
     user_modules, walk_ldr, LdrOffsets, Module, ModuleList, MAX_MODULES, MAX_USER_MODULES,
+};
+pub use wow64::{
+    process_modules, wow64_modules, wow64_peb, Ldr32, ProcessModules, EWOW64PROCESS_PEB,
 };
 
 /// Most processes a walk of `PsActiveProcessHead` reads, whatever the caller asks for.

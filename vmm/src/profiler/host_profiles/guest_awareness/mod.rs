@@ -443,12 +443,18 @@ impl GuestAwareness {
             None => return,
         };
         let mut virt = GuestVirt::new(mem, Paging { cr3, ..kernel });
-        let list = introspect::os::windows::user_modules(
+        // Its PEB's list and, under WOW64, its 32-bit PEB's (the EPROCESS through the kernel's).
+        let list = introspect::os::windows::process_modules(
+            &mut GuestVirt::new(mem, kernel),
             &mut virt,
             layout,
-            p.peb,
+            p,
             introspect::os::windows::MAX_USER_MODULES,
         );
+        let list = introspect::os::windows::ModuleList {
+            end: list.native.end,
+            modules: list.modules(),
+        };
         if list.modules.is_empty() {
             user.retry.insert(found.at.process, tries - 1);
             return;

@@ -289,3 +289,39 @@ fn without_a_layout_nothing_is_walked() {
     assert_eq!(aware.walk_at_end(&mem()), None);
     assert_eq!(aware.table().rows().0.len(), 1);
 }
+
+#[test]
+fn a_wow64_process_lists_its_64_bit_and_its_x86_dlls() {
+    use introspect::testguest::windows::{ntproc_layout, WindowsGuest};
+    let mut g = WindowsGuest::new(&ntproc_layout());
+    let w = g.add_wow64_process("legacy32.exe");
+    let aware = GuestAwareness::new(2, Instant::now());
+    aware.set_types(GuestTypes::Windows(g.layout));
+    aware.kernel_found(g.os().load_bias, None);
+    let mut v = VcpuGuest::default();
+    let mem = guest_memory(&g.phys);
+    aware.identify(0, &mut v, &mem, &sample(&g, 0, 0, 0, false));
+    g.switch(0, g.processes[w].threads[0].ethread);
+    let mem = guest_memory(&g.phys);
+    let who = aware.identify(0, &mut v, &mem, &sample(&g, 0, 0, w, false));
+    assert_eq!(who.map(|w| w.process_name.as_str()), Some("legacy32.exe"));
+    let p = &g.processes[w];
+    let found: Vec<_> = aware
+        .user_modules()
+        .into_iter()
+        .map(|m| (m.process, m.image.base, m.name.unwrap_or_default()))
+        .collect();
+    // The 64-bit list (the executable, ntdll and WOW64's DLLs), then the x86 DLLs from the
+    // 32-bit PEB's list, the executable not twice.
+    let mut want: Vec<_> = p
+        .modules
+        .iter()
+        .chain(p.wow64_modules.iter().skip(1))
+        .map(|m| (Some(p.dtb), m.base, m.name.clone()))
+        .collect();
+    want.dedup();
+    assert_eq!(found, want);
+    assert!(found
+        .iter()
+        .any(|m| m.2 == "KERNELBASE.dll" && m.1 < 1 << 32));
+}

@@ -120,6 +120,11 @@ fn reads_the_stand_in_kernels_layout_from_its_pdb() {
     assert_eq!(e.active_process_links, h("EPROCESS_ACTIVEPROCESSLINKS"));
     assert_eq!(e.peb, h("EPROCESS_PEB"));
     assert_eq!(e.image_file_pointer, Some(h("EPROCESS_IMAGEFILEPOINTER")));
+    assert_eq!(e.wow64_process, Some(h("EPROCESS_WOW64PROCESS")));
+    assert_eq!(
+        e.wow64_peb32, None,
+        "the earlier builds' Wow64Process is not declared"
+    );
     assert_eq!(l.peb.ldr, h("PEB_LDR"));
     assert_eq!(
         l.peb_ldr_data.in_load_order_module_list,
