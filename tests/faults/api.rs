@@ -39,6 +39,26 @@ fn guest_with_api(socket: &Path) -> Running {
     run
 }
 
+/// `hvprof profile` of the shares workload for a minute with the API on `socket`, its
+/// results into `out`, plus `extra` options; returned once the workload has started.
+fn profile_with_api(socket: &Path, out: &Path, extra: &[&str]) -> Running {
+    let mut args = vec![
+        "profile",
+        "--cmdline",
+        "scenario=shares shares.ms=60000",
+        "--quiet",
+        "--api-socket",
+        socket.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let mut run = hvprof(args).limit(Duration::from_secs(90)).spawn();
+    wait_for_socket(socket);
+    run.wait_for_stdout("refguest: scenario shares start", Duration::from_secs(30));
+    run
+}
+
 fn wait_for_socket(path: &Path) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !path.exists() {
@@ -159,22 +179,7 @@ fn a_slow_client_delays_neither_duration_nor_sigterm() {
     let dir = TempDir::new("api-slow-end");
     let socket = dir.join("api.sock");
     let out_dir = dir.join("out");
-    let mut run = hvprof([
-        "profile",
-        "--cmdline",
-        "scenario=shares shares.ms=60000",
-        "--duration",
-        "3",
-        "--quiet",
-        "--api-socket",
-        socket.to_str().unwrap(),
-        "--out",
-        out_dir.to_str().unwrap(),
-    ])
-    .limit(Duration::from_secs(90))
-    .spawn();
-    wait_for_socket(&socket);
-    run.wait_for_stdout("refguest: scenario shares start", Duration::from_secs(30));
+    let run = profile_with_api(&socket, &out_dir, &["--duration", "3"]);
     let slow = SlowClient::start(&socket);
     let waited = Instant::now();
     let out = run.wait();
@@ -394,21 +399,7 @@ fn a_paused_run_keeps_one_clock() {
     let dir = TempDir::new("api-clock");
     let socket = dir.join("api.sock");
     let out_dir = dir.join("out");
-    let mut run = hvprof([
-        "profile",
-        "--timeline",
-        "--cmdline",
-        "scenario=shares shares.ms=60000",
-        "--quiet",
-        "--api-socket",
-        socket.to_str().unwrap(),
-        "--out",
-        out_dir.to_str().unwrap(),
-    ])
-    .limit(Duration::from_secs(90))
-    .spawn();
-    wait_for_socket(&socket);
-    run.wait_for_stdout("refguest: scenario shares start", Duration::from_secs(30));
+    let run = profile_with_api(&socket, &out_dir, &["--timeline"]);
     assert_eq!(timed_call(&socket, "PUT", "/v1/vm/pause").0, 200);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(timed_call(&socket, "PUT", "/v1/vm/resume").0, 200);

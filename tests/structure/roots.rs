@@ -166,6 +166,7 @@ const REPORT: Root = Root {
         // A run on a time axis: plain data, what the VMM hands over.
         ("timeline", 0),
         ("hex", 0),
+        ("chain", 0),
         ("sanitize", 0),
         ("symbols", 1),
         ("profile", 2),

@@ -289,19 +289,6 @@ impl Blame for PciError {
     }
 }
 
-/// `e` and its causes on one line ("a: b: c"), for a log line or a run's outcome: an error's
-/// own message leaves its causes to the chain.
-pub fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -361,17 +348,5 @@ mod tests {
         assert!(s.request(RunOutcome::Reset));
         assert!(!s.request(RunOutcome::PowerOff));
         assert_eq!(s.outcome(), Some(RunOutcome::Reset));
-    }
-
-    #[test]
-    fn with_causes_says_each_cause_once_in_order() {
-        #[derive(Debug, thiserror::Error)]
-        #[error("cannot install the vCPU thread's seccomp filter")]
-        struct Outer(#[source] std::io::Error);
-        let e = Outer(std::io::Error::other("Invalid argument"));
-        assert_eq!(
-            with_causes(&e),
-            "cannot install the vCPU thread's seccomp filter: Invalid argument"
-        );
     }
 }

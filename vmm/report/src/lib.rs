@@ -22,6 +22,7 @@
 
 pub mod annotate;
 pub mod callers;
+pub mod chain;
 pub mod compare;
 mod error;
 pub mod flame;

@@ -184,7 +184,7 @@ impl Vcpu {
             self.shared.stop.request(RunOutcome::HostError(format!(
                 "vCPU {}: {}",
                 self.index,
-                crate::outcome::with_causes(&e)
+                report::chain::with_causes(&e)
             )));
             return;
         }

@@ -262,7 +262,7 @@ pub fn run_until_stopped(p: LoopParams) -> std::io::Result<()> {
         }));
     }
     crate::seccomp::install(ThreadKind::EventLoop, p.seccomp)
-        .map_err(|e| std::io::Error::other(crate::outcome::with_causes(&e)))?;
+        .map_err(|e| std::io::Error::other(report::chain::with_causes(&e)))?;
     while !p.stop.is_requested() {
         em.run_with_timeout(1000)
             .map_err(|e| std::io::Error::other(format!("{e:?}")))?;

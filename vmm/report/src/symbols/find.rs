@@ -211,7 +211,7 @@ impl Finder {
                 match client.fetch(url, wanted, first, self.progress.as_mut()) {
                     Ok(found) => (found, rest),
                     Err(e) => {
-                        let text = error_chain(&e);
+                        let text = crate::chain::with_causes(&e);
                         log::warn!("{text}");
                         problems.push(text);
                         (None, rest)
@@ -240,18 +240,6 @@ fn copy_into(found: &Path, wanted: &Wanted, stores: &[PathBuf]) {
             );
         }
     }
-}
-
-/// An error and its causes on one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -148,11 +148,11 @@ pub fn guest_types(
                     },
                 ) => log::info!(
                     "guest processes are not named from the kernel: {}",
-                    crate::outcome::with_causes(&e)
+                    report::chain::with_causes(&e)
                 ),
                 Err(e) => log::warn!(
                     "guest processes are not named: {}; samples are split by address space",
-                    crate::outcome::with_causes(&e)
+                    report::chain::with_causes(&e)
                 ),
             }
         } else if choice == GuestOsChoice::Linux {
