@@ -252,6 +252,14 @@ fn isf_from_pdb(nt: &PeModule, r: &report::symbols::pe::PdbRef) -> Vec<u8> {
     if let Some(f) = p.image_file_pointer {
         process["ImageFilePointer"] = at(f, &ptr);
     }
+    // WOW64 (issue 41): the stand-in's `_EPROCESS.WoW64Process`, a pointer to its
+    // `_EWOW64PROCESS` (the older builds' `Wow64Process` is the PEB32 itself).
+    if let Some(w) = p.wow64_process {
+        process["WoW64Process"] = at(w, &ptr);
+    }
+    if let Some(w) = p.wow64_peb32 {
+        process["Wow64Process"] = at(w, &ptr);
+    }
     let mut kprocess = json!({"DirectoryTableBase": at(p.directory_table_base - p.pcb, &ptr)});
     if let Some(u) = p.user_directory_table_base {
         kprocess["UserDirectoryTableBase"] = at(u - p.pcb, &ptr);
