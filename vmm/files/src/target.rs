@@ -7,7 +7,7 @@
 //! | nothing, or a regular file | atomically, beside it, then renamed over it ([`crate::atomic`]) |
 //! | a character device (`/dev/null`, a terminal) | through, as a shell's `>` writes it |
 //! | a FIFO with a reader | through, streamed to the reader |
-//! | a FIFO nobody reads | refused at once (opening it never blocks) |
+//! | a FIFO nobody reads | refused when written, at once (opening it never blocks) |
 //! | a directory, a block device, a socket | refused |
 //! | a symbolic link | replaced by the rename, its target never touched; but see [`Naming`] |
 //!
@@ -156,6 +156,18 @@ pub fn open_through(path: &Path) -> Result<File, TargetError> {
     Ok(file)
 }
 
+/// Proves before any work that `path`, classified [`Target::Through`], takes output: a device
+/// is opened (without blocking) and closed again. A FIFO is not: closing the writer end would
+/// hand its reader an end of file (`cat FIFO` would exit before the real output came), so
+/// whether it has a reader is found when it is written ([`open_through`]: refused at once,
+/// never waited on).
+pub fn check_through(path: &Path) -> Result<(), TargetError> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.file_type().is_fifo() => Ok(()),
+        _ => open_through(path).map(drop),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,6 +213,51 @@ mod tests {
                 fifo.display()
             )
         );
+    }
+
+    #[test]
+    fn checking_a_fifo_leaves_its_reader_waiting_for_the_output() {
+        let d = TestDir::new("fifo-reader");
+        let fifo = d.path().join("out");
+        mkfifo(&fifo);
+        let copy = d.path().join("copy");
+        // A reader as a shell's `cat FIFO > copy &` is: it reads until the last writer closes.
+        let mut cat = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("cat {} > {}", fifo.display(), copy.display()))
+            .spawn()
+            .unwrap();
+        // Wait until the reader has the FIFO open (a non-blocking writer's open then works).
+        let mut tries = 0;
+        while open_through(&fifo).is_err() {
+            tries += 1;
+            assert!(tries < 1000, "the reader never opened the FIFO");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // That probe's close gave the reader its end of file: start a fresh one.
+        cat.wait().unwrap();
+        let mut cat = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("cat {} > {}", fifo.display(), copy.display()))
+            .spawn()
+            .unwrap();
+        // The check opens nothing, so the reader is still there for the output itself.
+        check_through(&fifo).unwrap();
+        let mut tries = 0;
+        let mut file = loop {
+            match open_through(&fifo) {
+                Ok(f) => break f,
+                Err(e) => {
+                    tries += 1;
+                    assert!(tries < 1000, "the reader is gone: {e}");
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            }
+        };
+        std::io::Write::write_all(&mut file, b"<testsuite/>").unwrap();
+        drop(file);
+        cat.wait().unwrap();
+        assert_eq!(std::fs::read(&copy).unwrap(), b"<testsuite/>");
     }
 
     #[test]
