@@ -131,6 +131,27 @@ fn a_fifo_nobody_reads_is_refused_at_once_and_stays_a_fifo() {
         !out_dir.join("profile.json").exists(),
         "written before the refusal"
     );
+    // The same at the end of a run: the user's to mend (status 2), and none of the set is
+    // put in place.
+    let out = hvprof([
+        "profile",
+        "--cmdline",
+        super::WORKLOAD,
+        "--out",
+        s(out_dir.path()),
+        "--quiet",
+        "--serial",
+        "null",
+    ])
+    .limit(super::RUN_LIMIT)
+    .run();
+    out.assert_status(status::USAGE);
+    out.assert_error_line(&["report.txt", "a FIFO nobody reads"]);
+    assert!(kind(&report_txt).is_fifo());
+    assert!(
+        !out_dir.join("profile.json").exists(),
+        "written beside the refusal"
+    );
 }
 
 #[test]

@@ -80,6 +80,18 @@ pub fn fail(e: impl Into<anyhow::Error>, status: i32) -> ExitCode {
     exit_code(status)
 }
 
+/// The exit of a failure to write an output that was checked writable a moment ago: the
+/// host's (a full file system), unless something was put at its path since that an output
+/// never replaces (the user's to mend) or the export is past its size limit (the input's).
+pub fn fail_write(e: report::ReportError) -> ExitCode {
+    let status = if e.is_output_refused() || e.is_too_large() {
+        vmm::outcome::STATUS_CONFIG_ERROR
+    } else {
+        vmm::outcome::STATUS_HOST_ERROR
+    };
+    fail(e, status)
+}
+
 /// Filters the calling thread's system calls for the results ([`ThreadKind::Results`]): from
 /// here on it handles data a guest wrote. The error is the exit code to return.
 pub fn results_filter(mode: vmm::seccomp::Seccomp) -> Result<(), ExitCode> {

@@ -7,7 +7,7 @@ use profile_core::source::ProfileSource;
 use report::symbols::Finder;
 use report::Symbols;
 use vmm::config::VmConfig;
-use vmm::outcome::{Blame, STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
+use vmm::outcome::{Blame, STATUS_CONFIG_ERROR};
 use vmm::report_input::RunMetadata;
 use vmm::session::{Progress, SessionOptions, Span};
 use vmm::vm::{RunHooks, RunReport};
@@ -117,7 +117,7 @@ fn finish(
                     errln!("hvprof: wrote {}", f.display());
                 }
             }
-            Err(e) => return fail(e, STATUS_HOST_ERROR),
+            Err(e) => return super::fail_write(e),
         }
     }
     exit_code(status)

@@ -16,7 +16,7 @@ use vmm::outcome::{STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
 
 use super::args::{BenchArgs, CompareArgs, EventsArgs, MergeArgs, ReportArgs, ScopeArg};
 use super::stdout::{errln, out, outln};
-use super::{fail, results_filter, symbols};
+use super::{fail, fail_write, results_filter, symbols};
 
 /// `hvprof report`. With `--annotate` the symbol path is searched for the images of the
 /// modules found in guest memory too: their code is what the listing disassembles.
@@ -147,18 +147,6 @@ fn said(written: Result<std::path::PathBuf, ReportError>) -> Result<(), ExitCode
         }
         Err(e) => Err(fail_write(e)),
     }
-}
-
-/// The exit of a failure to write an output that was checked writable a moment ago: the
-/// host's (a full file system), unless something was put at its path since that an output
-/// never replaces (the user's to mend) or the export is past its size limit (the input's).
-fn fail_write(e: ReportError) -> ExitCode {
-    let status = if e.is_output_refused() || e.is_too_large() {
-        STATUS_CONFIG_ERROR
-    } else {
-        STATUS_HOST_ERROR
-    };
-    fail(e, status)
 }
 
 /// Every file of the set `write_all` writes into `dir`, if given.
