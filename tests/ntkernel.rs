@@ -156,7 +156,17 @@ fn processes_threads_and_user_modules_are_named_from_the_pdb_with_the_guests_sha
     let nt = build_nt(&dir, "ntproc.c");
     let store = dir.join("store");
     nt.store_pdb(&store);
-    let out = dir.join("out");
+    ntprocs(
+        &nt,
+        &dir.join("out"),
+        ["--symbol-path", store.to_str().unwrap()],
+    );
+}
+
+/// Runs the reference guest's ntprocs scenario on the stand-in kernel `nt`, its layout from
+/// `layout` (`--symbol-path DIR` or `--guest-types FILE`), the results into `out`, and checks
+/// them against the guest's own accounting.
+fn ntprocs(nt: &PeModule, out: &Path, layout: [&str; 2]) {
     let run = hvprof([
         "profile",
         "--cmdline",
@@ -168,15 +178,15 @@ fn processes_threads_and_user_modules_are_named_from_the_pdb_with_the_guests_sha
         "10000",
         "--initrd",
         nt.exe.to_str().unwrap(),
-        "--symbol-path",
-        store.to_str().unwrap(),
+        layout[0],
+        layout[1],
         "--out",
         out.to_str().unwrap(),
     ])
     .run();
     run.assert_status(0)
         .assert_stdout_contains("refguest: PASS");
-    check_ntprocs(&run, &out);
+    check_ntprocs(&run, out);
 }
 
 /// The same stand-in named from an ISF file (Volatility's symbol-table format) made from its
@@ -204,27 +214,7 @@ fn processes_threads_and_user_modules_are_named_from_an_isf_file_alone() {
     .into_iter()
     .enumerate()
     {
-        let out = dir.join(&format!("out{i}"));
-        let run = hvprof([
-            "profile",
-            "--cmdline",
-            "scenario=ntprocs ntprocs.ms=3000 ntprocs.kms=500",
-            "--cpus",
-            "1",
-            "--quiet",
-            "--interval",
-            "10000",
-            "--initrd",
-            nt.exe.to_str().unwrap(),
-            source[0],
-            source[1],
-            "--out",
-            out.to_str().unwrap(),
-        ])
-        .run();
-        run.assert_status(0)
-            .assert_stdout_contains("refguest: PASS");
-        check_ntprocs(&run, &out);
+        ntprocs(&nt, &dir.join(&format!("out{i}")), source);
     }
 }
 
