@@ -64,7 +64,7 @@ fn guest() -> Guest {
 /// (a PVM-based KVM: see images/linux/README.md), and the test's own words.
 fn cmdline(words: &str) -> String {
     let quirks = if Path::new("/sys/module/kvm_pvm").exists() {
-        " noxsave clearcpuid=popcnt,smap,cx16 pvm_host_quirks"
+        " noxsave nofsgsbase clearcpuid=popcnt,smap,cx16 pvm_host_quirks"
     } else {
         ""
     };
