@@ -39,6 +39,20 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// `hvprof profile` of the built-in guest with `--guest-types types`, into `out`.
+fn profile_with_types(types: &Path, out: &Path) -> crate::harness::Output {
+    hvprof([
+        "profile",
+        "--serial",
+        "null",
+        "--guest-types",
+        s(types),
+        "--out",
+        s(out),
+    ])
+    .run()
+}
+
 fn c_path(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap()
 }
@@ -296,17 +310,7 @@ fn an_isf_file_that_breaks_the_schema_is_refused_naming_where() {
                 "fields": {"Peb": {"offset": "1360", "type": {"kind": "function"}}}}}}"#,
     )
     .unwrap();
-    let out_dir = dir.join("out");
-    let out = hvprof([
-        "profile",
-        "--serial",
-        "null",
-        "--guest-types",
-        types.to_str().unwrap(),
-        "--out",
-        out_dir.to_str().unwrap(),
-    ])
-    .run();
+    let out = profile_with_types(&types, &dir.join("out"));
     out.assert_status(status::USAGE);
     out.assert_error_line(&[
         "ntkrnlmp.json",
@@ -338,17 +342,7 @@ fn a_huge_input_of_no_accepted_format_is_refused_from_its_first_bytes() {
         .unwrap()
         .set_len(3 << 30)
         .unwrap();
-    let out_dir = dir.join("out");
-    let out = hvprof([
-        "profile",
-        "--serial",
-        "null",
-        "--guest-types",
-        s(&types),
-        "--out",
-        s(&out_dir),
-    ])
-    .run();
+    let out = profile_with_types(&types, &dir.join("out"));
     out.assert_status(status::USAGE);
     out.assert_error_line(&["types.bin", "not a PDB, an ELF file, BTF or ISF"]);
     let out = hvprof(["report", s(&runs().r1), "--symbols", s(&symbols)]).run();
