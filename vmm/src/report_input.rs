@@ -405,6 +405,7 @@ mod tests {
                 process: Some(0x7000),
                 image: introspect::pe::Image {
                     base: 0x7ff6_0000_0000,
+                    machine: Default::default(),
                     size: 0x3000,
                     timestamp: 0x5eed_1234,
                     exports: Default::default(),

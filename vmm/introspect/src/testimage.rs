@@ -1,4 +1,4 @@
-//! Hand-made PE32+ images and unwind info: the one PE builder of the workspace, for the unit
+//! Hand-made PE32+ (and PE32) images and unwind info: the one PE builder of the workspace, for the unit
 //! tests here and in the report crate (a symbol store's identity files) and for `hvprof
 //! bench` (the image its guest spins in, which the Windows x64 unwinder walks). Behind the
 //! `test-support` feature: the default build of this crate (what vmm, report and the fuzz
@@ -23,6 +23,7 @@ pub struct ImageBuilder {
     functions: Vec<[u32; 3]>,
     bytes: Vec<(usize, Vec<u8>)>,
     directories: Vec<(usize, u32, u32)>,
+    pe32: bool,
 }
 
 impl ImageBuilder {
@@ -36,7 +37,16 @@ impl ImageBuilder {
             functions: Vec::new(),
             bytes: Vec::new(),
             directories: Vec::new(),
+            pe32: false,
         }
+    }
+
+    /// Makes it an x86 image (PE32: Machine 0x14c, a PE32 optional header), as a WOW64
+    /// process maps. Its data directories are placed as PE32's; `executable` and `function`
+    /// are for x86-64 images only.
+    pub fn pe32(mut self) -> Self {
+        self.pe32 = true;
+        self
     }
 
     /// Sets the file header's TimeDateStamp (0x5eed_1234 unless set).
@@ -115,18 +125,24 @@ impl ImageBuilder {
         put(&mut m, 0, b"MZ");
         put(&mut m, 0x3c, &(LFANEW as u32).to_le_bytes());
         put(&mut m, LFANEW, b"PE\0\0");
-        put(&mut m, LFANEW + 4, &0x8664u16.to_le_bytes());
+        // Machine, the optional header's size and magic, and where its directories start.
+        let (machine, optional_len, magic, dirs) = if self.pe32 {
+            (0x14cu16, 224u16, 0x10bu16, 96)
+        } else {
+            (0x8664, 240, 0x20b, 112)
+        };
+        put(&mut m, LFANEW + 4, &machine.to_le_bytes());
         put(
             &mut m,
             LFANEW + 6,
             &(self.sections.len() as u16).to_le_bytes(),
         );
         put(&mut m, LFANEW + 8, &self.timestamp.to_le_bytes());
-        put(&mut m, LFANEW + 20, &240u16.to_le_bytes());
+        put(&mut m, LFANEW + 20, &optional_len.to_le_bytes());
         let opt = LFANEW + 24;
-        put(&mut m, opt, &0x20bu16.to_le_bytes());
+        put(&mut m, opt, &magic.to_le_bytes());
         put(&mut m, opt + 56, &(self.size as u32).to_le_bytes());
-        put(&mut m, opt + 108, &16u32.to_le_bytes());
+        put(&mut m, opt + dirs - 4, &16u32.to_le_bytes());
         if let Some((base, entry)) = self.executable {
             const PAGE: u32 = 0x1000;
             // Executable, large address aware.
@@ -141,7 +157,7 @@ impl ImageBuilder {
             put(&mut m, opt + 68, &1u16.to_le_bytes()); // Subsystem: native
         }
         for (i, (name, rva, size, flags)) in self.sections.iter().enumerate() {
-            let at = opt + 240 + 40 * i;
+            let at = opt + usize::from(optional_len) + 40 * i;
             put(&mut m, at, name);
             for (j, v) in [size, rva, size, rva].into_iter().enumerate() {
                 put(&mut m, at + 8 + 4 * j, &v.to_le_bytes());
@@ -156,13 +172,17 @@ impl ImageBuilder {
                 .flatten()
                 .flat_map(|v| v.to_le_bytes())
                 .collect();
-            put(&mut m, opt + 112 + 24, &(EXCEPTIONS as u32).to_le_bytes());
-            put(&mut m, opt + 116 + 24, &(table.len() as u32).to_le_bytes());
+            put(&mut m, opt + dirs + 24, &(EXCEPTIONS as u32).to_le_bytes());
+            put(
+                &mut m,
+                opt + dirs + 4 + 24,
+                &(table.len() as u32).to_le_bytes(),
+            );
             put(&mut m, EXCEPTIONS, &table);
         }
         for (index, rva, size) in &self.directories {
-            put(&mut m, opt + 112 + 8 * index, &rva.to_le_bytes());
-            put(&mut m, opt + 116 + 8 * index, &size.to_le_bytes());
+            put(&mut m, opt + dirs + 8 * index, &rva.to_le_bytes());
+            put(&mut m, opt + dirs + 4 + 8 * index, &size.to_le_bytes());
         }
         for (at, b) in &self.bytes {
             put(&mut m, *at, b);

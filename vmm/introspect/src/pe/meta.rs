@@ -125,6 +125,11 @@ mod tests {
 
     /// An image with an export directory naming `name` and a CodeView record for `pdb_path`.
     fn image(name: &[u8], pdb_path: &[u8]) -> Regions {
+        image_built(ImageBuilder::new(0x2000), name, pdb_path)
+    }
+
+    /// The same, from `builder` (an x86-64 or an x86 image).
+    fn image_built(builder: ImageBuilder, name: &[u8], pdb_path: &[u8]) -> Regions {
         let mut export = vec![0u8; 40];
         export[12..16].copy_from_slice(&0x1100u32.to_le_bytes());
         let mut debug = vec![0u8; 2 * 28];
@@ -141,7 +146,7 @@ mod tests {
         rsds.extend(3u32.to_le_bytes());
         rsds.extend(pdb_path);
         rsds.push(0);
-        let mut bytes = ImageBuilder::new(0x2000)
+        let mut bytes = builder
             .directory(0, 0x1000, 40)
             .directory(6, 0x1200, 56)
             .bytes(0x1000, &export)
@@ -165,6 +170,20 @@ mod tests {
                 guid: "123456789ABCDEF00102030405060708".into(),
                 age: 3,
             })
+        );
+    }
+
+    /// A WOW64 process's x86 DLL (PE32) is named and identified like an x86-64 one.
+    #[test]
+    fn an_x86_image_has_its_export_name_and_codeview_record_read_the_same_way() {
+        let builder = ImageBuilder::new(0x2000).pe32();
+        let mut mem = image_built(builder, b"KERNEL32.dll", b"wkernel32.pdb");
+        let im = Image::read(&mut mem, BASE).unwrap();
+        assert_eq!(im.machine, crate::pe::Machine::I386);
+        assert_eq!(im.export_name(&mut mem).as_deref(), Some("KERNEL32.dll"));
+        assert_eq!(
+            im.codeview(&mut mem).map(|c| (c.pdb, c.age)),
+            Some(("wkernel32.pdb".into(), 3))
         );
     }
 

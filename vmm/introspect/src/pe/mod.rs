@@ -1,6 +1,11 @@
-//! PE32+ images mapped in guest memory: finding the image that holds an address, reading its
+//! PE images mapped in guest memory: finding the image that holds an address, reading its
 //! headers, and looking up the RUNTIME_FUNCTION that covers an address in its exception
 //! directory. Everything is read through [`Memory`] and checked against the image's own size.
+//!
+//! x86-64 images (PE32+) are read whole. A WOW64 process also maps x86 images (PE32, its
+//! DLLs under SysWOW64): their size, build, exports and CodeView record are read the same way,
+//! so they are named and symbolized like the others; they have no exception directory (x86
+//! code keeps no unwind tables there).
 
 use crate::mem::{Memory, Unreadable};
 
@@ -12,12 +17,15 @@ pub use meta::{guid_hex, CodeView, MAX_NAME};
 pub const PAGE: u64 = 0x1000;
 /// The NT headers must start within the first page, after the DOS header.
 const MAX_LFANEW: u32 = 0x1000 - 264;
-/// Signature, file header, PE32+ optional header with all 16 data directories: 264 bytes.
+/// Signature, file header, PE32+ optional header with all 16 data directories: 264 bytes
+/// (PE32's is 16 bytes shorter).
 const NT_HEADERS_LEN: usize = 4 + 20 + 112 + 16 * 8;
 /// No real image is larger; a header that says so is lying.
 const MAX_IMAGE_SIZE: u32 = 1 << 30;
 const MACHINE_AMD64: u16 = 0x8664;
+const MACHINE_I386: u16 = 0x14c;
 const PE32_PLUS: u16 = 0x20b;
+const PE32: u16 = 0x10b;
 /// RUNTIME_FUNCTION: BeginAddress, EndAddress, UnwindData (RVAs).
 const RUNTIME_FUNCTION_LEN: u32 = 12;
 
@@ -30,11 +38,23 @@ pub struct Directory {
     pub size: u32,
 }
 
-/// The headers of a PE32+ image mapped at `base`.
+/// The code an image holds, from its file header's Machine and its optional header's magic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Machine {
+    /// x86-64 (PE32+).
+    #[default]
+    Amd64,
+    /// x86 (PE32): a WOW64 process's images.
+    I386,
+}
+
+/// The headers of a PE image mapped at `base`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Image {
     /// Where the image is mapped (its `MZ`).
     pub base: u64,
+    /// x86-64 or x86.
+    pub machine: Machine,
     /// SizeOfImage: the image spans `base..base + size`.
     pub size: u32,
     /// The file header's TimeDateStamp (with `size`, the image's identity for symbol servers).
@@ -53,8 +73,8 @@ pub enum PeError {
     /// A header byte is not readable.
     #[error(transparent)]
     Unreadable(#[from] Unreadable),
-    /// The bytes are not a PE32+ x86-64 image header.
-    #[error("no PE32+ x86-64 image header at {0:#x}")]
+    /// The bytes are not the header of an x86-64 (PE32+) or x86 (PE32) image.
+    #[error("no PE32+ x86-64 or PE32 x86 image header at {0:#x}")]
     NotPe(u64),
 }
 
@@ -93,11 +113,14 @@ impl Image {
         mem.read(base + u64::from(lfanew), &mut nt)?;
         let opt = 24;
         let optional_len = usize::from(le16(&nt, 20));
-        if &nt[..4] != b"PE\0\0"
-            || le16(&nt, 4) != MACHINE_AMD64
-            || le16(&nt, opt) != PE32_PLUS
-            || optional_len < 112
-        {
+        // Where the data directories start in the optional header: PE32 has BaseOfData and
+        // 32-bit fields where PE32+ has 64-bit ones.
+        let (machine, dirs) = match (le16(&nt, 4), le16(&nt, opt)) {
+            (MACHINE_AMD64, PE32_PLUS) => (Machine::Amd64, 112),
+            (MACHINE_I386, PE32) => (Machine::I386, 96),
+            _ => return Err(PeError::NotPe(base)),
+        };
+        if &nt[..4] != b"PE\0\0" || optional_len < dirs {
             return Err(PeError::NotPe(base));
         }
         let size = le32(&nt, opt + 56);
@@ -105,16 +128,16 @@ impl Image {
             return Err(PeError::NotPe(base));
         }
         // Only the directories both the header and the optional header's length count.
-        let count = (le32(&nt, opt + 108) as usize)
-            .min((optional_len - 112) / 8)
+        let count = (le32(&nt, opt + dirs - 4) as usize)
+            .min((optional_len - dirs) / 8)
             .min(16);
         let dir = |i: usize| {
             if i >= count {
                 return Directory::default();
             }
             let d = Directory {
-                rva: le32(&nt, opt + 112 + 8 * i),
-                size: le32(&nt, opt + 116 + 8 * i),
+                rva: le32(&nt, opt + dirs + 8 * i),
+                size: le32(&nt, opt + dirs + 4 + 8 * i),
             };
             match d.rva.checked_add(d.size) {
                 Some(end) if end <= size && d.size > 0 => d,
@@ -123,10 +146,15 @@ impl Image {
         };
         Ok(Image {
             base,
+            machine,
             size,
             timestamp: le32(&nt, 8),
             exports: dir(0),
-            exceptions: dir(3),
+            // x86's directory 3 holds no RUNTIME_FUNCTIONs.
+            exceptions: match machine {
+                Machine::Amd64 => dir(3),
+                Machine::I386 => Directory::default(),
+            },
             debug: dir(6),
         })
     }

@@ -65,6 +65,61 @@ fn refuses_headers_that_are_not_pe32_plus_or_lie() {
     ));
 }
 
+/// A WOW64 process's DLLs are x86 images: PE32's optional header puts the directories 16
+/// bytes earlier, and directory 3 is no exception table.
+#[test]
+fn reads_an_x86_header_with_its_directories_where_pe32_puts_them() {
+    let (_, image) = image_at(
+        ImageBuilder::new(0x3000)
+            .pe32()
+            .directory(0, 0x1000, 0x40)
+            .directory(3, 0x1800, 0x10)
+            .directory(6, 0x2000, 28)
+            .build(),
+    );
+    let image = image.unwrap();
+    assert_eq!(
+        (image.machine, image.size, image.timestamp),
+        (Machine::I386, 0x3000, 0x5eed_1234)
+    );
+    assert_eq!(
+        (image.exports, image.debug),
+        (
+            Directory {
+                rva: 0x1000,
+                size: 0x40
+            },
+            Directory {
+                rva: 0x2000,
+                size: 28
+            }
+        )
+    );
+    assert_eq!(image.exceptions, Directory::default());
+    let x64 = image_at(ImageBuilder::new(0x3000).build()).1.unwrap();
+    assert_eq!(x64.machine, Machine::Amd64);
+}
+
+#[test]
+fn refuses_an_x86_header_that_mixes_its_kinds_or_is_cut_short() {
+    let good = ImageBuilder::new(0x2000).pe32().build();
+    assert!(image_at(good.clone()).1.is_ok());
+    let patch = |at: usize, b: &[u8]| {
+        let mut v = good.clone();
+        v[at..at + b.len()].copy_from_slice(b);
+        v
+    };
+    for bad in [
+        // x86-64's machine with PE32's magic, and x86's with PE32+'s.
+        patch(0x84, &0x8664u16.to_le_bytes()),
+        patch(0x80 + 24, &0x20bu16.to_le_bytes()),
+        // An optional header too short to hold PE32's directories.
+        patch(0x80 + 20, &95u16.to_le_bytes()),
+    ] {
+        assert_eq!(image_at(bad).1, Err(PeError::NotPe(BASE)));
+    }
+}
+
 #[test]
 fn a_directory_outside_the_image_is_ignored() {
     let mut bytes = ImageBuilder::new(0x2000)

@@ -72,6 +72,11 @@ pub fn read(name: &str, bytes: &[u8]) -> Result<Module, SymbolError> {
     let mut lines = Builder::default();
 
     let dbi = pdb.debug_information()?;
+    // An x86 program's PDB (a WOW64 process's DLLs): its code is 32-bit.
+    let bits = match dbi.machine_type() {
+        Ok(::pdb::MachineType::X86) => 32,
+        _ => 64,
+    };
     let mut modules = dbi.modules()?;
     while let Some(m) = modules.next()? {
         let Some(info) = pdb.module_info(&m)? else {
@@ -128,7 +133,7 @@ pub fn read(name: &str, bytes: &[u8]) -> Result<Module, SymbolError> {
         debug_id: Some(pdb_id.key()),
         symbols,
         code: Vec::new(),
-        bits: 64,
+        bits,
         lines: lines.finish(),
     })
 }
@@ -190,6 +195,78 @@ mod tests {
             age: 10,
         };
         assert_eq!(id.key(), "00112233445566778899AABBCCDDEEFFA");
+    }
+
+    /// An x86 program's PDB (MSVC's, testdata/msvc-pdb/big-read.pdb), as a WOW64 process's
+    /// DLLs have: every function that `llvm-pdbutil dump -publics` lists is a symbol at the
+    /// RVA its section and offset give by `dump -section-headers`, and the module is 32-bit.
+    #[test]
+    fn an_x86_pdb_names_its_functions_at_the_rvas_llvm_pdbutil_gives() {
+        let bytes = crate::symbols::types::pdb::msvc_tests::fixture("big-read.pdb");
+        let dir = std::env::temp_dir().join(format!("hvprof-x86-pdb-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("big-read.pdb");
+        std::fs::write(&path, &bytes).unwrap();
+        let dump = |what: &str| {
+            let out = std::process::Command::new("llvm-pdbutil")
+                .args(["dump", what])
+                .arg(&path)
+                .output()
+                .expect("cannot run llvm-pdbutil: install Debian's llvm");
+            assert!(out.status.success(), "llvm-pdbutil dump {what} failed");
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let (publics, headers) = (dump("-publics"), dump("-section-headers"));
+        std::fs::remove_dir_all(&dir).unwrap();
+        // "N virtual address" lines, in section order (sections number from 1).
+        let sections: Vec<u64> = headers
+            .lines()
+            .filter_map(|l| l.trim().strip_suffix(" virtual address"))
+            .map(|hex| u64::from_str_radix(hex.trim(), 16).unwrap())
+            .collect();
+        // "S_PUB32 ... `NAME`" then "flags = function, addr = SSSS:OOOO" (decimal).
+        let mut want = Vec::new();
+        let mut lines = publics.lines();
+        while let Some(l) = lines.next() {
+            let Some(name) = l.split('`').nth(1) else {
+                continue;
+            };
+            let Some(next) = lines.next() else { break };
+            if !next.contains("flags = function") {
+                continue;
+            }
+            let addr = next.rsplit("addr = ").next().unwrap().trim();
+            let (seg, off) = addr.split_once(':').unwrap();
+            let (seg, off): (usize, u64) = (seg.parse().unwrap(), off.parse().unwrap());
+            want.push((name.to_string(), sections[seg - 1] + off));
+        }
+        assert!(want.len() > 50, "{} function publics", want.len());
+        let m = read("big-read.pdb", &bytes).unwrap();
+        assert_eq!(m.bits, 32);
+        // hvprof keeps the procedure record's name where a module has one (undecorated:
+        // `__scrt_initialize_type_info` for `?__scrt_initialize_type_info@@YAXXZ`, a method as
+        // `Class::method`, a template's arguments written out), and one name where the linker
+        // folded identical functions into one address: a name of the same function, each part
+        // of it within one of the decorated names at that address.
+        let same = |public: &str, name: &str| {
+            let bare = name.split('<').next().unwrap_or(name);
+            public == name || bare.split("::").all(|part| public.contains(part))
+        };
+        let missing: Vec<_> = want
+            .iter()
+            .filter(|(_, rva)| {
+                let publics = want.iter().filter(|(_, r)| r == rva);
+                !m.symbols.iter().any(|s| {
+                    s.rva == *rva && publics.clone().any(|(public, _)| same(public, &s.name))
+                })
+            })
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{} of {}: {missing:?}",
+            missing.len(),
+            want.len()
+        );
     }
 
     #[test]

@@ -268,6 +268,8 @@ pub fn listed_module(
         .filter(|im| im.size == m.size)
         .unwrap_or(Image {
             base: m.base,
+            // Not known without its header: the default, x86-64.
+            machine: Default::default(),
             size: m.size,
             timestamp: 0,
             exports: Default::default(),

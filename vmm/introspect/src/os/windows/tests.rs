@@ -125,6 +125,7 @@ fn the_kernel_module_list_is_read_at_the_layout_s_offsets() {
     let kernel = Kernel {
         image: Image {
             base: NT_BASE,
+            machine: Default::default(),
             size: 0x10_0000,
             timestamp: 0,
             exports: Default::default(),

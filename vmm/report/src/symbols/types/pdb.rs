@@ -427,6 +427,6 @@ fn primitive_size(kind: pdb::PrimitiveKind) -> u32 {
 }
 
 #[cfg(test)]
-mod msvc_tests;
+pub(crate) mod msvc_tests;
 #[cfg(test)]
 mod tests;

@@ -323,7 +323,8 @@ fn compare_with_pdbutil(name: &str, bytes: &[u8]) -> Coverage {
     cov
 }
 
-fn fixture(name: &str) -> Vec<u8> {
+/// The uncompressed bytes of testdata/msvc-pdb/`name`.
+pub(crate) fn fixture(name: &str) -> Vec<u8> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("testdata/msvc-pdb")
         .join(format!("{name}.gz"));
