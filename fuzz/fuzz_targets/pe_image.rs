@@ -1,7 +1,8 @@
 //! A PE image read from guest memory: headers, export name, exports by name, CodeView record
 //! and function lookups over arbitrary bytes must never panic, and names stay within their limit. With the
-//! shape bit set the image gets well-formed PE32+ headers whose export, exception and debug
-//! directories point into fuzzer bytes, so the readers behind them are reached.
+//! shape bit set the image gets well-formed headers, PE32+ or (with the second bit) a WOW64
+//! process's x86 PE32, whose export, exception and debug directories point into fuzzer bytes,
+//! so the readers behind them are reached.
 #![no_main]
 
 use introspect::pe::{Image, MAX_NAME};
@@ -11,28 +12,34 @@ use libfuzzer_sys::fuzz_target;
 const BASE: u64 = 0x1000;
 const LFANEW: usize = 0x40;
 
-fn shape(image: &mut [u8], dirs: &[u8]) {
+fn shape(image: &mut [u8], dirs: &[u8], pe32: bool) {
     let len = image.len();
     let mut put = |at: usize, b: &[u8]| image[at..at + b.len()].copy_from_slice(b);
+    // Machine, optional header size and magic, where the directories start.
+    let (machine, optional_len, magic, d) = if pe32 {
+        (0x14cu16, 224u16, 0x10bu16, 96)
+    } else {
+        (0x8664, 240, 0x20b, 112)
+    };
     put(0, b"MZ");
     put(0x3c, &(LFANEW as u32).to_le_bytes());
     put(LFANEW, b"PE\0\0");
-    put(LFANEW + 4, &0x8664u16.to_le_bytes());
-    put(LFANEW + 20, &240u16.to_le_bytes());
+    put(LFANEW + 4, &machine.to_le_bytes());
+    put(LFANEW + 20, &optional_len.to_le_bytes());
     let opt = LFANEW + 24;
-    put(opt, &0x20bu16.to_le_bytes());
+    put(opt, &magic.to_le_bytes());
     put(opt + 56, &u32::try_from(len).unwrap().to_le_bytes());
-    put(opt + 108, &16u32.to_le_bytes());
+    put(opt + d - 4, &16u32.to_le_bytes());
     // Directories 0 (exports), 3 (exceptions), 6 (debug) at fuzzer-chosen places in the image.
     for (i, index) in [0usize, 3, 6].into_iter().enumerate() {
         let rva = 0x150 + usize::from(dirs[2 * i]) * 8;
         let size = usize::from(dirs[2 * i + 1]) * 4;
         put(
-            opt + 112 + 8 * index,
+            opt + d + 8 * index,
             &u32::try_from(rva).unwrap().to_le_bytes(),
         );
         put(
-            opt + 116 + 8 * index,
+            opt + d + 4 + 8 * index,
             &u32::try_from(size).unwrap().to_le_bytes(),
         );
     }
@@ -45,7 +52,7 @@ fuzz_target!(|data: &[u8]| {
     let (head, rest) = data.split_at(16);
     let mut image = rest.to_vec();
     if head[0] & 1 == 1 && image.len() >= 0x400 {
-        shape(&mut image, &head[1..7]);
+        shape(&mut image, &head[1..7], head[0] & 2 == 2);
     }
     let mut mem = Regions::new().with(BASE, image);
     let Ok(im) = Image::read(&mut mem, BASE) else {

@@ -302,10 +302,10 @@ fn pe_frames() -> Vec<u8> {
 }
 
 /// A pe_image input whose shaped image has an export name, a CodeView record and one
-/// RUNTIME_FUNCTION.
-fn pe_image() -> Vec<u8> {
+/// RUNTIME_FUNCTION (an x86 image, `pe32`, has the same but the function).
+fn pe_image(pe32: bool) -> Vec<u8> {
     let mut v = vec![0u8; 16];
-    v[0] = 1; // shape the headers
+    v[0] = if pe32 { 3 } else { 1 }; // shape the headers
     v[1..7].copy_from_slice(&[22, 10, 6, 3, 54, 7]); // exports 0x200, exceptions 0x180, debug 0x300
     v[8..10].copy_from_slice(&0x404u16.to_le_bytes()); // a PC inside the function
     let mut image = vec![0u8; 0x800];
@@ -536,7 +536,7 @@ const TIMELINE_JSON: &str = r#"{"format":"hvprof-timeline","format_version":1,"r
 
 fn main() -> std::io::Result<()> {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
-    let seeds: [(&str, &str, Vec<u8>); 18] = [
+    let seeds: [(&str, &str, Vec<u8>); 19] = [
         ("platform_io", "virtio-ioeventfd", virtio(true, false)),
         ("platform_io", "virtio-exits", virtio(false, false)),
         ("platform_io", "virtio-ring", virtio(true, true)),
@@ -546,7 +546,8 @@ fn main() -> std::io::Result<()> {
         ("kernel_load", "pvh-elf", pvh_elf()),
         ("kernel_elf", "pvh-elf", pvh_elf()[1..].to_vec()),
         ("stack_walk", "pe-frames", pe_frames()),
-        ("pe_image", "named", pe_image()),
+        ("pe_image", "named", pe_image(false)),
+        ("pe_image", "x86", pe_image(true)),
         ("nt_modules", "three", nt_modules()),
         ("timeline_json", "phases", TIMELINE_JSON.as_bytes().to_vec()),
         (
