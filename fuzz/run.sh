@@ -2,10 +2,11 @@
 # Builds every fuzz target with libFuzzer's coverage instrumentation (stable Rust: the
 # sancov pass and --cfg fuzzing, no sanitizer), writes the scripted seeds, and fuzzes each
 # target for SECONDS (default 30) from corpus/<target>. A crash, panic, leak of time past
-# 10 s on one input or failed assertion stops with a non-zero status and leaves the input
+# 10 s on one input or failed assertion fails the run (non-zero status) and leaves the input
 # in artifacts/<target>/; replay it with target/cov/<host>/release/<target> FILE.
 #
 #   fuzz/run.sh [SECONDS] [TARGET...]      FUZZ_SEED=N picks libFuzzer's seed (default 1)
+#                                          FUZZ_JOBS=N runs N targets at once (default nproc)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -34,15 +35,34 @@ RUSTFLAGS="${flags[*]}" cargo build --quiet --release --target "$host" --target-
     $(printf -- '--bin %s ' "${targets[@]}")
 bin=target/cov/$host/release
 cargo run --quiet --bin seeds -- corpus
-for t in "${targets[@]}"; do
-    mkdir -p "corpus/$t" "artifacts/$t"
-    echo "fuzz: $t for ${seconds}s ($(find "corpus/$t" -type f | wc -l) inputs to start from)"
+# One target at a time per CPU (FUZZ_JOBS, default all of them): each libFuzzer run is a
+# single process, so on two cores two run side by side in the time of one.
+jobs=${FUZZ_JOBS:-$(nproc)}
+fuzz_one() {
+    local t=$1
     if ! "$bin/$t" "corpus/$t" -artifact_prefix="artifacts/$t/" -max_total_time="$seconds" \
         -timeout=10 -max_len=4096 -seed="${FUZZ_SEED:-1}" -print_final_stats=1 \
         >"artifacts/$t.log" 2>&1; then
         tail -n 40 "artifacts/$t.log"
         echo "fuzz: $t FAILED; the input is in fuzz/artifacts/$t/" >&2
-        exit 1
+        return 1
     fi
     grep -E "DONE" "artifacts/$t.log" | sed "s/^#[0-9]*[[:space:]]*DONE[[:space:]]*/fuzz: $t: /"
+}
+failed=0
+running=0
+for t in "${targets[@]}"; do
+    mkdir -p "corpus/$t" "artifacts/$t"
+    echo "fuzz: $t for ${seconds}s ($(find "corpus/$t" -type f | wc -l) inputs to start from)"
+    fuzz_one "$t" &
+    running=$((running + 1))
+    if [ "$running" -ge "$jobs" ]; then
+        wait -n || failed=1
+        running=$((running - 1))
+    fi
 done
+while [ "$running" -gt 0 ]; do
+    wait -n || failed=1
+    running=$((running - 1))
+done
+exit "$failed"
