@@ -10,10 +10,16 @@
 //! and tgid are below 2^22 (PID_MAX_LIMIT); the task's tgid is its leader's pid and tgid.
 //! `comm` is at most 15 bytes.
 
+use std::ops::ControlFlow;
+
 use super::layout::LinuxLayout;
+use super::list::{walk, ListEnd};
 use super::read::{bytes_at, kernel_object, u32_at, u64_at, CR3_ADDR_MASK};
 use super::text;
-use super::{IdentifyError, Identity, ProcessFacts, ProcessKey, ThreadFacts, ThreadKey};
+use super::{
+    IdentifyError, Identity, ProcessFacts, ProcessKey, ProcessList, ThreadFacts, ThreadKey,
+    MAX_PROCESSES,
+};
 use crate::mem::Memory;
 
 /// `PF_KTHREAD`: the task is a kernel thread.
@@ -190,6 +196,70 @@ pub fn identify(
             name: Some(text::fixed(&t.comm)),
         },
     })
+}
+
+/// Every process on `init_task.tasks` (the kernel's list of thread-group leaders, whose head
+/// is the boot CPU's idle task, `swapper/0`, itself listed first), at most `limit` (never more
+/// than [`MAX_PROCESSES`]). `slide` moves the vmlinux's `init_task` to where the guest's
+/// kernel has it (KASLR; 0 without). None when the layout lacks `init_task` or
+/// `task_struct.tasks`. A task whose fields fail their checks ends the walk.
+pub fn processes(
+    kmem: &mut dyn Memory,
+    layout: &LinuxLayout,
+    slide: u64,
+    limit: usize,
+) -> Option<ProcessList> {
+    let init_task = layout.symbols.init_task?.wrapping_add(slide);
+    let tasks = layout.task_struct.tasks?;
+    let limit = limit.min(MAX_PROCESSES);
+    let mut out = Vec::new();
+    if limit == 0 {
+        return Some(ProcessList {
+            processes: out,
+            end: ListEnd::Limit,
+        });
+    }
+    match listed_process(kmem, layout, init_task) {
+        Ok(p) => out.push(p),
+        Err(end) => {
+            return Some(ProcessList {
+                processes: out,
+                end,
+            })
+        }
+    }
+    let head = init_task.wrapping_add(u64::from(tasks));
+    let end = walk(
+        kmem,
+        head,
+        tasks,
+        limit - 1,
+        |mem, task| match listed_process(mem, layout, task) {
+            Ok(p) => {
+                out.push(p);
+                ControlFlow::Continue(())
+            }
+            Err(end) => ControlFlow::Break(end),
+        },
+    );
+    Some(ProcessList {
+        processes: out,
+        end,
+    })
+}
+
+/// The process of the task at `task` on the list, or how its failure ends the walk.
+fn listed_process(
+    kmem: &mut dyn Memory,
+    layout: &LinuxLayout,
+    task: u64,
+) -> Result<ProcessFacts, ListEnd> {
+    task_fields(kmem, layout, task)
+        .and_then(|t| process_of(kmem, layout, &t))
+        .map_err(|e| match e {
+            IdentifyError::Unreadable(a) => ListEnd::Unreadable(a),
+            _ => ListEnd::BadLink(task),
+        })
 }
 
 #[cfg(test)]

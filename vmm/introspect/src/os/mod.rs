@@ -151,6 +151,19 @@ pub enum IdentifyError {
     },
 }
 
+/// Most processes a walk of a kernel's process list (`PsActiveProcessHead`, `init_task.tasks`)
+/// reads, whatever the caller asks for.
+pub const MAX_PROCESSES: usize = 16_384;
+
+/// The processes on a kernel's list, in list order, and how the walk ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessList {
+    /// The processes read.
+    pub processes: Vec<ProcessFacts>,
+    /// Why the walk stopped.
+    pub end: list::ListEnd,
+}
+
 mod context;
 pub use context::{
     ContextStats, GuestContext, BASE_CHECK_EVERY, MAX_CACHED_THREADS, RECHECK_EVERY,

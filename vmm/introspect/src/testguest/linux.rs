@@ -1,7 +1,10 @@
 //! A synthetic Linux guest: per-CPU areas for two vCPUs (`this_cpu_off`, the running task's
 //! pointer), and tasks with pid, tgid, comm, flags, start_time, mm and group_leader at the
 //! offsets of the layout given: the two idle tasks (`swapper/N`, pid 0), a kernel thread, a
-//! one-thread process and a two-thread one whose second thread has a name of its own.
+//! one-thread process and a two-thread one whose second thread has a name of its own. The
+//! thread-group leaders are on `init_task.tasks` as Linux links them: `swapper/0` is
+//! `init_task` (the guest's layout says where) and heads the list; the other idle task and
+//! the second thread are not on it.
 
 use super::{Bump, PhysMem, Space};
 use crate::os::layout::{LinuxLayout, LinuxSymbols, MmStruct, PcpuHot, TaskStruct};
@@ -72,6 +75,8 @@ pub struct LinuxGuest {
     /// swapper/0, swapper/1, kworker/0:1, sh (pid 1), awk (pid 57), its thread `awk-io`
     /// (pid 58), in that order.
     pub tasks: Vec<LinuxTask>,
+    /// The tasks on `init_task.tasks`, after `init_task` itself (indices into `tasks`).
+    pub listed: Vec<usize>,
     slab: Bump,
     clock: u64,
 }
@@ -87,6 +92,7 @@ impl LinuxGuest {
             kernel_cr3,
             per_cpu: Vec::new(),
             tasks: Vec::new(),
+            listed: Vec::new(),
             slab: Bump { next: SLAB },
             clock: 1_000_000_000,
         };
@@ -98,16 +104,37 @@ impl LinuxGuest {
         g.phys.map(kernel_cr3, DIRECT_MAP + kernel_cr3, kernel_cr3);
         let swapper0 = g.task(0, None, "swapper/0", PF_KTHREAD, None);
         let swapper1 = g.task(0, None, "swapper/1", PF_KTHREAD, None);
-        g.task(23, None, "kworker/0:1", PF_KTHREAD | 0x4000_0000, None);
+        let kworker = g.task(23, None, "kworker/0:1", PF_KTHREAD | 0x4000_0000, None);
         let sh_mm = g.mm();
-        g.task(1, None, "sh", 0x0040_0100, Some(sh_mm));
+        let sh = g.task(1, None, "sh", 0x0040_0100, Some(sh_mm));
         let awk_mm = g.mm();
         let awk = g.task(57, None, "awk", 0x0040_0000, Some(awk_mm));
         g.task(58, Some(awk), "awk-io", 0x0040_0040, Some(awk_mm));
         let (s0, s1) = (g.tasks[swapper0].task, g.tasks[swapper1].task);
+        if g.layout.symbols.init_task.is_some() {
+            g.layout.symbols.init_task = Some(s0);
+        }
+        g.listed = vec![kworker, sh, awk];
+        g.link_tasks();
         g.switch(0, s0);
         g.switch(1, s1);
         g
+    }
+
+    /// Links `init_task` (swapper/0) and the [`listed`](Self::listed) tasks into the circular
+    /// `tasks` list, when the layout has the member.
+    pub fn link_tasks(&mut self) {
+        let Some(off) = self.layout.task_struct.tasks else {
+            return;
+        };
+        let mut ring = vec![self.tasks[0].task];
+        ring.extend(self.listed.iter().map(|&i| self.tasks[i].task));
+        for (i, &t) in ring.iter().enumerate() {
+            let next = ring[(i + 1) % ring.len()] + u64::from(off);
+            let prev = ring[(i + ring.len() - 1) % ring.len()] + u64::from(off);
+            self.write_u64(t + u64::from(off), next);
+            self.write_u64(t + u64::from(off) + 8, prev);
+        }
     }
 
     /// The kernel this guest runs, for a [`GuestContext`](crate::os::GuestContext).
@@ -195,7 +222,15 @@ impl LinuxGuest {
     pub fn reuse(&mut self, i: usize, pid: u64, comm: &str) -> usize {
         let at = self.tasks[i].task;
         let mm = self.mm();
-        self.task_at(at, pid, None, comm, 0x0040_0000, Some(mm))
+        let new = self.task_at(at, pid, None, comm, 0x0040_0000, Some(mm));
+        // The new process takes the old one's place on the list.
+        for l in &mut self.listed {
+            if *l == i {
+                *l = new;
+            }
+        }
+        self.link_tasks();
+        new
     }
 
     /// Overwrites the u64 at kernel address `va`.

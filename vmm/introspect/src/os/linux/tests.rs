@@ -153,3 +153,68 @@ fn a_task_without_an_mm_is_the_kernel_s() {
     let id = identify(&mut g.kmem(), &g.layout, g.tasks[4].task).unwrap();
     assert!(id.process.cr3s.is_empty() && !id.process.kernel);
 }
+
+/// `init_task.tasks`: swapper/0 first, then every thread-group leader in list order; not the
+/// other CPU's idle task, nor a second thread.
+#[test]
+fn the_process_list_is_init_task_and_every_leader_on_its_tasks_list() {
+    for hot in [false, true] {
+        let g = LinuxGuest::new(&test_layout(hot));
+        let list = processes(&mut g.kmem(), &g.layout, 0, MAX_PROCESSES).unwrap();
+        assert_eq!(list.end, ListEnd::Complete);
+        let want: Vec<_> = [0usize, 2, 3, 4]
+            .iter()
+            .map(|&i| g.tasks[i].identity.process.clone())
+            .collect();
+        assert_eq!(list.processes, want);
+    }
+}
+
+#[test]
+fn the_process_list_walk_is_bounded_and_needs_its_symbol_and_member() {
+    let g = LinuxGuest::new(&test_layout(false));
+    let l = g.layout;
+    for (limit, n) in [(0, 0), (1, 1), (3, 3)] {
+        let list = processes(&mut g.kmem(), &l, 0, limit).unwrap();
+        assert_eq!(
+            (list.processes.len(), list.end),
+            (n, ListEnd::Limit),
+            "limit {limit}"
+        );
+    }
+    // A slide moves init_task: off by a page, nothing there is a task.
+    let list = processes(&mut g.kmem(), &l, 0x1000, 10).unwrap();
+    assert!(list.processes.is_empty() && list.end != ListEnd::Complete);
+    let mut no_symbol = l;
+    no_symbol.symbols.init_task = None;
+    assert_eq!(processes(&mut g.kmem(), &no_symbol, 0, 10), None);
+    let mut no_member = l;
+    no_member.task_struct.tasks = None;
+    assert_eq!(processes(&mut g.kmem(), &no_member, 0, 10), None);
+}
+
+/// A task on the list whose fields fail their checks ends the walk with what was read.
+#[test]
+fn a_bad_task_on_the_list_ends_the_walk() {
+    let mut g = LinuxGuest::new(&test_layout(false));
+    let sh = g.tasks[3].task;
+    let tgid = sh + u64::from(g.layout.task_struct.tgid);
+    g.write(tgid, &(1u32 << 23).to_le_bytes());
+    let list = processes(&mut g.kmem(), &g.layout, 0, 100).unwrap();
+    assert_eq!(list.end, ListEnd::BadLink(sh));
+    assert_eq!(
+        list.processes.len(),
+        2,
+        "swapper/0 and the kworker before it"
+    );
+}
+
+/// A task_struct reused by a new process is listed as the new process.
+#[test]
+fn a_reused_task_struct_is_listed_as_its_new_process() {
+    let mut g = LinuxGuest::new(&test_layout(false));
+    let new = g.reuse(4, 91, "gawk");
+    let list = processes(&mut g.kmem(), &g.layout, 0, 100).unwrap();
+    assert_eq!(list.end, ListEnd::Complete);
+    assert_eq!(list.processes.last(), Some(&g.tasks[new].identity.process));
+}

@@ -28,8 +28,7 @@ pub use wow64::{
     process_modules, wow64_modules, wow64_peb, Ldr32, ProcessModules, EWOW64PROCESS_PEB,
 };
 
-/// Most processes a walk of `PsActiveProcessHead` reads, whatever the caller asks for.
-pub const MAX_PROCESSES: usize = 16_384;
+pub use super::{ProcessList, MAX_PROCESSES};
 /// The System process's id.
 pub const SYSTEM_PID: u64 = 4;
 
@@ -213,15 +212,6 @@ pub fn identify(
             name: thread_name(kmem, layout, t.name_ptr),
         },
     })
-}
-
-/// The processes on a list, in list order, and how the walk ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProcessList {
-    /// The processes read.
-    pub processes: Vec<ProcessFacts>,
-    /// Why the walk stopped.
-    pub end: ListEnd,
 }
 
 /// Every process on `PsActiveProcessHead` (ntoskrnl at `nt_base`), at most `limit` (never more

@@ -4,17 +4,18 @@
 //! the process that owned their address space ([`ProcessTable::listed`]).
 //!
 //! Windows: `PsActiveProcessHead` (its RVA from the kernel's PDB: the kernel does not export
-//! it) through each `_EPROCESS`'s `ActiveProcessLinks`, by `introspect::os::windows::processes`:
-//! bounded (16,384 entries), every link checked, an unreadable or implausible entry ending the
-//! walk with what was read. Linux's `init_task` list is not walked yet.
+//! it) through each `_EPROCESS`'s `ActiveProcessLinks`, by `introspect::os::windows::processes`.
+//! Linux: `init_task` and the thread-group leaders on its `tasks` list, by
+//! `introspect::os::linux::processes` (a layout without `init_task` or `task_struct.tasks`,
+//! such as a bare BTF blob's, is not walked). Both are bounded (16,384 entries), every link
+//! checked, an unreadable or implausible entry ending the walk with what was read.
 //!
 //! [`ProcessTable::listed`]: super::process_table::ProcessTable::listed
 
 use std::sync::atomic::Ordering;
 
 use introspect::os::list::ListEnd;
-use introspect::os::windows::{processes, MAX_PROCESSES};
-use introspect::os::OsLayout;
+use introspect::os::{linux, windows, OsLayout, MAX_PROCESSES};
 use introspect::paging::Paging;
 use vm_memory::GuestMemoryMmap;
 
@@ -25,14 +26,19 @@ use crate::profiler::host_profiles::stacks::GuestVirt;
 impl GuestAwareness {
     /// Walks the process list of the kernel in use, reading kernel memory through `kernel`
     /// (the page tables of a kernel-mode sample), and takes what it finds into the run's rows.
-    /// None when no layout is known, or the kernel's list is not one hvprof walks (Linux).
+    /// None when no layout is known, or it cannot find the list (a Linux layout without
+    /// `init_task`).
     pub fn walk_process_list(&self, mem: &GuestMemoryMmap, kernel: Paging) -> Option<Listed> {
         let os = self.os()?;
-        let OsLayout::Windows(layout) = os.layout else {
-            return None;
-        };
         let mut kmem = GuestVirt::new(mem, kernel);
-        let list = processes(&mut kmem, &layout, os.load_bias, MAX_PROCESSES);
+        let list = match os.layout {
+            OsLayout::Windows(layout) => {
+                windows::processes(&mut kmem, &layout, os.load_bias, MAX_PROCESSES)
+            }
+            OsLayout::Linux(layout) => {
+                linux::processes(&mut kmem, &layout, os.load_bias, MAX_PROCESSES)?
+            }
+        };
         if list.end != ListEnd::Complete {
             log::info!(
                 "the guest kernel's process list was read in part ({} processes): {:?}",

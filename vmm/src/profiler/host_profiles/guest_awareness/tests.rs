@@ -325,3 +325,40 @@ fn a_wow64_process_lists_its_64_bit_and_its_x86_dlls() {
         .iter()
         .any(|m| m.2 == "KERNELBASE.dll" && m.1 < 1 << 32));
 }
+
+/// Linux: the first kernel-mode sample with the layout walks `init_task.tasks`, so processes
+/// that never ran in a sample are listed (without threads); the walk at the end adds a
+/// process started since.
+#[test]
+fn linux_processes_are_listed_from_init_task_before_their_first_sample() {
+    use introspect::testguest::linux::{test_layout, LinuxGuest};
+    let mut g = LinuxGuest::new(&test_layout(false));
+    let aware = GuestAwareness::new(2, Instant::now());
+    aware.set_types(GuestTypes::Linux(g.layout));
+    let mut v = VcpuGuest::default();
+    let regs = g.regs(0, 0, false);
+    let kernel = CpuState {
+        cpl: 0,
+        paging: g.kernel_paging(),
+        gs_base: regs.gs_base,
+        ..CpuState::default()
+    };
+    let mem = guest_memory(&g.phys);
+    let who = aware.identify(0, &mut v, &mem, &kernel);
+    assert_eq!(who.map(|w| w.process_name.as_str()), Some("[swapper/0]"));
+    let names = |aware: &GuestAwareness| -> Vec<String> {
+        let mut n: Vec<String> = aware.table().rows().0.into_iter().map(|r| r.name).collect();
+        n.sort();
+        n
+    };
+    assert_eq!(names(&aware), ["[kworker/0:1]", "[swapper/0]", "awk", "sh"]);
+    let (p, t) = aware.table().rows();
+    let sh = p.iter().find(|r| r.name == "sh").unwrap();
+    assert_eq!(sh.pid, Some(1));
+    assert!(t.iter().all(|th| th.process != sh.key), "sh never ran");
+    // A process that exits, its task_struct reused by another: the end's walk lists it.
+    g.reuse(3, 77, "dd");
+    let mem = guest_memory(&g.phys);
+    assert_eq!(aware.walk_at_end(&mem).map(|l| l.added), Some(1));
+    assert!(names(&aware).contains(&"dd".to_string()));
+}
