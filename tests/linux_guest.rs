@@ -102,17 +102,50 @@ fn read_back(img: &Path, path: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Boots with `cpus` vCPUs and a disk, checks the platform as the guest saw it, its writes on
-/// the host, and a clean power-off.
-fn boot_and_check(cpus: u32) {
+/// Checks the platform as a guest with `cpus` vCPUs saw it (its `facts` and `disk` steps), and
+/// what it wrote to the ext2 image `img` as read on the host.
+fn check_platform(out: &Output, cpus: u32, img: &Path) {
+    let online = if cpus == 1 {
+        "0".to_string()
+    } else {
+        format!("0-{}", cpus - 1)
+    };
+    assert_eq!(fact(out, "cpus"), online, "{out}");
+    assert_eq!(fact(out, "packages"), "1", "one package\n{out}");
+    // PCI enumerated through the ACPI PCI root, without `pci=`: the host bridge and the disk.
+    assert!(fact(out, "pci").contains("0000:00:02.0"), "{out}");
+    assert!(fact(out, "clocksources").contains("acpi_pm"), "{out}");
+    assert!(fact(out, "rtc").starts_with("rtc_cmos"), "{out}");
+    assert_eq!(fact(out, "facs"), "yes", "{out}");
+    let msix: u32 = fact(out, "msix").parse().unwrap();
+    assert!(
+        msix >= 2,
+        "virtio-blk should use MSI-X (config and queue vectors)\n{out}"
+    );
+    assert_eq!(fact(out, "disk_in"), "hello from the host", "{out}");
+    assert_eq!(fact(out, "disk"), "done", "{out}");
+    // On the host: the file system is clean and holds what the guest wrote.
+    let disk = img.to_str().unwrap();
+    tool("e2fsck", "e2fsprogs", &["-f", "-n", disk]);
+    assert_eq!(
+        read_back(img, "/out.txt"),
+        format!("written by linux on {online} cpus\n")
+    );
+    assert_eq!(read_back(img, "/zeros").len(), 256 * 4096);
+}
+
+/// `hvprof run` with two vCPUs and a disk: one CPU package, the disk found through ACPI and
+/// used over MSI-X, and a `reboot` that ends the run as a reset. (The one-vCPU platform, and
+/// a power-off, are checked by the profiled boot below: each boot of this guest costs minutes
+/// where guest-kernel code is emulated, so each checks all it can.)
+#[test]
+fn two_vcpus_are_one_package_and_reboot() {
     let g = guest();
     let dir = TempDir::new("linux");
     let img = ext2_image(&dir);
-    let disk = img.to_str().unwrap();
-    let cpus_arg = cpus.to_string();
     let limit = BOOT.limit();
     let timeout = limit.timeout_arg();
-    let cmd = cmdline("hvtest=facts,disk hvend=poweroff");
+    let cmd = cmdline("hvtest=facts,disk hvend=reboot");
     let out = hvprof_run(
         &g.vmlinux,
         &[
@@ -123,9 +156,9 @@ fn boot_and_check(cpus: u32) {
             "--memory",
             MEMORY_MIB,
             "--cpus",
-            &cpus_arg,
+            "2",
             "--disk",
-            disk,
+            img.to_str().unwrap(),
             "--timeout",
             &timeout,
         ],
@@ -133,77 +166,14 @@ fn boot_and_check(cpus: u32) {
     .host_limit(&limit)
     .run();
     out.assert_status(status::CLEAN)
-        .assert_stderr_contains("guest powered off");
-    let online = if cpus == 1 {
-        "0".to_string()
-    } else {
-        format!("0-{}", cpus - 1)
-    };
-    assert_eq!(fact(&out, "cpus"), online, "{out}");
-    assert_eq!(fact(&out, "packages"), "1", "one package\n{out}");
-    // PCI enumerated through the ACPI PCI root, without `pci=`: the host bridge and the disk.
-    assert!(fact(&out, "pci").contains("0000:00:02.0"), "{out}");
-    assert!(fact(&out, "clocksources").contains("acpi_pm"), "{out}");
-    assert!(fact(&out, "rtc").starts_with("rtc_cmos"), "{out}");
-    assert_eq!(fact(&out, "facs"), "yes", "{out}");
-    let msix: u32 = fact(&out, "msix").parse().unwrap();
-    assert!(
-        msix >= 2,
-        "virtio-blk should use MSI-X (config and queue vectors)\n{out}"
-    );
-    assert_eq!(fact(&out, "disk_in"), "hello from the host", "{out}");
-    assert_eq!(fact(&out, "disk"), "done", "{out}");
-    // On the host: the file system is clean and holds what the guest wrote.
-    tool("e2fsck", "e2fsprogs", &["-f", "-n", disk]);
-    assert_eq!(
-        read_back(&img, "/out.txt"),
-        format!("written by linux on {online} cpus\n")
-    );
-    assert_eq!(read_back(&img, "/zeros").len(), 256 * 4096);
-}
-
-#[test]
-fn one_vcpu_finds_its_disk_through_acpi_and_powers_off() {
-    boot_and_check(1);
-}
-
-#[test]
-fn two_vcpus_are_one_package_and_power_off() {
-    boot_and_check(2);
-}
-
-/// `hvprof profile --kernel vmlinux` of a busybox workload names kernel functions from
-/// vmlinux's symbols, leaves user-mode samples to no module, and a `reboot` ends the run as a
-/// reset.
-#[test]
-fn profile_names_linux_kernel_functions() {
-    let g = guest();
-    let dir = TempDir::new("linux-profile");
-    let out_dir = dir.join("out");
-    let limit = BOOT.limit();
-    let timeout = limit.timeout_arg();
-    let cmd = cmdline("hvtest=work hvwork=200000 hvend=reboot");
-    let out = hvprof([
-        "profile",
-        "--kernel",
-        g.vmlinux.to_str().unwrap(),
-        "--initrd",
-        g.initramfs.to_str().unwrap(),
-        "--cmdline",
-        &cmd,
-        "--memory",
-        MEMORY_MIB,
-        "--quiet",
-        "--timeout",
-        &timeout,
-        "--out",
-        out_dir.to_str().unwrap(),
-    ])
-    .host_limit(&limit)
-    .run();
-    out.assert_status(status::CLEAN)
         .assert_stderr_contains("guest requested a reset");
-    assert_eq!(fact(&out, "work"), "done", "{out}");
+    check_platform(&out, 2, &img);
+}
+
+/// The report names vmlinux's functions (report.txt and `go tool pprof -top`), and leaves
+/// user-mode samples to no module, never to vmlinux (whose per-CPU segment is linked at
+/// address 0).
+fn check_kernel_functions(g: &Guest, out_dir: &Path) {
     let report = std::fs::read_to_string(out_dir.join("report.txt")).unwrap();
     let symbols = kernel_text_symbols(&g.vmlinux);
     let is_kernel_fn = |word: &str| {
@@ -219,13 +189,11 @@ fn profile_names_linux_kernel_functions() {
         named.len() >= 3,
         "report.txt names fewer than 3 vmlinux functions: {named:?}\n{report}"
     );
-    let (top, _) = pprof(&out_dir, "-top", &[]);
+    let (top, _) = pprof(out_dir, "-top", &[]);
     assert!(
         top.lines().any(|l| l.split_whitespace().any(&is_kernel_fn)),
         "go tool pprof -top names no vmlinux function\n{top}"
     );
-    // The shell loop runs in user mode for a second or more: its samples belong to no module,
-    // never to vmlinux (whose per-CPU segment is linked at address 0).
     let unknown: u64 = report
         .lines()
         .find_map(|l| l.trim().strip_prefix("[unknown]"))
@@ -427,9 +395,11 @@ fn kernel_symbols(vmlinux: &Path) -> Vec<(String, u64)> {
         .collect()
 }
 
-/// How long the `procs` step runs its two processes, in guest seconds: at the guest's 100 Hz
-/// tick, 2,000 ticks between them, so the guest's own split is known to well under a point.
-const PROCS_SECONDS: u64 = 20;
+/// How long the `procs` step times its two processes, in guest seconds, and the sampling
+/// interval (1 ms, in ProfileTime's 100 ns units): thousands of samples between the two even
+/// where guest-kernel code is emulated and the tick itself takes much of each second.
+const PROCS_SECONDS: u64 = 8;
+const PROCS_INTERVAL: &str = "10000";
 
 /// A process the guest reported: "hvtest: proc NAME pid=PID ticks=T utime=U stime=S".
 #[derive(Debug)]
@@ -503,37 +473,40 @@ fn linux_phases(profile: &Path) {
     }
 }
 
-/// The samples profile.json counts for the guest process named `name` with id `pid`: the
-/// counts of every thread of every process row with that pid and name, in every object.
-fn process_samples(profile: &serde_json::Value, name: &str, pid: u64) -> u64 {
-    let rows: Vec<u64> = profile["processes"]
+/// The samples profile.json counts for guest pid `pid` while it had an address space: every
+/// thread of every process row with that pid, in every object, but for rows in brackets (a
+/// task past `exit_mm`, which is after the guest read its times). A pid has a row for each
+/// program it ran: the shell that forked it ("init") until its exec, then the program.
+/// Returns the total and the rows' names with their counts.
+fn pid_samples(profile: &serde_json::Value, pid: u64) -> (u64, Vec<(String, u64)>) {
+    let rows: Vec<(u64, String)> = profile["processes"]
         .as_array()
         .unwrap_or_else(|| panic!("profile.json has no processes[]"))
         .iter()
-        .filter(|p| p["pid"].as_u64() == Some(pid) && p["name"].as_str() == Some(name))
-        .filter_map(|p| p["key"].as_u64())
+        .filter(|p| p["pid"].as_u64() == Some(pid))
+        .filter_map(|p| Some((p["key"].as_u64()?, p["name"].as_str()?.to_string())))
+        .filter(|(_, name)| !name.starts_with('['))
         .collect();
-    assert!(
-        !rows.is_empty(),
-        "profile.json has no process {name} with pid {pid}: {}",
-        profile["processes"]
-    );
-    let threads: Vec<u64> = profile["threads"]
-        .as_array()
-        .unwrap_or_else(|| panic!("profile.json has no threads[]"))
-        .iter()
-        .filter(|t| t["process"].as_u64().is_some_and(|p| rows.contains(&p)))
-        .filter_map(|t| t["key"].as_u64())
-        .collect();
-    let mut samples = 0;
-    for object in profile["objects"].as_array().into_iter().flatten() {
-        for t in object["threads"].as_array().into_iter().flatten() {
-            if t["thread"].as_u64().is_some_and(|k| threads.contains(&k)) {
-                samples += counts_total(&t["counts"]);
+    let mut by_name = Vec::new();
+    for (key, name) in rows {
+        let threads: Vec<u64> = profile["threads"]
+            .as_array()
+            .unwrap_or_else(|| panic!("profile.json has no threads[]"))
+            .iter()
+            .filter(|t| t["process"].as_u64() == Some(key))
+            .filter_map(|t| t["key"].as_u64())
+            .collect();
+        let mut n = 0;
+        for object in profile["objects"].as_array().into_iter().flatten() {
+            for t in object["threads"].as_array().into_iter().flatten() {
+                if t["thread"].as_u64().is_some_and(|k| threads.contains(&k)) {
+                    n += counts_total(&t["counts"]);
+                }
             }
         }
+        by_name.push((name, n));
     }
-    samples
+    (by_name.iter().map(|(_, n)| n).sum(), by_name)
 }
 
 /// The sum of a counts value: `[["0xBUCKET", N], ...]` as objects' counts are written.
@@ -550,23 +523,32 @@ fn counts_total(counts: &serde_json::Value) -> u64 {
         .sum()
 }
 
-/// `hvprof profile --kernel vmlinux` of two user-mode processes competing for one vCPU (awk at
-/// nice 0, seq at nice 5: about 75:25) names both by the guest kernel's own structures: their
-/// pids and names are the guest's, and their shares of the samples, taken over the two, are
-/// within 3 points of the shares of CPU time the guest kernel charged them (/proc/PID/stat,
-/// read with both stopped). The guest's ticks, not a fixed split, are the ground truth: how a
-/// host shares its time among a guest's processes is the guest scheduler's business.
+/// One profiled boot with one vCPU and a disk, checked for all a boot of this guest shows (each
+/// costs minutes where guest-kernel code is emulated):
+/// - the platform as the guest saw it, its writes on the disk, and a clean power-off;
+/// - vmlinux's functions named in the report and in pprof, user-mode samples in no module;
+/// - the run's kernel and user phases on its timeline;
+/// - two user-mode processes competing for the vCPU (awk at nice 0, seq at nice 5: about 75:25)
+///   named by the guest kernel's own structures, with the guest's pids and names, and their
+///   shares of the samples, taken over the two, close to the shares of CPU time the guest
+///   kernel charged each pid (/proc/PID/stat, read with both stopped). The guest's times are
+///   the ground truth, not a fixed split: how a host shares its time among a guest's processes
+///   is the guest scheduler's business. Both sides count a pid's whole life up to the read: the
+///   guest's times include the forked shell's before its exec, so hvprof's count does too.
 #[test]
-fn processes_are_named_with_the_guests_own_shares() {
+fn profiled_boot_names_kernel_functions_and_processes_with_the_guests_shares() {
     let g = guest();
     let dir = TempDir::new("linux-procs");
+    let img = ext2_image(&dir);
     let out_dir = dir.join("out");
     let mut limit = BOOT.limit();
     // The step's own seconds are guest wall-clock time, the same on every host.
     limit.timeout += Duration::from_secs(PROCS_SECONDS);
     limit.harness += Duration::from_secs(PROCS_SECONDS);
     let timeout = limit.timeout_arg();
-    let cmd = cmdline(&format!("hvtest=procs hvprocs={PROCS_SECONDS}"));
+    let cmd = cmdline(&format!(
+        "hvtest=facts,disk,procs,tasks hvprocs={PROCS_SECONDS} hvend=poweroff"
+    ));
     let out = hvprof([
         "profile",
         "--kernel",
@@ -579,6 +561,10 @@ fn processes_are_named_with_the_guests_own_shares() {
         MEMORY_MIB,
         "--cpus",
         "1",
+        "--disk",
+        img.to_str().unwrap(),
+        "--interval",
+        PROCS_INTERVAL,
         "--quiet",
         "--timeline",
         "--timeout",
@@ -590,25 +576,78 @@ fn processes_are_named_with_the_guests_own_shares() {
     .run();
     out.assert_status(status::CLEAN)
         .assert_stderr_contains("guest powered off");
+    check_platform(&out, 1, &img);
+    check_kernel_functions(&g, &out_dir);
     assert_eq!(fact(&out, "procs"), "done", "{out}");
     linux_phases(&out_dir.join("profile.json"));
-    let procs = guest_procs(&out);
+    check_process_shares(&out, &out_dir);
+    check_every_task_is_listed(&out, &out_dir);
+}
+
+/// Every process the guest listed just before it powered off (its `tasks` step) is in
+/// profile.json with its pid and name (a kernel thread's in brackets), sampled or not: hvprof
+/// walked `init_task.tasks`. Only the workqueue's `kworker`s are let go, which the kernel
+/// starts and ends as it needs them.
+fn check_every_task_is_listed(out: &Output, out_dir: &Path) {
+    assert_eq!(fact(out, "tasks"), "done", "{out}");
+    let profile: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("profile.json")).unwrap()).unwrap();
+    let rows: Vec<(u64, &str)> = profile["processes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("profile.json has no processes[]"))
+        .iter()
+        .filter_map(|p| Some((p["pid"].as_u64()?, p["name"].as_str()?)))
+        .collect();
+    let mut listed = 0;
+    let mut missing = Vec::new();
+    for line in out.stdout.lines() {
+        let Some(rest) = line.trim_end().strip_prefix("hvtest: task ") else {
+            continue;
+        };
+        let mut words = rest.splitn(3, ' ');
+        let (pid, kind, name) = (
+            words.next().and_then(|w| w.parse::<u64>().ok()),
+            words.next(),
+            words.next().unwrap_or_default(),
+        );
+        let (Some(pid), Some(kind)) = (pid, kind) else {
+            panic!("a bad task line {line:?}\n{out}");
+        };
+        listed += 1;
+        let want = if kind == "kernel" {
+            format!("[{name}]")
+        } else {
+            name.to_string()
+        };
+        if !name.starts_with("kworker") && !rows.contains(&(pid, want.as_str())) {
+            missing.push(format!("{want} (pid {pid})"));
+        }
+    }
+    assert!(listed >= 5, "the guest listed {listed} tasks\n{out}");
+    assert!(
+        missing.is_empty(),
+        "processes the guest had but profile.json does not list: {missing:?}\nprofile.json: {rows:?}"
+    );
+}
+
+/// The two processes of the `procs` step are named in report.txt's Processes table, and their
+/// shares of the samples agree with the guest's own figures (see the test above).
+fn check_process_shares(out: &Output, out_dir: &Path) {
+    let procs = guest_procs(out);
     eprintln!("the guest's processes: {procs:?}");
     let names: Vec<&str> = procs.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, ["awk", "seq"], "{out}");
     let guest_ticks: u64 = procs.iter().map(|p| p.ticks).sum();
     assert!(
-        guest_ticks >= PROCS_SECONDS * 50,
+        guest_ticks >= PROCS_SECONDS * 25,
         "the two processes were charged only {guest_ticks} ticks in {PROCS_SECONDS} s\n{out}"
     );
 
     let profile: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out_dir.join("profile.json")).unwrap()).unwrap();
-    let samples: Vec<u64> = procs
-        .iter()
-        .map(|p| process_samples(&profile, &p.name, p.pid))
-        .collect();
-    let sampled: u64 = samples.iter().sum();
+    let counted: Vec<(u64, Vec<(String, u64)>)> =
+        procs.iter().map(|p| pid_samples(&profile, p.pid)).collect();
+    let sampled: u64 = counted.iter().map(|(n, _)| n).sum();
     assert!(sampled > 0, "no samples in awk or seq\n{out}");
     let report = std::fs::read_to_string(out_dir.join("report.txt")).unwrap();
     // The Processes table: the rows after its header (`Process  PID  Samples ...`), up to the
@@ -622,19 +661,26 @@ fn processes_are_named_with_the_guests_own_shares() {
         "report.txt has no Processes table\n{report}"
     );
     let table: Vec<&str> = lines.take_while(|l| !l.trim().is_empty()).collect();
-    for (p, &n) in procs.iter().zip(&samples) {
+    for (p, (n, rows)) in procs.iter().zip(&counted) {
         let guest_share = 100.0 * p.ticks as f64 / guest_ticks as f64;
-        let share = 100.0 * n as f64 / sampled as f64;
+        let share = 100.0 * *n as f64 / sampled as f64;
+        // The split is a proportion of `sampled` draws: allow five standard deviations of it, and
+        // two points for what the two sides count differently (the guest charges a context
+        // switch's last instructions to the next task; hvprof reads `current` as it was).
+        let q = guest_share / 100.0;
+        let allowed = 2.0 + 5.0 * 100.0 * (q * (1.0 - q) / sampled as f64).sqrt();
         eprintln!(
-            "{} (pid {}): guest {} ticks = {guest_share:.1}%, hvprof {n} samples = {share:.1}%",
-            p.name, p.pid, p.ticks
+            "pid {} ({}): guest {} ticks = {guest_share:.1}%, hvprof {n} samples {rows:?} = \
+             {share:.1}% (allowed {allowed:.1} points)",
+            p.pid, p.name, p.ticks
         );
         assert!(
-            (share - guest_share).abs() <= 3.0,
-            "{} (pid {}): {share:.1}% of the two processes' samples, but the guest charged it \
-             {guest_share:.1}% of their ticks ({procs:?}, samples {samples:?})\n{report}",
-            p.name,
-            p.pid
+            (share - guest_share).abs() <= allowed,
+            "pid {} ({}): {share:.1}% of the two pids' samples {rows:?}, but the guest charged \
+             it {guest_share:.1}% of their ticks, more than {allowed:.1} points apart \
+             ({procs:?})\n{report}",
+            p.pid,
+            p.name
         );
         let pid = p.pid.to_string();
         // A row names the process and its pid (as a word of its own, or "(pid N)").
