@@ -145,7 +145,7 @@ mod tests {
             ("kernel", None)
         );
         assert!(with.to_text().contains("--sampler kernel: available"));
-        let without = l.with_sampler(Err(Unavailable::NotAttributed(9)));
+        let without = l.clone().with_sampler(Err(Unavailable::NotAttributed(9)));
         assert_eq!(without.sampler, "kick");
         assert!(without
             .to_text()
