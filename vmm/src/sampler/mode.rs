@@ -84,7 +84,7 @@ impl Decision {
     /// wall clock the user asked for: that is a choice, not a failure).
     pub fn fallback_line(&self) -> Option<String> {
         match &self.fallback {
-            None | Some(Unavailable::WallClock) => None,
+            None | Some(Unavailable::WallClock | Unavailable::Timeline) => None,
             Some(why) => Some(format!(
                 "in-kernel sampling unavailable ({why}); sampling with kicks"
             )),
@@ -92,11 +92,13 @@ impl Decision {
     }
 }
 
-/// Decides the run's sampler: `choice`, the clock the user named (None: none), and the
-/// self-test, run only when the kernel's sampler is a candidate.
+/// Decides the run's sampler: `choice`, the clock the user named (None: none), whether a
+/// timeline records from the start (`auto` then keeps the wall clock's kicks, which show
+/// halted vCPUs), and the self-test, run only when the kernel's sampler is a candidate.
 pub fn decide(
     choice: SamplerChoice,
     clock: Option<Clock>,
+    timeline: bool,
     self_test: impl FnOnce() -> Result<Passed, Unavailable>,
 ) -> Result<Decision, SamplerError> {
     let kick = |fallback| Decision {
@@ -110,6 +112,9 @@ pub fn decide(
         }
         SamplerChoice::Auto if clock == Some(Clock::Wall) => {
             return Ok(kick(Some(Unavailable::WallClock)))
+        }
+        SamplerChoice::Auto if timeline && clock.is_none() => {
+            return Ok(kick(Some(Unavailable::Timeline)))
         }
         _ => {}
     }
@@ -138,22 +143,22 @@ mod tests {
 
     #[test]
     fn auto_takes_the_kernel_s_sampler_where_its_self_test_passes() {
-        let d = decide(SamplerChoice::Auto, None, passes).unwrap();
+        let d = decide(SamplerChoice::Auto, None, false, passes).unwrap();
         assert_eq!(d.mode, SamplerMode::Kernel);
         assert_eq!(d.fallback_line(), None);
-        let d = decide(SamplerChoice::Auto, Some(Clock::Cpu), passes).unwrap();
+        let d = decide(SamplerChoice::Auto, Some(Clock::Cpu), false, passes).unwrap();
         assert_eq!(d.mode, SamplerMode::Kernel);
     }
 
     #[test]
     fn auto_falls_back_to_kicks_with_one_line_saying_why() {
-        let d = decide(SamplerChoice::Auto, None, denied).unwrap();
+        let d = decide(SamplerChoice::Auto, None, false, denied).unwrap();
         assert_eq!(d.mode, SamplerMode::Kick);
         let line = d.fallback_line().unwrap();
         assert!(!line.contains('\n'), "{line}");
         assert!(line.contains("perf_event_paranoid=2"), "{line}");
         assert!(line.ends_with("sampling with kicks"), "{line}");
-        let none = decide(SamplerChoice::Auto, None, || {
+        let none = decide(SamplerChoice::Auto, None, false, || {
             Err(Unavailable::NotAttributed(7))
         });
         assert!(none
@@ -167,24 +172,32 @@ mod tests {
     fn kicks_and_the_wall_clock_need_no_self_test() {
         let never = || -> Result<Passed, Unavailable> { panic!("no self-test wanted") };
         assert_eq!(
-            decide(SamplerChoice::Kick, None, never).unwrap().mode,
+            decide(SamplerChoice::Kick, None, false, never)
+                .unwrap()
+                .mode,
             SamplerMode::Kick
         );
-        let d = decide(SamplerChoice::Auto, Some(Clock::Wall), never).unwrap();
+        let d = decide(SamplerChoice::Auto, Some(Clock::Wall), false, never).unwrap();
         assert_eq!(
             (d.mode, d.fallback_line()),
             (SamplerMode::Kick, None),
             "the user's choice, said nowhere"
         );
         assert_eq!(
-            decide(SamplerChoice::Kernel, Some(Clock::Wall), never),
+            decide(SamplerChoice::Kernel, Some(Clock::Wall), false, never),
             Err(SamplerError(Unavailable::WallClock))
         );
+        // A timeline from the start keeps the wall clock's kicks, silently, unless a clock
+        // or the kernel's sampler is named.
+        let d = decide(SamplerChoice::Auto, None, true, never).unwrap();
+        assert_eq!((d.mode, d.fallback_line()), (SamplerMode::Kick, None));
+        let d = decide(SamplerChoice::Auto, Some(Clock::Cpu), true, passes).unwrap();
+        assert_eq!(d.mode, SamplerMode::Kernel);
     }
 
     #[test]
     fn an_explicit_kernel_sampler_that_cannot_run_is_an_error() {
-        let e = decide(SamplerChoice::Kernel, None, denied).unwrap_err();
+        let e = decide(SamplerChoice::Kernel, None, false, denied).unwrap_err();
         assert!(e
             .to_string()
             .starts_with("--sampler kernel cannot run here"));

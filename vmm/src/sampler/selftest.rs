@@ -45,6 +45,10 @@ pub enum Unavailable {
     /// time cannot.
     #[error("--clock wall asks for wall-clock samples, which only kicks take")]
     WallClock,
+    /// A timeline from the run's start shows halted vCPUs and the run's phases, which only
+    /// wall-clock kicks sample.
+    #[error("a timeline shows when vCPUs halt, which only wall-clock kicks sample")]
+    Timeline,
 }
 
 /// What the self-test saw when it worked.

@@ -144,9 +144,14 @@ pub struct Vm {
 }
 
 /// The run's triggers: the sampler `config` asks for (its self-test decides `auto`; a fallback
-/// to kicks is said in one line) on the events `report` found.
-fn sampling_for(config: &VmConfig, report: &ProbeReport) -> Result<Sampling, VmError> {
-    let decision = decide(config.sampler, config.clock, selftest::run)?;
+/// to kicks is said in one line) on the events `report` found; `timeline`: a timeline records
+/// from the start.
+fn sampling_for(
+    config: &VmConfig,
+    report: &ProbeReport,
+    timeline: bool,
+) -> Result<Sampling, VmError> {
+    let decision = decide(config.sampler, config.clock, timeline, selftest::run)?;
     if let Some(line) = decision.fallback_line() {
         log::warn!("{line}");
     }
@@ -189,11 +194,13 @@ fn hvprof_leaves(features: u32) -> [Leaf; 2] {
 }
 
 impl Vm {
-    /// Builds the VM described by `config`; `observer`, if any, watches every vCPU thread.
+    /// Builds the VM described by `config`; `observer`, if any, watches every vCPU thread;
+    /// `timeline`: a host profile with a timeline starts with the run.
     pub fn new(
         config: &VmConfig,
         observer: Option<Arc<dyn VcpuObserver>>,
         clock: crate::clock::RunClock,
+        timeline: bool,
     ) -> Result<Self, VmError> {
         config.validate()?;
         let kvm = Kvm::new().map_err(|e| VmError::Kvm("open /dev/kvm", e))?;
@@ -259,7 +266,7 @@ impl Vm {
         if let Some(why) = report.hardware_summary() {
             log::debug!("{why}");
         }
-        let sampling = Arc::new(sampling_for(config, &report)?);
+        let sampling = Arc::new(sampling_for(config, &report, timeline)?);
         let features = features_for(&sampling);
         let profiler = Arc::new(Profiler::new(
             mem.clone(),

@@ -232,7 +232,8 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
     // Block SIGINT/SIGTERM before any thread exists, so every thread inherits the mask.
     let signals = StopSignals::block_and_open().map_err(|e| VmError::Host("a signalfd", e))?;
     signals::install_handlers()?;
-    let vm = Vm::new(config, hooks.observer, run_clock)?;
+    let timeline = hooks.host_profiles.iter().any(|s| s.timeline);
+    let vm = Vm::new(config, hooks.observer, run_clock, timeline)?;
     let protocol = vm.boot.protocol;
     let Vm {
         vm_fd,
