@@ -15,15 +15,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use profile_core::ObjectManager;
-
-use super::guest_objects::{self, pin::PinnedBuffer};
 use super::host_profiles::HostProfiles;
 use super::timeline::Timelines;
 use super::triggers::Triggers;
 use super::vcpu_counters::VcpuProfileStats;
 use crate::sampler::ring::record::{self, Mode, Record};
 use crate::sampler::ring::Ring;
+use crate::sampler::TriggerId;
 
 /// How often the drain thread empties the rings: a guest reading its own buffer sees counts at
 /// most this late; at 10 kHz a ring holds 40 such periods.
@@ -108,9 +106,11 @@ impl Flat {
         }
     }
 
-    /// Attributes every record published so far in every ring, with the object table
-    /// `manager` (whose read or write side the caller holds).
-    pub fn drain(&self, manager: &ObjectManager<PinnedBuffer>) {
+    /// Attributes every record published so far in every ring: to the guest's objects through
+    /// `objects(v, pc, t)` (which counts a sample of vCPU `v` at `pc` on trigger `t` with the
+    /// object table whose read or write side the caller holds, and returns the increments),
+    /// and to the host profiles.
+    pub fn drain(&self, objects: impl Fn(usize, u64, TriggerId) -> u32) {
         // One reading of both clocks maps the records' times onto the run's axis.
         let (now_run, now_mono) = (self.timeline.now_ns(), monotonic_ns());
         for v in 0..self.slots.len() {
@@ -148,8 +148,7 @@ impl Flat {
                         .saturating_sub(now_mono.saturating_sub(time))
                         .max(*last_ns);
                     *last_ns = t_ns;
-                    let sampling = self.triggers.sampling();
-                    let guest = guest_objects::record_flat(manager, sampling, v, ip, t);
+                    let guest = objects(v, ip, t);
                     let host = self.host.record_flat(v, t, ip, cpl, t_ns);
                     counters.sampled(u64::from(guest) + host);
                 }

@@ -116,7 +116,7 @@ pub struct GuestObjects {
 /// Counts an in-kernel sample of vCPU `v` at `pc` on trigger `t` in the started objects of
 /// `t`'s source that have no process restriction (the record names no process), with the
 /// object table `manager`; returns the counter increments.
-pub(crate) fn record_flat(
+fn record_flat(
     manager: &ObjectManager<PinnedBuffer>,
     sampling: &Sampling,
     v: usize,
@@ -170,13 +170,19 @@ impl GuestObjects {
 
     /// Attributes the in-kernel sampler's records taken so far.
     pub fn drain(&self) {
-        self.flat.drain(&self.read());
+        self.drain_with(&self.read());
+    }
+
+    fn drain_with(&self, manager: &ObjectManager<PinnedBuffer>) {
+        let sampling = self.triggers.sampling();
+        self.flat
+            .drain(|v, pc, t| record_flat(manager, sampling, v, pc, t));
     }
 
     /// The write side, once the records taken before this moment are attributed.
     fn change(&self) -> std::sync::RwLockWriteGuard<'_, ObjectManager<PinnedBuffer>> {
         let manager = self.write();
-        self.flat.drain(&manager);
+        self.drain_with(&manager);
         manager
     }
 
