@@ -23,6 +23,8 @@ mod failures;
 mod faults;
 /// SeaBIOS (Debian's `seabios` package) and OVMF boots.
 mod firmware;
+/// The in-kernel sampler: shares, Stop and the interval with it on, the fallback to kicks.
+mod in_kernel;
 /// The early boot of Debian's Linux kernel.
 mod linux;
 /// A small Linux built from Debian's source (images/linux): platform, disk, power, profile.

@@ -30,6 +30,8 @@ const FUZZ_TARGETS: &[(&str, &[&str])] = &[
     ("isf", &["report"]),
     // The control API's HTTP parser, and the kernel loaders, are the VMM library's.
     ("api_http", &["vmm"]),
+    // The in-kernel sampler's perf ring records.
+    ("perf_records", &["vmm"]),
     ("kernel_elf", &["vmm"]),
     ("kernel_load", &["vmm"]),
     ("multiboot_header", &["vmm"]),

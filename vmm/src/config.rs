@@ -135,8 +135,11 @@ pub struct VmConfig {
     pub disks: Vec<DiskConfig>,
     /// Whether each thread filters its system calls.
     pub seccomp: crate::seccomp::Seccomp,
-    /// What ProfileTime's samples tick on.
-    pub clock: crate::sampler::Clock,
+    /// What ProfileTime's samples tick on; None: the sampler's (the thread's CPU time with
+    /// the in-kernel sampler, the wall clock with kicks).
+    pub clock: Option<crate::sampler::Clock>,
+    /// How samples are taken (`--sampler`).
+    pub sampler: crate::sampler::SamplerChoice,
 }
 
 impl VmConfig {
@@ -160,7 +163,8 @@ impl VmConfig {
             watchdog_period: Duration::from_millis(500),
             disks: Vec::new(),
             seccomp: crate::seccomp::Seccomp::On,
-            clock: crate::sampler::Clock::Wall,
+            clock: None,
+            sampler: crate::sampler::SamplerChoice::Auto,
         }
     }
 

@@ -77,6 +77,7 @@ pub fn profile(report: &RunReport, meta: &RunMetadata) -> Profile {
         exit_status: meta.exit_status,
         interval_100ns: report.interval_100ns,
         clock: report.clock.name().to_string(),
+        sampler: report.sampler.name().to_string(),
     };
     let stacks: Vec<Vec<StackCount>> = report
         .host_results
@@ -350,6 +351,7 @@ mod tests {
             coalesced: 1,
             injected: 2,
             hypercalls: 4,
+            host_time: 0,
         };
         RunReport {
             timelines: Vec::new(),
@@ -421,6 +423,7 @@ mod tests {
             }],
             interval_100ns: 39_063,
             clock: crate::sampler::Clock::Cpu,
+            sampler: crate::sampler::SamplerMode::Kernel,
         }
     }
 

@@ -534,9 +534,20 @@ fn guest_types_btf() -> Vec<u8> {
 /// thread 0 with a two-frame stack), a phase, a halt and a hypercall.
 const TIMELINE_JSON: &str = r#"{"format":"hvprof-timeline","format_version":1,"run_start_time":"2026-11-26T09:00:00.000Z","timelines":[{"object":1,"start_unix_ns":"0x179b2e1a2f5c8000","dropped_samples":2,"dropped_markers":0,"samples":{"t_delta_ns":[0,1000,5],"vcpu":[0,1,0],"cpl":[0,3,3],"thread":[null,0,0],"stack":[0,1,1]},"stacks":[["0x100"],["0x2040","0x1050"]],"markers":{"kind":["phase","halt","hypercall"],"vcpu":[null,1,0],"start_delta_ns":[0,10,20],"duration_ns":[2000,30,0],"name":["kernel","hlt","QUERY -> OK"]}}]}"#;
 
+/// A guest user and a guest kernel sample, one of host time and a lost notice, as a vCPU
+/// thread's ring holds them.
+fn perf_records() -> Vec<u8> {
+    use vmm::sampler::ring::record::{encode_lost, encode_sample};
+    let mut v = encode_sample(5, 1, 0x4000_0010, 100);
+    v.extend(encode_sample(4, 1, 0xffff_8000_0000_1000, 200));
+    v.extend(encode_sample(1, 2, 0xffff_ffff_8100_0000, 300));
+    v.extend(encode_lost(1, 3));
+    v
+}
+
 fn main() -> std::io::Result<()> {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
-    let seeds: [(&str, &str, Vec<u8>); 19] = [
+    let seeds: [(&str, &str, Vec<u8>); 20] = [
         ("platform_io", "virtio-ioeventfd", virtio(true, false)),
         ("platform_io", "virtio-exits", virtio(false, false)),
         ("platform_io", "virtio-ring", virtio(true, true)),
@@ -565,6 +576,7 @@ fn main() -> std::io::Result<()> {
         ("qcow2_refcounts", "small", qcow2_small()),
         ("guest_types", "btf", guest_types_btf()),
         ("isf", "windows", isf_windows()),
+        ("perf_records", "guest-host-lost", perf_records()),
     ];
     for (target, name, bytes) in seeds {
         let at = Path::new(&dir).join(target);

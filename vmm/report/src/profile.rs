@@ -171,6 +171,19 @@ pub struct RunInfo {
     /// time). Written only when it is "cpu", so files of wall-clock runs stay as they were.
     #[serde(default = "wall_clock", skip_serializing_if = "is_wall_clock")]
     pub clock: String,
+    /// How samples were taken: "kernel" (the in-kernel sampler served what needs only RIP and
+    /// CPL, kicks the rest) or "kick". Written only when it is "kernel", so files of runs
+    /// sampled by kicks, and every older file, read as "kick".
+    #[serde(default = "kick_sampler", skip_serializing_if = "is_kick_sampler")]
+    pub sampler: String,
+}
+
+fn kick_sampler() -> String {
+    "kick".to_string()
+}
+
+fn is_kick_sampler(sampler: &str) -> bool {
+    sampler == "kick"
 }
 
 fn wall_clock() -> String {
@@ -642,6 +655,7 @@ pub(crate) mod tests {
                 exit_status: 0,
                 interval_100ns: 39_063,
                 clock: "wall".into(),
+                sampler: "kick".into(),
             },
             vcpus: vec![VcpuStats {
                 vcpu: 0,

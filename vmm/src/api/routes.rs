@@ -130,6 +130,7 @@ impl ApiState {
             "api_uptime_ms": u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             "interval_100ns": self.control.profiler.time_interval(),
             "clock": self.control.profiler.sampling().clock().name(),
+            "sampler": self.control.profiler.sampling().mode().name(),
         });
         Response::json(200, body.to_string())
     }

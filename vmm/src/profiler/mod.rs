@@ -6,10 +6,12 @@
 //! - [`host_profiles`]: profiles the VMM owns, which need no agent: their counts, the call
 //!   stack of each sample, each vCPU's image cache and the guest modules it found.
 //!
-//! Both claim [`triggers`] on the vCPUs they sample; [`vcpu_counters`] counts what each vCPU's
+//! Both claim [`triggers`] on the vCPUs they sample; with the in-kernel sampler, [`flat`]
+//! drains the vCPUs' rings into both while the vCPUs run; [`vcpu_counters`] counts what each vCPU's
 //! samples and hypercalls did; [`timeline`] records the run on a time axis while a host
 //! profile started with one runs. [`Profiler`] owns one of each and hands every sample to both.
 
+pub mod flat;
 pub mod guest_objects;
 pub mod host_profiles;
 pub mod timeline;
@@ -27,8 +29,10 @@ pub use guest_objects::{features_for, ObjectResult, ProfilerError, FEATURES, GUE
 use crate::arch::cpu_state::CpuState;
 use crate::clock::RunClock;
 use crate::sampler::probe::ProbeReport;
-use crate::sampler::{Sampling, TriggerId};
+use crate::sampler::ring::Ring;
+use crate::sampler::{SamplerMode, Sampling, TriggerId};
 use crate::signals::KickTable;
+use flat::Flat;
 use guest_objects::GuestObjects;
 use host_profiles::{
     FoundModule, HostProfileError, HostProfileResult, HostProfileSpec, HostProfileSummary,
@@ -42,9 +46,11 @@ use vcpu_counters::{bump, StatsSnapshot, VcpuProfileStats};
 pub struct Profiler {
     triggers: Arc<Triggers>,
     /// Per vCPU.
-    counters: Box<[VcpuProfileStats]>,
+    counters: Arc<[VcpuProfileStats]>,
     objects: GuestObjects,
-    host: HostProfiles,
+    host: Arc<HostProfiles>,
+    /// The in-kernel sampler's rings.
+    flat: Arc<Flat>,
     /// The run on a time axis, recorded while a host profile with a timeline runs.
     timeline: Arc<Timelines>,
 }
@@ -63,18 +69,29 @@ impl Profiler {
     ) -> Result<Self, ProfilerError> {
         let triggers = Arc::new(Triggers::new(sampling, kicks));
         let timeline = Arc::new(Timelines::with_clock(triggers.vcpu_count(), clock));
+        let counters: Arc<[VcpuProfileStats]> = (0..triggers.vcpu_count())
+            .map(|_| VcpuProfileStats::default())
+            .collect();
+        let host = Arc::new(HostProfiles::new(
+            mem.clone(),
+            triggers.clone(),
+            probe,
+            timeline.clone(),
+            clock.instant(),
+        ));
+        let flat = Arc::new(Flat::new(
+            triggers.clone(),
+            counters.clone(),
+            host.clone(),
+            timeline.clone(),
+        ));
+        let objects =
+            GuestObjects::new(mem, vm_fd, triggers.clone(), timeline.clone(), flat.clone())?;
         Ok(Profiler {
-            counters: (0..triggers.vcpu_count())
-                .map(|_| VcpuProfileStats::default())
-                .collect(),
-            objects: GuestObjects::new(mem.clone(), vm_fd, triggers.clone(), timeline.clone())?,
-            host: HostProfiles::new(
-                mem,
-                triggers.clone(),
-                probe,
-                timeline.clone(),
-                clock.instant(),
-            ),
+            counters,
+            objects,
+            host,
+            flat,
             triggers,
             timeline,
         })
@@ -119,6 +136,26 @@ impl Profiler {
             let source = self.sampling().source(t).unwrap_or(ProfileSource::TIME);
             self.objects.query_interval(source)
         })
+    }
+
+    /// True if vCPU `v` samples trigger `t` in the kernel rather than by kicks: the run
+    /// samples in the kernel, `v` has its ring, no claim on `t` needs `v`'s registers, and no
+    /// profile interrupt is to be delivered on `v`.
+    pub fn kernel_serves(&self, v: usize, t: TriggerId) -> bool {
+        self.sampling().mode() == SamplerMode::Kernel
+            && self.flat.has_ring(v)
+            && !self.triggers.needs_registers(v, t)
+            && !self.objects.has_interrupt(v)
+    }
+
+    /// vCPU `v`'s thread samples into `ring` from now on.
+    pub fn register_ring(&self, v: usize, ring: Ring) {
+        self.flat.register(v, ring);
+    }
+
+    /// Attributes the in-kernel sampler's records taken so far (the drain thread's work).
+    pub fn drain(&self) {
+        self.objects.drain();
     }
 
     /// The MSRs vCPU `v`'s next sample should read: IA32_KERNEL_GS_BASE (the guest kernel's
@@ -200,6 +237,9 @@ impl Profiler {
     /// Called by vCPU `v`'s thread as it leaves the guest for good (see
     /// [`HostProfiles::vcpu_exiting`]).
     pub fn vcpu_exiting(&self, v: usize) {
+        // Its last in-kernel samples, before its ring goes with its events.
+        self.objects.drain();
+        self.flat.unregister(v);
         self.host.vcpu_exiting(v);
     }
 
@@ -234,11 +274,15 @@ impl Profiler {
         {
             return Err(HostProfileError::NoProcessNames(why));
         }
+        // The records taken before it are not its.
+        self.objects.drain();
         self.host.start(spec)
     }
 
     /// Stops host profile `id`; its counts stay readable.
     pub fn stop_host_profile(&self, id: u32) -> Result<(), HostProfileError> {
+        // The records taken before the stop are its.
+        self.objects.drain();
         self.host.stop(id)
     }
 
@@ -261,6 +305,7 @@ impl Profiler {
     /// Stops and closes every object of the guest and every host profile (VM exit, guest
     /// reset) and keeps their results.
     pub fn close_all(&self) {
+        self.objects.drain();
         self.host.stop_all();
         self.objects.close_all();
     }

@@ -19,6 +19,9 @@ pub struct VcpuProfileStats {
     pub injected: AtomicU64,
     /// Hypercalls served.
     pub hypercalls: AtomicU64,
+    /// In-kernel samples that found the vCPU thread in the host (an exit, guest code the host
+    /// emulates): counted here, in no object.
+    pub host_time: AtomicU64,
 }
 
 /// A plain copy of the counters.
@@ -36,6 +39,8 @@ pub struct StatsSnapshot {
     pub injected: u64,
     /// Hypercalls served.
     pub hypercalls: u64,
+    /// In-kernel samples of host time.
+    pub host_time: u64,
 }
 
 impl StatsSnapshot {
@@ -51,6 +56,7 @@ impl StatsSnapshot {
         self.coalesced += o.coalesced;
         self.injected += o.injected;
         self.hypercalls += o.hypercalls;
+        self.host_time += o.host_time;
         self
     }
 }
@@ -61,6 +67,11 @@ impl VcpuProfileStats {
         if n > 0 {
             bump(&self.coalesced, n);
         }
+    }
+
+    /// Counts `n` in-kernel samples of host time.
+    pub fn host_time(&self, n: u64) {
+        bump(&self.host_time, n);
     }
 
     /// Counts one sample that made `counts` counter increments (guest objects and host
@@ -83,6 +94,7 @@ impl VcpuProfileStats {
             coalesced: l(&self.coalesced),
             injected: l(&self.injected),
             hypercalls: l(&self.hypercalls),
+            host_time: l(&self.host_time),
         }
     }
 }

@@ -102,6 +102,8 @@ const fn clock(name: &'static str, config: u32, what: &'static str) -> EventDef 
 
 /// The name of the software clock `--clock cpu` ticks ProfileTime on.
 pub const TASK_CLOCK: &str = "task-clock";
+/// The software clock the in-kernel sampler ticks ProfileTime on (as `perf kvm record`).
+pub const CPU_CLOCK: &str = "cpu-clock";
 
 /// Every event hvprof knows, in the order `hvprof events` lists them.
 pub const EVENTS: &[EventDef] = &[
@@ -200,7 +202,7 @@ pub const EVENTS: &[EventDef] = &[
         "floating-point instructions retired",
     ),
     clock(
-        "cpu-clock",
+        CPU_CLOCK,
         perf::PERF_COUNT_SW_CPU_CLOCK,
         "the vCPU thread's time on a CPU (per-CPU clock)",
     ),

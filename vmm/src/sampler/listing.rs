@@ -1,6 +1,6 @@
 //! What `hvprof events` prints: the probe's answer for each event, the profile sources a
-//! guest is offered here (the QUERY_INFO bitmap a VM started now reports), and whether
-//! `--clock cpu` works.
+//! guest is offered here (the QUERY_INFO bitmap a VM started now reports), whether
+//! `--clock cpu` works, and which sampler `--sampler auto` takes (its self-test's answer).
 
 use profile_core::abi::supported_sources_mask;
 use profile_core::SourceInfo;
@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::events::TASK_CLOCK;
 use super::probe::ProbeReport;
+use super::selftest::{Passed, Unavailable};
 use super::{Clock, Sampling};
 
 /// One event.
@@ -34,6 +35,10 @@ pub struct Listing {
     pub supported_sources: u64,
     /// Why `--clock cpu` cannot run here (None: it can).
     pub cpu_clock_unavailable: Option<String>,
+    /// What `--sampler auto` takes here: "kernel" or "kick".
+    pub sampler: &'static str,
+    /// Why the in-kernel sampler cannot run here (None: it can).
+    pub kernel_sampler_unavailable: Option<String>,
 }
 
 impl Listing {
@@ -59,7 +64,18 @@ impl Listing {
             cpu_clock_unavailable: Sampling::new(Clock::Cpu, report)
                 .err()
                 .map(|e| e.to_string()),
+            sampler: "kick",
+            kernel_sampler_unavailable: Some("not tested".into()),
         }
+    }
+
+    /// With the in-kernel sampler's self-test answer.
+    pub fn with_sampler(mut self, test: Result<Passed, Unavailable>) -> Listing {
+        (self.sampler, self.kernel_sampler_unavailable) = match test {
+            Ok(_) => ("kernel", None),
+            Err(why) => ("kick", Some(why.to_string())),
+        };
+        self
     }
 
     /// As JSON.
@@ -89,6 +105,14 @@ impl Listing {
             None => format!("--clock cpu: available ({TASK_CLOCK} on each vCPU thread)\n"),
             Some(why) => format!("--clock cpu: unavailable: {why}\n"),
         };
+        out += &match &self.kernel_sampler_unavailable {
+            None => "--sampler kernel: available (its self-test saw guest samples); \
+                     --sampler auto takes it\n"
+                .to_string(),
+            Some(why) => {
+                format!("--sampler kernel: unavailable: {why}; --sampler auto takes kick\n")
+            }
+        };
         out
     }
 }
@@ -115,6 +139,17 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("--clock cpu: available"), "{text}");
+        let with = l.clone().with_sampler(Ok(Passed { guest: 3, host: 0 }));
+        assert_eq!(
+            (with.sampler, with.kernel_sampler_unavailable.as_deref()),
+            ("kernel", None)
+        );
+        assert!(with.to_text().contains("--sampler kernel: available"));
+        let without = l.clone().with_sampler(Err(Unavailable::NotAttributed(9)));
+        assert_eq!(without.sampler, "kick");
+        assert!(without
+            .to_text()
+            .contains("--sampler kernel: unavailable: this kernel does not attribute"));
         let json: serde_json::Value = serde_json::from_str(&l.to_json()).unwrap();
         assert_eq!(json["events"][0]["name"], "cycles");
         assert_eq!(json["events"][0]["present"], false);

@@ -14,14 +14,18 @@
 
 pub mod events;
 pub mod listing;
+pub mod mode;
 pub mod perf;
 pub mod probe;
+pub mod ring;
+pub mod selftest;
 pub mod timer;
 pub mod vcpu;
 
 use profile_core::{ProfileSource, SourceInfo};
 
 use events::{EventDef, EventSpec};
+pub use mode::{SamplerChoice, SamplerMode};
 use probe::{Absence, ProbeReport};
 pub use timer::{interval_duration, SampleTimer};
 
@@ -74,6 +78,8 @@ pub struct Sampling {
     clock_event: Option<EventSpec>,
     /// Trigger `i + 1` is `events[i]`.
     events: Vec<(&'static EventDef, EventSpec)>,
+    /// Whether the vCPU threads also open ring events for the in-kernel sampler.
+    mode: SamplerMode,
 }
 
 /// A sampling choice this host cannot honour.
@@ -120,7 +126,29 @@ impl Sampling {
             clock,
             clock_event,
             events: report.present().collect(),
+            mode: SamplerMode::Kick,
         })
+    }
+
+    /// The triggers `report` allows for the in-kernel sampler: ProfileTime on each vCPU
+    /// thread's cpu-clock (CPU time, as `--clock cpu`), every trigger also sampled into a ring.
+    pub fn in_kernel(report: &ProbeReport) -> Result<Self, SamplingError> {
+        let clock_event = match report.get(events::CPU_CLOCK).map(|p| p.result) {
+            Some(Ok(spec)) => spec,
+            Some(Err(why)) => return Err(SamplingError::CpuClock(why)),
+            None => return Err(SamplingError::CpuClock(Absence::NoEncoding)),
+        };
+        Ok(Sampling {
+            clock: Clock::Cpu,
+            clock_event: Some(clock_event),
+            events: report.present().collect(),
+            mode: SamplerMode::Kernel,
+        })
+    }
+
+    /// How samples are taken.
+    pub fn mode(&self) -> SamplerMode {
+        self.mode
     }
 
     /// ProfileTime on the wall clock and no event: what a host without perf offers.
@@ -129,6 +157,7 @@ impl Sampling {
             clock: Clock::Wall,
             clock_event: None,
             events: Vec::new(),
+            mode: SamplerMode::Kick,
         }
     }
 

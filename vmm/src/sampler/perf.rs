@@ -18,7 +18,7 @@ use super::events::EventSpec;
 use crate::signals::overflow;
 
 /// The period an event is opened with, before anything arms it (it is opened disabled).
-const UNARMED_PERIOD: u64 = 1 << 40;
+pub(super) const UNARMED_PERIOD: u64 = 1 << 40;
 
 /// One perf event counting the calling thread.
 #[derive(Debug)]
@@ -27,7 +27,7 @@ pub struct PerfEvent {
     armed: Option<u64>,
 }
 
-fn attr(spec: &EventSpec, period: u64) -> perf_event_attr {
+pub(super) fn attr(spec: &EventSpec, period: u64) -> perf_event_attr {
     let mut attr = perf_event_attr {
         size: u32::try_from(std::mem::size_of::<perf_event_attr>()).unwrap_or(0),
         type_: spec.kind,
@@ -41,7 +41,11 @@ fn attr(spec: &EventSpec, period: u64) -> perf_event_attr {
 }
 
 fn open(spec: &EventSpec, period: u64) -> io::Result<OwnedFd> {
-    let mut attr = attr(spec, period);
+    open_attr(attr(spec, period))
+}
+
+/// Opens the event `attr` describes on the calling thread (pid 0, any CPU, no group).
+pub(super) fn open_attr(mut attr: perf_event_attr) -> io::Result<OwnedFd> {
     // SAFETY: `attr` is a valid, fully initialised perf_event_attr whose size field is its
     // own size; pid 0 / cpu -1 / no group names the calling thread on any CPU.
     let fd = unsafe { perf_event_open(&mut attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC.into()) };
@@ -56,6 +60,24 @@ fn open(spec: &EventSpec, period: u64) -> io::Result<OwnedFd> {
 /// may sample it on a vCPU thread.
 pub fn try_open(spec: &EventSpec) -> io::Result<()> {
     open(spec, UNARMED_PERIOD).map(drop)
+}
+
+/// Arms the event `fd` to overflow every `period` events, or disarms it (`None`).
+pub(super) fn arm(fd: RawFd, period: Option<u64>) -> io::Result<()> {
+    match period {
+        Some(p) => {
+            let p = p.max(1);
+            // SAFETY: PERIOD reads a u64 through the pointer, which is live for the call.
+            SyscallReturnCode(unsafe { ioctls::PERIOD(fd, std::ptr::addr_of!(p) as u64) })
+                .into_empty_result()?;
+            // SAFETY: RESET and ENABLE take no argument beyond the flag word.
+            SyscallReturnCode(unsafe { ioctls::RESET(fd, 0) }).into_empty_result()?;
+            // SAFETY: as above.
+            SyscallReturnCode(unsafe { ioctls::ENABLE(fd, 0) }).into_empty_result()
+        }
+        // SAFETY: as above.
+        None => SyscallReturnCode(unsafe { ioctls::DISABLE(fd, 0) }).into_empty_result(),
+    }
 }
 
 impl PerfEvent {
@@ -78,21 +100,7 @@ impl PerfEvent {
         if self.armed == period {
             return Ok(());
         }
-        let fd = self.fd();
-        match period {
-            Some(p) => {
-                let p = p.max(1);
-                // SAFETY: PERIOD reads a u64 through the pointer, which is live for the call.
-                SyscallReturnCode(unsafe { ioctls::PERIOD(fd, std::ptr::addr_of!(p) as u64) })
-                    .into_empty_result()?;
-                // SAFETY: RESET and ENABLE take no argument beyond the flag word.
-                SyscallReturnCode(unsafe { ioctls::RESET(fd, 0) }).into_empty_result()?;
-                // SAFETY: as above.
-                SyscallReturnCode(unsafe { ioctls::ENABLE(fd, 0) }).into_empty_result()?;
-            }
-            // SAFETY: as above.
-            None => SyscallReturnCode(unsafe { ioctls::DISABLE(fd, 0) }).into_empty_result()?,
-        }
+        arm(self.fd(), period)?;
         self.armed = period;
         Ok(())
     }

@@ -1,23 +1,28 @@
 //! One vCPU thread's triggers: created on that thread (before its system-call filter, since
 //! opening events and timers needs calls the filter refuses), armed and disarmed as started
-//! objects and host profiles come and go, and read after every kick.
+//! objects and host profiles come and go, and read after every kick. With the in-kernel
+//! sampler each trigger also has a ring event ([`super::ring`]); a trigger samples through one
+//! or the other, never both, as the profiler says (`Profiler::kernel_serves`).
 
 use super::perf::PerfEvent;
-use super::{interval_duration, SampleTimer, Sampling, TriggerId, TIME_TRIGGER};
+use super::ring::{Ring, ThreadEvents};
+use super::{interval_duration, SampleTimer, SamplerMode, Sampling, TriggerId, TIME_TRIGGER};
 use crate::signals::{overflow, tick};
 
 /// An event armed on this thread and the overflow slot that counts its signals.
 struct Watched {
     event: PerfEvent,
     slot: usize,
-    /// The event counts nanoseconds (a clock): intervals are 100 ns units to convert.
-    clock: bool,
 }
 
 /// A vCPU thread's triggers, indexed like its VM's [`Sampling`].
 pub struct VcpuSampler {
     timer: Option<SampleTimer>,
     events: Vec<Option<Watched>>,
+    /// The in-kernel sampler's events on this thread, if it samples with them.
+    ring: Option<ThreadEvents>,
+    /// Per trigger: counts nanoseconds (a clock), so intervals are 100 ns units to convert.
+    clocks: Vec<bool>,
 }
 
 /// Ticks a trigger delivered since the last look.
@@ -32,9 +37,11 @@ pub struct Ticks {
 }
 
 impl VcpuSampler {
-    /// Creates the calling thread's triggers for `sampling`, all disarmed. A trigger that
-    /// cannot be created is reported in the second value and never samples this vCPU.
-    pub fn for_current_thread(sampling: &Sampling) -> (Self, Vec<String>) {
+    /// Creates the calling thread's triggers for `sampling`, all disarmed, and with the
+    /// in-kernel sampler the ring they sample into, for the drain. A trigger that cannot be
+    /// created is reported in the last value and never samples this vCPU; without its ring the
+    /// vCPU is sampled by kicks alone.
+    pub fn for_current_thread(sampling: &Sampling) -> (Self, Option<Ring>, Vec<String>) {
         let mut errors = Vec::new();
         let timer = match sampling.spec(TIME_TRIGGER) {
             Some(_) => None,
@@ -50,29 +57,86 @@ impl VcpuSampler {
                 let watched = opened.and_then(|event| {
                     let slot = overflow::watch(event.fd())
                         .ok_or_else(|| format!("no overflow slot left for {}", sampling.name(t)))?;
-                    Ok(Watched {
-                        event,
-                        slot,
-                        clock: spec.clock,
-                    })
+                    Ok(Watched { event, slot })
                 });
                 watched.map_err(|e| errors.push(e)).ok()
             })
             .collect();
-        (VcpuSampler { timer, events }, errors)
+        let clocks = (0..sampling.len())
+            .map(|t| sampling.spec(t).is_some_and(|s| s.clock))
+            .collect();
+        let (ring, reader) = match sampling.mode() {
+            SamplerMode::Kick => (None, None),
+            SamplerMode::Kernel => {
+                let specs: Vec<_> = (0..sampling.len())
+                    .filter_map(|t| sampling.spec(t).map(|s| (t, s)))
+                    .collect();
+                match ThreadEvents::open_on_current_thread(&specs, sampling.len()) {
+                    Ok((events, ring)) => (Some(events), Some(ring)),
+                    Err(e) => {
+                        errors.push(format!(
+                            "no in-kernel sampling ({}): kicks only",
+                            report::chain::with_causes(&e)
+                        ));
+                        (None, None)
+                    }
+                }
+            }
+        };
+        let sampler = VcpuSampler {
+            timer,
+            events,
+            ring,
+            clocks,
+        };
+        (sampler, reader, errors)
     }
 
     /// Arms trigger `t` at `interval` (its source's unit: 100 ns for ProfileTime and the
-    /// software clocks, events for a PMU source) or disarms it (`None`).
-    pub fn set(&mut self, t: TriggerId, interval: Option<u32>) -> std::io::Result<()> {
+    /// software clocks, events for a PMU source) or disarms it (`None`): in the kernel
+    /// (`in_kernel`, where this thread has a ring event for it) or by kicks.
+    pub fn set(
+        &mut self,
+        t: TriggerId,
+        interval: Option<u32>,
+        in_kernel: bool,
+    ) -> std::io::Result<()> {
+        let clock = self.clocks.get(t).copied().unwrap_or(false);
+        let period = interval.map(|i| {
+            if clock {
+                u64::try_from(interval_duration(i).as_nanos()).unwrap_or(u64::MAX)
+            } else {
+                u64::from(i)
+            }
+        });
+        let (ring, kick) = match &self.ring {
+            Some(r) if in_kernel && r.has(t) => (period, None),
+            _ => (None, period),
+        };
+        // Disarm before arming, so no stretch of guest time is sampled twice.
+        if ring.is_none() {
+            if let Some(r) = self.ring.as_mut() {
+                r.set(t, None)?;
+            }
+        }
+        self.set_kick(t, kick, interval.filter(|_| ring.is_none()))?;
+        if ring.is_some() {
+            if let Some(r) = self.ring.as_mut() {
+                r.set(t, ring)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Arms or disarms trigger `t`'s kicks: its perf event at `period`, or the wall-clock
+    /// timer at `interval`.
+    fn set_kick(
+        &mut self,
+        t: TriggerId,
+        period: Option<u64>,
+        interval: Option<u32>,
+    ) -> std::io::Result<()> {
         if let Some(Some(w)) = self.events.get_mut(t) {
-            let period = interval.map(|i| {
-                if w.clock {
-                    u64::try_from(interval_duration(i).as_nanos()).unwrap_or(u64::MAX)
-                } else {
-                    u64::from(i)
-                }
-            });
             return w.event.set(period);
         }
         match (t, self.timer.as_mut()) {
@@ -141,14 +205,14 @@ mod tests {
         };
         crate::signals::install_handlers().unwrap();
         let got = std::thread::spawn(move || {
-            let (mut s, errors) = VcpuSampler::for_current_thread(&sampling);
+            let (mut s, _, errors) = VcpuSampler::for_current_thread(&sampling);
             assert_eq!(errors, Vec::<String>::new());
-            s.set(TIME_TRIGGER, Some(10_000)).unwrap();
+            s.set(TIME_TRIGGER, Some(10_000), false).unwrap();
             let mut seen = Vec::new();
             while seen.iter().map(|t: &Ticks| t.ticks).sum::<u32>() < 3 {
                 s.take(|t| seen.push(t));
             }
-            s.set(TIME_TRIGGER, None).unwrap();
+            s.set(TIME_TRIGGER, None, false).unwrap();
             seen
         })
         .join()
@@ -162,16 +226,17 @@ mod tests {
     fn the_wall_clock_uses_the_timer_and_opens_no_event() {
         crate::signals::install_handlers().unwrap();
         std::thread::spawn(|| {
-            let (mut s, errors) = VcpuSampler::for_current_thread(&Sampling::timer_only());
+            let (mut s, ring, errors) = VcpuSampler::for_current_thread(&Sampling::timer_only());
+            assert!(ring.is_none());
             assert!(errors.is_empty());
             assert!(s.events.iter().all(Option::is_none));
-            s.set(TIME_TRIGGER, Some(10_000)).unwrap();
+            s.set(TIME_TRIGGER, Some(10_000), false).unwrap();
             let mut n = 0;
             while n < 2 {
                 s.take(|t| n += t.ticks);
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
-            s.set(TIME_TRIGGER, None).unwrap();
+            s.set(TIME_TRIGGER, None, false).unwrap();
         })
         .join()
         .unwrap();

@@ -5,7 +5,7 @@
 //! naming the call and the thread ([`trap`], exit status 14).
 //!
 //! Filtered: every vCPU thread, the event-loop thread, every controller thread (the API
-//! server, the session's progress, the benchmark's timing), and the main thread once the VM is
+//! server, the session's progress, the benchmark's timing), the in-kernel sampler's drain, and the main thread once the VM is
 //! gone, while it turns what the guest left (module lists, PDB names, stacks) into reports.
 //! Not filtered: the main thread while it builds the VM, before any guest code runs, and while
 //! it waits for the event loop.
@@ -27,6 +27,9 @@ pub enum ThreadKind {
     EventLoop,
     /// A controller: the API server, the progress of a session, a benchmark's timing.
     Controller,
+    /// The in-kernel sampler's drain: reads the rings and counts, with nothing beyond the
+    /// calls every thread makes.
+    Drain,
     /// The results: the main thread once the VM is gone (and `report`, `compare`, `merge`
     /// from their start), turning guest-derived data into reports: files, the symbol cache,
     /// symbol servers; never KVM, processes or anything else.
@@ -40,6 +43,7 @@ impl ThreadKind {
             ThreadKind::Vcpu => "vcpu",
             ThreadKind::EventLoop => "event-loop",
             ThreadKind::Controller => "controller",
+            ThreadKind::Drain => "drain",
             ThreadKind::Results => "results",
         }
     }
@@ -174,6 +178,7 @@ mod tests {
             ThreadKind::Vcpu,
             ThreadKind::EventLoop,
             ThreadKind::Controller,
+            ThreadKind::Drain,
             ThreadKind::Results,
         ] {
             let p = program(kind).unwrap();
@@ -185,6 +190,15 @@ mod tests {
         assert!(!has(ThreadKind::Vcpu, libc::SYS_execve));
         assert!(!has(ThreadKind::EventLoop, libc::SYS_execve));
         assert!(has(ThreadKind::Controller, libc::SYS_accept4));
+        // The drain: only what the other threads may too; no ioctl, no files.
+        assert!(rules::allowed(ThreadKind::Drain).iter().all(|(nr, _)| has(
+            ThreadKind::Controller,
+            *nr
+        ) && has(
+            ThreadKind::Vcpu,
+            *nr
+        )));
+        assert!(!has(ThreadKind::Drain, libc::SYS_ioctl));
         // The results: files and symbol servers, threads but no processes, no KVM.
         assert!(has(ThreadKind::Results, libc::SYS_openat));
         assert!(has(ThreadKind::Results, libc::SYS_connect));

@@ -169,10 +169,13 @@ impl Vcpu {
     fn run(mut self) {
         let kicks = self.shared.kicks.clone();
         let entered = kicks.enter(self.index, self.fd.get_kvm_run());
-        let (mut sampler, errors) =
+        let (mut sampler, ring, errors) =
             VcpuSampler::for_current_thread(self.shared.profiler.sampling());
         for e in errors {
             log::error!("vCPU {}: {e}; it is not sampled on that", self.index);
+        }
+        if let Some(ring) = ring {
+            self.shared.profiler.register_ring(self.index, ring);
         }
         if let Some(observer) = &self.shared.observer {
             for t in 0..self.shared.profiler.sampling().len() {
@@ -218,7 +221,8 @@ impl Vcpu {
         let profiler = &self.shared.profiler;
         for t in 0..profiler.sampling().len() {
             let setting = profiler.trigger_setting(self.index, t);
-            if let Err(e) = sampler.set(t, setting) {
+            let in_kernel = profiler.kernel_serves(self.index, t);
+            if let Err(e) = sampler.set(t, setting, in_kernel) {
                 log::error!(
                     "vCPU {}: cannot set its {} trigger: {e}",
                     self.index,

@@ -1,5 +1,6 @@
 //! Building a VM (KVM, memory, irqchip, devices, vCPUs) and running it to an outcome.
 
+mod drain;
 mod event_loop;
 pub mod irq_routing;
 pub mod platform;
@@ -15,7 +16,9 @@ use kvm_ioctls::{Cap, Kvm, VmFd};
 use profile_core::abi::{cpuid as abi_cpuid, DOORBELL_PORT_BASE};
 
 use crate::profiler::{features_for, Profiler, ProfilerError};
-use crate::sampler::{probe, Sampling, SamplingError};
+use crate::sampler::mode::decide;
+use crate::sampler::probe::{self, ProbeReport};
+use crate::sampler::{selftest, Clock, SamplerMode, Sampling, SamplingError};
 use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
 use crate::acpi::{create_acpi_tables, AcpiError};
@@ -84,6 +87,9 @@ pub enum VmError {
     /// The sampling clock asked for is unavailable here.
     #[error(transparent)]
     Sampling(#[from] SamplingError),
+    /// `--sampler kernel` cannot run here.
+    #[error(transparent)]
+    Sampler(#[from] crate::sampler::mode::SamplerError),
     /// The signal handlers for kicks and sampling ticks.
     #[error(transparent)]
     Signals(#[from] crate::signals::HandlerError),
@@ -104,6 +110,7 @@ impl Blame for VmError {
             VmError::Pci(e) => e.fault(),
             VmError::HostProfile(e) => e.fault(),
             VmError::Sampling(e) => e.fault(),
+            VmError::Sampler(e) => e.fault(),
             VmError::OutputFile(_) => Fault::User,
             VmError::Kvm(..)
             | VmError::Vcpu(..)
@@ -134,6 +141,24 @@ pub struct Vm {
     disks: Vec<BlockAttachment>,
     /// The firmware's read-only memory; kept until the vCPUs have stopped.
     firmware_slot: Option<Arc<ReadOnlySlot>>,
+}
+
+/// The run's triggers: the sampler `config` asks for (its self-test decides `auto`; a fallback
+/// to kicks is said in one line) on the events `report` found; `timeline`: a timeline records
+/// from the start.
+fn sampling_for(
+    config: &VmConfig,
+    report: &ProbeReport,
+    timeline: bool,
+) -> Result<Sampling, VmError> {
+    let decision = decide(config.sampler, config.clock, timeline, selftest::run)?;
+    if let Some(line) = decision.fallback_line() {
+        log::warn!("{line}");
+    }
+    match decision.mode {
+        SamplerMode::Kernel => Ok(Sampling::in_kernel(report)?),
+        SamplerMode::Kick => Ok(Sampling::new(config.clock.unwrap_or(Clock::Wall), report)?),
+    }
 }
 
 /// Why the Hyper-V enlightenments are off although `config` wants them, if they are: a
@@ -169,11 +194,13 @@ fn hvprof_leaves(features: u32) -> [Leaf; 2] {
 }
 
 impl Vm {
-    /// Builds the VM described by `config`; `observer`, if any, watches every vCPU thread.
+    /// Builds the VM described by `config`; `observer`, if any, watches every vCPU thread;
+    /// `timeline`: a host profile with a timeline starts with the run.
     pub fn new(
         config: &VmConfig,
         observer: Option<Arc<dyn VcpuObserver>>,
         clock: crate::clock::RunClock,
+        timeline: bool,
     ) -> Result<Self, VmError> {
         config.validate()?;
         let kvm = Kvm::new().map_err(|e| VmError::Kvm("open /dev/kvm", e))?;
@@ -239,7 +266,7 @@ impl Vm {
         if let Some(why) = report.hardware_summary() {
             log::debug!("{why}");
         }
-        let sampling = Arc::new(Sampling::new(config.clock, &report)?);
+        let sampling = Arc::new(sampling_for(config, &report, timeline)?);
         let features = features_for(&sampling);
         let profiler = Arc::new(Profiler::new(
             mem.clone(),

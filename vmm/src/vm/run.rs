@@ -71,6 +71,8 @@ pub struct RunReport {
     pub interval_100ns: u32,
     /// What ProfileTime ticked on.
     pub clock: crate::sampler::Clock,
+    /// How samples were taken.
+    pub sampler: crate::sampler::SamplerMode,
     /// The timelines of the host profiles started with one (`profiler::timeline`).
     pub timelines: Vec<report::timeline::Timeline>,
 }
@@ -167,7 +169,7 @@ impl RunReport {
 }
 
 fn profile_line(p: &StatsSnapshot) -> String {
-    format!(
+    let mut s = format!(
         "{} samples ({} attributed, {} outside every object, {} lost to coalesced kicks), \
          {} counts, {} interrupts injected, {} hypercalls",
         p.samples,
@@ -177,7 +179,12 @@ fn profile_line(p: &StatsSnapshot) -> String {
         p.counts,
         p.injected,
         p.hypercalls
-    )
+    );
+    // The in-kernel sampler's records that found the vCPU thread in the host.
+    if p.host_time > 0 {
+        s += &format!(", {} in-kernel samples of host time", p.host_time);
+    }
+    s
 }
 
 /// What a controller thread can reach in a running VM.
@@ -225,7 +232,8 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
     // Block SIGINT/SIGTERM before any thread exists, so every thread inherits the mask.
     let signals = StopSignals::block_and_open().map_err(|e| VmError::Host("a signalfd", e))?;
     signals::install_handlers()?;
-    let vm = Vm::new(config, hooks.observer, run_clock)?;
+    let timeline = hooks.host_profiles.iter().any(|s| s.timeline);
+    let vm = Vm::new(config, hooks.observer, run_clock, timeline)?;
     let protocol = vm.boot.protocol;
     let Vm {
         vm_fd,
@@ -270,6 +278,18 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
     if let Some((source, interval)) = hooks.interval {
         profiler.set_interval(source, interval);
     }
+    let drain = match profiler.sampling().mode() {
+        crate::sampler::SamplerMode::Kernel => {
+            match super::drain::start(profiler.clone(), config.seccomp) {
+                Ok(d) => Some(d),
+                Err(e) => {
+                    start_error.get_or_insert(VmError::Host("the sampler's drain thread", e));
+                    None
+                }
+            }
+        }
+        crate::sampler::SamplerMode::Kick => None,
+    };
     // A timeline started here records from the run's start: its phases are the run's.
     if hooks.host_profiles.iter().any(|s| s.timeline) {
         profiler.timeline().phases_from_start();
@@ -349,6 +369,10 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
         .enumerate()
         .map(|(i, h)| VcpuSummary::from_counters(i, &h.stop_and_join()))
         .collect();
+    // The vCPUs drained their own rings as they left.
+    if let Some(d) = drain {
+        d.stop();
+    }
     for d in &disks {
         d.serve_pending();
         d.close();
@@ -371,6 +395,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
     let guest_modules = profiler.guest_modules();
     let interval_100ns = profiler.time_interval();
     let clock = profiler.sampling().clock();
+    let sampler = profiler.sampling().mode();
     drop(profiler);
     drop(vm_fd);
     // The firmware's memory goes only once no vCPU can run and the VM is closed.
@@ -395,6 +420,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
         threads,
         interval_100ns,
         clock,
+        sampler,
         timelines,
     })
 }

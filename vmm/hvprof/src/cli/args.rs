@@ -68,8 +68,25 @@ pub struct VmArgs {
     pub seccomp: OnOff,
     /// What ProfileTime samples tick on: wall-clock time (as Windows' timer interrupt), or
     /// each vCPU thread's CPU time (nothing lost to host scheduling; needs perf events).
-    #[arg(long, value_enum, default_value = "wall")]
-    pub clock: ClockArg,
+    /// Default: the CPU time with the in-kernel sampler, the wall clock with kicks.
+    #[arg(long, value_enum)]
+    pub clock: Option<ClockArg>,
+    /// How samples are taken: in the host kernel, without stopping the vCPU, for whatever
+    /// needs only the sampled RIP and privilege level (kernel); by kicking the vCPU out of
+    /// the guest (kick); or the kernel's where its self-test passes at start (auto).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub sampler: SamplerArg,
+}
+
+/// `--sampler`.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum SamplerArg {
+    /// The kernel's where it works, else kicks (saying why in one line).
+    Auto,
+    /// In-kernel samples (the run fails if they cannot be taken).
+    Kernel,
+    /// Kicks only.
+    Kick,
 }
 
 /// `--clock`.
@@ -473,9 +490,14 @@ impl VmArgs {
         };
         c.debugcon = self.debugcon;
         c.seccomp = self.seccomp.into();
-        c.clock = match self.clock {
+        c.clock = self.clock.map(|c| match c {
             ClockArg::Wall => vmm::sampler::Clock::Wall,
             ClockArg::Cpu => vmm::sampler::Clock::Cpu,
+        });
+        c.sampler = match self.sampler {
+            SamplerArg::Auto => vmm::sampler::SamplerChoice::Auto,
+            SamplerArg::Kernel => vmm::sampler::SamplerChoice::Kernel,
+            SamplerArg::Kick => vmm::sampler::SamplerChoice::Kick,
         };
         c.disks = self
             .disks

@@ -611,7 +611,8 @@ pub fn bench(a: &BenchArgs) -> ExitCode {
 /// `hvprof events`: what the probe a VM runs at start finds for this user on this host.
 pub fn events(a: &EventsArgs) -> ExitCode {
     let report = vmm::sampler::probe::probe_host();
-    let listing = vmm::sampler::listing::Listing::of(&report);
+    let listing =
+        vmm::sampler::listing::Listing::of(&report).with_sampler(vmm::sampler::selftest::run());
     if a.json {
         outln!("{}", listing.to_json());
     } else {

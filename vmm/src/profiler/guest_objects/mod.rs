@@ -6,7 +6,10 @@
 //!
 //! Locking: `record` runs under the read side of `manager`; start, stop and close take the
 //! write side. So when stop or close returns, no vCPU is still counting into that object, and
-//! none will again: its pinned pages are released and never written after that point.
+//! none will again: its pinned pages are released and never written after that point. Each
+//! change of the started objects first drains the in-kernel sampler's rings under the write
+//! lock (`super::flat`), so the records taken before it count against the objects started
+//! before it.
 
 pub mod hypercall;
 pub mod pin;
@@ -26,6 +29,7 @@ use profile_core::{
 };
 use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
+use super::flat::Flat;
 use super::timeline::Timelines;
 use super::triggers::Triggers;
 use crate::arch::cpu_state::CpuState;
@@ -105,6 +109,30 @@ pub struct GuestObjects {
     results: Mutex<BTreeMap<ObjectId, ObjectResult>>,
     /// Objects started and stopped are markers on the run's time axis.
     timeline: Arc<Timelines>,
+    /// The in-kernel sampler's rings, drained at every change of the started objects.
+    flat: Arc<Flat>,
+}
+
+/// Counts an in-kernel sample of vCPU `v` at `pc` on trigger `t` in the started objects of
+/// `t`'s source that have no process restriction (the record names no process), with the
+/// object table `manager`; returns the counter increments.
+fn record_flat(
+    manager: &ObjectManager<PinnedBuffer>,
+    sampling: &Sampling,
+    v: usize,
+    pc: u64,
+    t: TriggerId,
+) -> u32 {
+    let Some(source) = sampling.source(t) else {
+        return 0;
+    };
+    let sample = Sample {
+        vcpu: u32::try_from(v).unwrap_or(u32::MAX),
+        pc,
+        process: None,
+        source,
+    };
+    manager.record(&sample, &mut PinSink)
 }
 
 impl GuestObjects {
@@ -115,6 +143,7 @@ impl GuestObjects {
         vm_fd: Arc<VmFd>,
         triggers: Arc<Triggers>,
         timeline: Arc<Timelines>,
+        flat: Arc<Flat>,
     ) -> Result<Self, ProfilerError> {
         let vcpus = triggers.vcpu_count();
         let count = u32::try_from(vcpus).unwrap_or(u32::MAX);
@@ -135,7 +164,34 @@ impl GuestObjects {
             vectors: (0..vcpus).map(|_| AtomicU32::new(0)).collect(),
             results: Mutex::new(BTreeMap::new()),
             timeline,
+            flat,
         })
+    }
+
+    /// Attributes the in-kernel sampler's records taken so far.
+    pub fn drain(&self) {
+        self.drain_with(&self.read());
+    }
+
+    fn drain_with(&self, manager: &ObjectManager<PinnedBuffer>) {
+        let sampling = self.triggers.sampling();
+        self.flat
+            .drain(|v, pc, t| record_flat(manager, sampling, v, pc, t));
+    }
+
+    /// The write side, once the records taken before this moment are attributed.
+    fn change(&self) -> std::sync::RwLockWriteGuard<'_, ObjectManager<PinnedBuffer>> {
+        let manager = self.write();
+        self.drain_with(&manager);
+        manager
+    }
+
+    /// True if the agent set a profile interrupt on vCPU `v`, which is delivered after each
+    /// sample as it is taken: only a kick can do that.
+    pub fn has_interrupt(&self, v: usize) -> bool {
+        self.vectors
+            .get(v)
+            .is_some_and(|a| a.load(Ordering::Relaxed) != 0)
     }
 
     /// The feature flags this VM offers (CPUID and QUERY_INFO): the PMU bit when a PMU source
@@ -161,7 +217,7 @@ impl GuestObjects {
     /// would; returns the value in force (0 for a source absent here).
     pub fn set_host_interval(&self, source: ProfileSource, interval: u32) -> u32 {
         let set = self
-            .write()
+            .change()
             .set_interval(CallerRights::KERNEL, source, interval);
         self.triggers.changed();
         set.unwrap_or_else(|_| self.query_interval(source))
@@ -175,7 +231,7 @@ impl GuestObjects {
         source: ProfileSource,
         interval: u32,
     ) -> CallResult<u32> {
-        let result = self.write().set_interval(caller, source, interval);
+        let result = self.change().set_interval(caller, source, interval);
         if result.is_ok() && self.triggers.sampling().for_source(source).is_some() {
             self.triggers.changed();
         }
@@ -272,6 +328,8 @@ impl GuestObjects {
         for slot in slots {
             slot.store(vector, Ordering::Relaxed);
         }
+        // A vCPU with an interrupt to deliver is sampled by kicks (`has_interrupt`).
+        self.triggers.changed();
         Ok(())
     }
 
@@ -285,7 +343,9 @@ impl GuestObjects {
                     .affinity
                     .contains(u32::try_from(v).unwrap_or(u32::MAX))
             };
-            self.triggers.claim(t, covers, started);
+            // A process restriction needs the sample's CR3: kicks.
+            let registers = config.process.is_some();
+            self.triggers.claim(t, covers, started, registers);
         }
     }
 
@@ -303,7 +363,7 @@ impl GuestObjects {
         buffer: &StartBuffer<'_>,
         cpu: &CpuState,
     ) -> CallResult<StartReply> {
-        let mut manager = self.write();
+        let mut manager = self.change();
         let mut pages = 0usize;
         manager.start(GUEST_OWNER, handle, |req| {
             let offset = u32::try_from(req.buffer & 0xfff).unwrap_or(0);
@@ -363,7 +423,7 @@ impl GuestObjects {
 
     /// Stops the object `handle` names and keeps its counts.
     pub fn stop(&self, handle: Handle) -> CallResult<()> {
-        let mut manager = self.write();
+        let mut manager = self.change();
         let (object, config) = identity(&manager, handle)?;
         let pin = manager.stop(GUEST_OWNER, handle)?;
         self.cover(&config, false);
@@ -374,7 +434,7 @@ impl GuestObjects {
 
     /// Closes the handle (stopping its object if started, keeping its counts).
     pub fn close(&self, handle: Handle) -> CallResult<()> {
-        let mut manager = self.write();
+        let mut manager = self.change();
         let (object, config) = identity(&manager, handle)?;
         if let Some(pin) = manager.close(GUEST_OWNER, handle)? {
             self.cover(&config, false);
@@ -401,7 +461,7 @@ impl GuestObjects {
     /// Stops and closes every object of the guest (VM exit, guest reset) and keeps their
     /// results.
     pub fn close_all(&self) {
-        let mut manager = self.write();
+        let mut manager = self.change();
         let handles: Vec<_> = manager
             .objects()
             .filter(|(_, o)| o.owner() == GUEST_OWNER)

@@ -168,6 +168,38 @@ impl HostProfiles {
         counted
     }
 
+    /// Counts an in-kernel sample of vCPU `v` at `pc`, privilege level `cpl`, on trigger `t`,
+    /// taken at `t_ns` on the run's time axis, in the host profiles sampling on `t` that need
+    /// nothing else (no CR3 or process filter, no stacks); returns in how many it counted.
+    pub fn record_flat(&self, v: usize, t: TriggerId, pc: u64, cpl: u8, t_ns: u64) -> u64 {
+        let all = self.read();
+        let at = SampleAt {
+            v,
+            pc,
+            cr3: 0,
+            cpl,
+            who: None,
+        };
+        let mut counted = 0;
+        for p in all.iter().filter(|p| p.trigger == t && p.spec.flat()) {
+            if !p.record(&at, None) {
+                continue;
+            }
+            counted += 1;
+            if p.spec.timeline {
+                self.timeline
+                    .sample(v, p.id, t_ns, cpl, None, std::slice::from_ref(&pc));
+            }
+        }
+        counted
+    }
+
+    /// True if a profile of `spec` needs each sample's registers: a CR3 or process filter, a
+    /// stack, or the guest's threads (named from the registers) while guest awareness is on.
+    fn needs_registers(&self, spec: &HostProfileSpec) -> bool {
+        !spec.flat() || self.guest.enabled()
+    }
+
     /// Called by vCPU `v`'s thread as it leaves the guest for good: if its samples found a
     /// Windows kernel, its module list is walked once more (drivers loaded since). The walk
     /// reads guest memory, so it happens here, under the vCPU thread's filter, not on the
@@ -214,8 +246,9 @@ impl HostProfiles {
         let mut host = self.write();
         let id = u32::try_from(host.len() + 1).unwrap_or(u32::MAX);
         let profile = HostProfile::new(id, spec, self.walkers.len(), trigger);
+        let registers = self.needs_registers(&profile.spec);
         self.triggers
-            .claim(trigger, |v| profile.samples_vcpu(v), true);
+            .claim(trigger, |v| profile.samples_vcpu(v), true, registers);
         if profile.spec.timeline {
             self.timeline.profile_started();
         }
@@ -233,7 +266,9 @@ impl HostProfiles {
         if !p.running {
             return Err(HostProfileError::Stopped(id));
         }
-        self.triggers.claim(p.trigger, |v| p.samples_vcpu(v), false);
+        let registers = !p.spec.flat() || self.guest.enabled();
+        self.triggers
+            .claim(p.trigger, |v| p.samples_vcpu(v), false, registers);
         p.running = false;
         if p.spec.timeline {
             self.timeline.profile_stopped();

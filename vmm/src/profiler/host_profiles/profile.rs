@@ -100,6 +100,12 @@ impl HostProfileSpec {
         Ok(())
     }
 
+    /// True if a sample needs only its PC and privilege level to count here: no CR3 or
+    /// process filter and no stacks (what the in-kernel sampler can serve).
+    pub fn flat(&self) -> bool {
+        self.cr3.is_none() && self.process.is_empty() && self.stack_depth == 0
+    }
+
     /// True if a sample in the process named `name` (None: not named) may count.
     fn covers_process(&self, name: Option<&str>) -> bool {
         self.process.is_empty()

@@ -1,0 +1,190 @@
+//! The in-kernel sampler (`--sampler`): the agent's objects served from the vCPU threads' perf
+//! rings with the shares the guest measures itself, the NT semantics of Stop and of the
+//! interval with it on, and the one-line fallback to kicks when the host denies perf events
+//! (simulated by the debug builds' `HVPROF_SAMPLER_TEST_DENY`, which answers the self-test as a
+//! host with that kernel.perf_event_paranoid would: no system file is touched).
+//!
+//! The tests that need the kernel's sampler skip where `hvprof events` says its self-test
+//! fails (a host whose kernel does not attribute guest samples); the fallback test runs
+//! everywhere.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::harness::{hvprof, hvprof_run, Output, TempDir, REFGUEST_PASS};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Whether `--sampler kernel` works here, by `hvprof events --json`.
+fn kernel_sampler_here() -> bool {
+    let out = hvprof(["events", "--json"]).run();
+    out.assert_status(0);
+    let events: serde_json::Value =
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}\n{out}"));
+    let why = &events["kernel_sampler_unavailable"];
+    if !why.is_null() {
+        eprintln!("no in-kernel sampling here: {why}; skipping");
+    }
+    assert_eq!(events["sampler"] == "kernel", why.is_null(), "{events}");
+    why.is_null()
+}
+
+fn profile_json(dir: &TempDir) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.path().join("profile.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The refguest's lines starting with `refguest: <prefix>`.
+fn lines<'a>(out: &'a Output, prefix: &str) -> Vec<&'a str> {
+    let prefix = format!("refguest: {prefix}");
+    out.stdout
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .collect()
+}
+
+/// `key=N` in `line` (decimal, or hex with 0x).
+fn num(line: &str, key: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .and_then(|w| match w.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16).ok(),
+            None => w.parse().ok(),
+        })
+        .unwrap_or_else(|| panic!("no {key}= number in {line:?}"))
+}
+
+#[test]
+fn the_agent_s_shares_are_served_in_the_kernel() {
+    if !kernel_sampler_here() {
+        return;
+    }
+    let dir = TempDir::new("in-kernel-shares");
+    let out = hvprof([
+        "demo",
+        "--sampler",
+        "kernel",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ])
+    .limit(LIMIT)
+    .run();
+    out.assert_status(0);
+    out.assert_stdout_contains("refguest: PASS");
+    // The guest's own judgement of each function's share against its ground truth.
+    let shares = lines(&out, "shares fn=");
+    assert_eq!(shares.len(), 3, "{out}");
+    assert!(shares.iter().all(|l| l.ends_with(" ok")), "{out}");
+    let p = profile_json(&dir);
+    assert_eq!(p["run"]["sampler"], "kernel", "{}", p["run"]);
+    assert_eq!(
+        p["run"]["clock"], "cpu",
+        "ProfileTime on the thread's CPU time"
+    );
+    // No sample was a kick: the few kicks are re-arming and the end of the run.
+    let stats = lines(&out, "shares stats ")[0];
+    let kicks = out
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("hvprof: exits: "))
+        .and_then(|l| l.split(", ").find_map(|e| e.strip_prefix("kick ")))
+        .map_or(0, |n| n.parse::<u64>().unwrap());
+    assert!(kicks < num(stats, "samples"), "{kicks} kicks\n{out}");
+}
+
+#[test]
+fn stop_counts_what_came_before_and_nothing_after_with_the_kernel_s_samples() {
+    if !kernel_sampler_here() {
+        return;
+    }
+    let elf = Path::new(env!("HVPROF_REFGUEST_ELF"));
+    let out = hvprof_run(
+        elf,
+        &[
+            "--sampler",
+            "kernel",
+            "--cmdline",
+            "scenario=stopped stopped.ms=200 stopped.phases=3",
+        ],
+    )
+    .limit(LIMIT)
+    .run();
+    out.assert_debug_exit(REFGUEST_PASS);
+    out.assert_stdout_lacks(" BAD");
+    // P1's buffer is byte for byte what it was when Stop returned; P2 keeps counting.
+    let at_stop = num(lines(&out, "stopped phase=1 ")[0], "p1_stopped_at");
+    assert!(at_stop > 0, "{out}");
+    let later = lines(&out, "stopped phase=");
+    assert_eq!(later.len(), 3, "{out}");
+    let mut p2 = num(later[0], "p2");
+    for l in &later[1..] {
+        assert_eq!(num(l, "p1"), at_stop, "{l}");
+        assert_eq!(num(l, "p1_changed_buckets"), 0, "{l}");
+        assert!(num(l, "p2") > p2, "{l}");
+        p2 = num(l, "p2");
+    }
+}
+
+#[test]
+fn set_and_query_interval_hold_with_the_kernel_s_samples() {
+    if !kernel_sampler_here() {
+        return;
+    }
+    let elf = Path::new(env!("HVPROF_REFGUEST_ELF"));
+    let out = hvprof_run(
+        elf,
+        &["--sampler", "kernel", "--cmdline", "scenario=interval"],
+    )
+    .limit(LIMIT)
+    .run();
+    out.assert_debug_exit(REFGUEST_PASS);
+    for (check, value) in [
+        ("time_default", 39_063),
+        ("time_query_in_range", 10_000),
+        ("time_query_below_min", 1000),
+        ("time_query_above_max", 10_000_000),
+    ] {
+        let l = lines(&out, &format!("interval {check} "));
+        assert_eq!(l.len(), 1, "{out}");
+        assert_eq!(
+            (num(l[0], "status"), num(l[0], "value")),
+            (0, value),
+            "{}",
+            l[0]
+        );
+    }
+}
+
+#[test]
+fn a_host_that_denies_perf_events_falls_back_to_kicks_saying_why_in_one_line() {
+    let dir = TempDir::new("in-kernel-denied");
+    let out = hvprof(["demo", "--out", dir.path().to_str().unwrap()])
+        .env("HVPROF_SAMPLER_TEST_DENY", "2")
+        .limit(LIMIT)
+        .run();
+    out.assert_status(0);
+    out.assert_stdout_contains("refguest: PASS");
+    let said: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("in-kernel sampling"))
+        .collect();
+    assert_eq!(said.len(), 1, "{out}");
+    for part in [
+        "unavailable",
+        "perf_event_paranoid=2",
+        "CAP_PERFMON",
+        "sampling with kicks",
+    ] {
+        assert!(said[0].contains(part), "{part}: {}", said[0]);
+    }
+    // profile.json says kick by leaving the field out, as every older file does.
+    assert!(profile_json(&dir)["run"].get("sampler").is_none());
+    // Asked for by name, the kernel's sampler is an error the user can act on.
+    let out = hvprof(["demo", "--sampler", "kernel"])
+        .env("HVPROF_SAMPLER_TEST_DENY", "2")
+        .limit(LIMIT)
+        .run();
+    out.assert_status(2);
+    out.assert_stderr_contains("--sampler kernel cannot run here");
+}
