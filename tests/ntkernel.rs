@@ -37,6 +37,7 @@ fn build_nt(dir: &TempDir, source: &'static str) -> PeModule {
         entry: "KiSystemStartup",
         base: NT_BASE,
         link: &[],
+        cflags: &[],
     };
     PeModule::build(dir, &spec)
 }
