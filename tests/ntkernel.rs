@@ -467,7 +467,7 @@ fn check_ntprocs(run: &Output, out: &Path) {
         "the kernel: {found:#x?}"
     );
     assert!(
-        found.contains(&(None, "hal.dll", 0xffff_f800_00a0_0000, 0x6000)),
+        found.contains(&(None, "hal.dll", 0xffff_f800_01e0_0000, 0x6000)),
         "the kernel's module list, read at the PDB's offsets: {found:#x?}"
     );
     for m in &modules {
