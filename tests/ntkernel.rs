@@ -13,7 +13,9 @@
 //! Windows build uses, holding four processes with their own CR3s, PEB loader lists and named
 //! threads, one of which exits and is followed by another in its CR3 and EPROCESS. hvprof must
 //! name every process, thread and user module from the PDB and the guest's memory alone, with
-//! shares that match the guest's own accounting.
+//! shares that match the guest's own accounting. [`real_builds`] runs the same kernel laid out
+//! at real Windows builds' offsets, symbol RVAs and CodeView identities, and hvprof names it
+//! from each build's public ISF file alone.
 //!
 //! Needs Debian's `clang`, `lld` and `golang-go`.
 
@@ -24,6 +26,10 @@ use serde_json::Value;
 
 use crate::harness::pe::{PeModule, PeSpec};
 use crate::harness::{hvprof, pprof, Output, TempDir};
+
+/// The same ntprocs test on the stand-in laid out at real Windows builds' offsets, named from
+/// their public symbol tables alone.
+mod real_builds;
 
 const NT_BASE: u64 = 0xffff_f800_0010_0000;
 
@@ -37,6 +43,7 @@ fn build_nt(dir: &TempDir, source: &'static str) -> PeModule {
         entry: "KiSystemStartup",
         base: NT_BASE,
         link: &[],
+        cflags: &[],
     };
     PeModule::build(dir, &spec)
 }
@@ -189,145 +196,6 @@ fn ntprocs(nt: &PeModule, out: &Path, layout: [&str; 2]) {
     check_ntprocs(&run, out);
 }
 
-/// The same stand-in named from an ISF file (Volatility's symbol-table format) made from its
-/// PDB's layout, with no PDB anywhere: given with `--guest-types`, then found in a symbol pack
-/// on `--symbol-path` by the kernel's CodeView identity.
-#[test]
-fn processes_threads_and_user_modules_are_named_from_an_isf_file_alone() {
-    let dir = TempDir::new("ntprocs-isf");
-    let nt = build_nt(&dir, "ntproc.c");
-    let r = nt.pdb_ref();
-    let json = isf_from_pdb(&nt, &r);
-    let file = dir.join("ntkrnlmp.json");
-    std::fs::write(&file, &json).unwrap();
-    let pack = dir.join("pack");
-    let in_pack = pack
-        .join("symbols/windows")
-        .join(&r.name)
-        .join(format!("{}-{}.json", r.id.guid, r.id.age));
-    std::fs::create_dir_all(in_pack.parent().unwrap()).unwrap();
-    std::fs::write(&in_pack, &json).unwrap();
-    for (i, source) in [
-        ["--guest-types", file.to_str().unwrap()],
-        ["--symbol-path", pack.to_str().unwrap()],
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        ntprocs(&nt, &dir.join(&format!("out{i}")), source);
-    }
-}
-
-/// An ISF file holding the stand-in's layout as read from its PDB: each structure at its size,
-/// each member the layout reads at its offset (a member path's inner structure made up around
-/// it), the symbols as RVAs, and the PDB's identity in its metadata.
-fn isf_from_pdb(nt: &PeModule, r: &report::symbols::pe::PdbRef) -> Vec<u8> {
-    use serde_json::json;
-    let l = report::symbols::types::pdb::windows_layout(&std::fs::read(&nt.pdb).unwrap()).unwrap();
-    let ptr = json!({"kind": "pointer", "subtype": {"kind": "base", "name": "void"}});
-    let st = |name: &str| json!({"kind": "struct", "name": name});
-    let at = |offset: u32, ty: &Value| json!({"offset": offset, "type": ty});
-    let record =
-        |size: u32, fields: Value| json!({"kind": "struct", "size": size, "fields": fields});
-    let (e, p, t) = (l.ethread, l.eprocess, l.ldr_data_table_entry);
-    let mut process = json!({
-        "Pcb": at(p.pcb, &st("_KPROCESS")),
-        "UniqueProcessId": at(p.unique_process_id, &ptr),
-        "CreateTime": at(p.create_time, &json!({"kind": "base", "name": "long long"})),
-        "ImageFileName": at(p.image_file_name, &json!({"kind": "array", "count": 15,
-            "subtype": {"kind": "base", "name": "unsigned char"}})),
-        "ActiveProcessLinks": at(p.active_process_links, &st("_LIST_ENTRY")),
-        "Peb": at(p.peb, &ptr),
-    });
-    if let Some(f) = p.image_file_pointer {
-        process["ImageFilePointer"] = at(f, &ptr);
-    }
-    // WOW64 (issue 41): the stand-in's `_EPROCESS.WoW64Process`, a pointer to its
-    // `_EWOW64PROCESS` (the older builds' `Wow64Process` is the PEB32 itself).
-    if let Some(w) = p.wow64_process {
-        process["WoW64Process"] = at(w, &ptr);
-    }
-    if let Some(w) = p.wow64_peb32 {
-        process["Wow64Process"] = at(w, &ptr);
-    }
-    let mut kprocess = json!({"DirectoryTableBase": at(p.directory_table_base - p.pcb, &ptr)});
-    if let Some(u) = p.user_directory_table_base {
-        kprocess["UserDirectoryTableBase"] = at(u - p.pcb, &ptr);
-    }
-    let mut thread = json!({
-        "Tcb": at(e.tcb, &st("_KTHREAD")),
-        "Cid": at(e.unique_process, &st("_CLIENT_ID")),
-        "CreateTime": at(e.create_time, &json!({"kind": "base", "name": "long long"})),
-    });
-    if let Some(n) = e.thread_name {
-        thread["ThreadName"] = at(n, &ptr);
-    }
-    let s = l.symbols;
-    let mut symbols = json!({
-        "PsActiveProcessHead": {"address": s.ps_active_process_head},
-        "PsLoadedModuleList": {"address": s.ps_loaded_module_list},
-    });
-    for (name, rva) in [
-        ("KiSystemCall64", s.ki_system_call64),
-        ("KiSystemCall64Shadow", s.ki_system_call64_shadow),
-        ("PsInitialSystemProcess", s.ps_initial_system_process),
-    ] {
-        if let Some(rva) = rva {
-            symbols[name] = json!({"address": rva});
-        }
-    }
-    let base =
-        |size: u32| json!({"size": size, "signed": false, "kind": "int", "endian": "little"});
-    let isf = json!({
-        "metadata": {
-            "format": "6.1.0",
-            "producer": {"name": "hvprof-tests", "version": "1.0.0"},
-            "windows": {"pdb": {"GUID": r.id.guid, "age": r.id.age, "database": r.name,
-                                "machine_type": 34404}},
-        },
-        "base_types": {"pointer": base(8), "long long": base(8), "unsigned char": base(1),
-                       "unsigned short": base(2), "unsigned long": base(4)},
-        "user_types": {
-            "_KPCR": record(l.kpcr.size, json!({
-                "Self": at(l.kpcr.self_, &ptr),
-                "CurrentPrcb": at(l.kpcr.current_prcb, &ptr),
-                "Prcb": at(l.kpcr.prcb, &st("_KPRCB")),
-            })),
-            "_KPRCB": record(l.kprcb.size, json!({"CurrentThread": at(l.kprcb.current_thread, &ptr)})),
-            "_ETHREAD": record(e.size, thread),
-            "_CLIENT_ID": record(16, json!({
-                "UniqueProcess": at(0, &ptr),
-                "UniqueThread": at(e.unique_thread - e.unique_process, &ptr),
-            })),
-            "_KTHREAD": record(l.kthread.size, json!({"Process": at(l.kthread.process, &ptr)})),
-            "_EPROCESS": record(p.size, process),
-            "_KPROCESS": record(p.size - p.pcb, kprocess),
-            "_PEB": record(l.peb.size, json!({"Ldr": at(l.peb.ldr, &ptr)})),
-            "_PEB_LDR_DATA": record(l.peb_ldr_data.size, json!({
-                "InLoadOrderModuleList": at(l.peb_ldr_data.in_load_order_module_list, &st("_LIST_ENTRY")),
-            })),
-            "_LDR_DATA_TABLE_ENTRY": record(t.size, json!({
-                "InLoadOrderLinks": at(t.in_load_order_links, &st("_LIST_ENTRY")),
-                "DllBase": at(t.dll_base, &ptr),
-                "SizeOfImage": at(t.size_of_image, &json!({"kind": "base", "name": "unsigned long"})),
-                "FullDllName": at(t.full_dll_name, &st("_UNICODE_STRING")),
-                "BaseDllName": at(t.base_dll_name, &st("_UNICODE_STRING")),
-            })),
-            "_UNICODE_STRING": record(l.unicode_string.size, json!({
-                "Length": at(l.unicode_string.length, &json!({"kind": "base", "name": "unsigned short"})),
-                "Buffer": at(l.unicode_string.buffer, &ptr),
-            })),
-            "_LIST_ENTRY": record(16, json!({"Flink": at(0, &ptr), "Blink": at(8, &ptr)})),
-        },
-        "enums": {},
-        "symbols": symbols,
-    });
-    // The reader must see the layout it was made from.
-    let read = report::symbols::types::isf::layout(isf.to_string().as_bytes()).unwrap();
-    assert_eq!(read, introspect::os::OsLayout::Windows(l));
-    serde_json::to_vec_pretty(&isf).unwrap()
-}
-
 /// Checks hvprof's outputs in `out` against the ground truth the guest printed in `run`.
 fn check_ntprocs(run: &Output, out: &Path) {
     // The guest's ground truth: its processes, threads and loader entries, and the TSC time
@@ -422,7 +290,7 @@ fn check_ntprocs(run: &Output, out: &Path) {
     );
     let key = |i: usize| json_num(&guest_rows[i].process["key"]).unwrap();
     assert_ne!(key(2), key(3), "charlie and delta are two processes");
-    // The kernel's process list, walked once the PDB's layout arrived: the `[cr3 ..]` rows of
+    // The kernel's process list, walked once the layout arrived: the `[cr3 ..]` rows of
     // the samples before it were folded into the process that owned their address space, so
     // none is left for a CR3 an identified process owns.
     let owned: Vec<u64> = rows
@@ -457,8 +325,8 @@ fn check_ntprocs(run: &Output, out: &Path) {
             )
         })
         .collect();
-    // The kernel's own list is of _LDR_DATA_TABLE_ENTRY at the PDB's offsets: x64 Windows'
-    // offsets built into a reader would not find hal.dll's name.
+    // The kernel's own list is of _LDR_DATA_TABLE_ENTRY at the layout's offsets: at ntproc.h's,
+    // x64 Windows' offsets built into a reader would not find hal.dll's name.
     assert!(
         found
             .iter()
@@ -466,8 +334,8 @@ fn check_ntprocs(run: &Output, out: &Path) {
         "the kernel: {found:#x?}"
     );
     assert!(
-        found.contains(&(None, "hal.dll", 0xffff_f800_00a0_0000, 0x6000)),
-        "the kernel's module list, read at the PDB's offsets: {found:#x?}"
+        found.contains(&(None, "hal.dll", 0xffff_f800_01e0_0000, 0x6000)),
+        "the kernel's module list, read at the layout's offsets: {found:#x?}"
     );
     for m in &modules {
         let pid = guest_num(m, "pid");

@@ -179,6 +179,7 @@ pub(crate) fn build_pe_with(dir: &TempDir, link: &[&str]) -> PeModule {
         entry: "pe_round",
         base: 0x4030_0000,
         link,
+        cflags: &[],
     };
     PeModule::build(dir, &spec)
 }

@@ -21,6 +21,8 @@ pub struct PeSpec<'a> {
     pub base: u64,
     /// More lld-link arguments.
     pub link: &'a [&'a str],
+    /// More clang arguments (`-D` defines, `-I` directories).
+    pub cflags: &'a [&'a str],
 }
 
 /// A built image and its PDB.
@@ -50,10 +52,15 @@ impl PeModule {
                 os("-g".into()),
                 os("-gcodeview".into()),
                 os("-c".into()),
+            ]
+            .into_iter()
+            .chain(spec.cflags.iter().map(|f| os(f.to_string())))
+            .chain([
                 src.into_os_string(),
                 os("-o".into()),
                 obj.clone().into_os_string(),
-            ],
+            ])
+            .collect::<Vec<_>>(),
         );
         let mut args: Vec<OsString> = vec![
             os(format!("/entry:{}", spec.entry)),
@@ -78,6 +85,29 @@ impl PeModule {
             .expect("the module names its PDB")
     }
 
+    /// Gives the image's CodeView record the PDB identity `guid` (32 hex digits in the
+    /// symbol-server order, as [`report::symbols::pdb::PdbId`] has it) and `age`, as if it had
+    /// been linked with that PDB. The image has no checksum to keep (lld-link writes 0).
+    pub fn set_pdb_id(&self, guid: &str, age: u32) {
+        let mut bytes = std::fs::read(&self.exe).unwrap();
+        let old = self.pdb_ref();
+        let mut record = b"RSDS".to_vec();
+        record.extend(guid_bytes(&old.id.guid));
+        record.extend(old.id.age.to_le_bytes());
+        let at: Vec<usize> = bytes
+            .windows(record.len())
+            .enumerate()
+            .filter(|(_, w)| *w == record.as_slice())
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(at.len(), 1, "one CodeView record in {}", self.exe.display());
+        let new = [&guid_bytes(guid)[..], &age.to_le_bytes()].concat();
+        bytes[at[0] + 4..at[0] + 24].copy_from_slice(&new);
+        std::fs::write(&self.exe, bytes).unwrap();
+        let r = self.pdb_ref();
+        assert_eq!((r.id.guid.as_str(), r.id.age), (guid, age));
+    }
+
     /// Puts the PDB into `store` in symbol-server layout (`<pdb>/<GUID><age>/<pdb>`);
     /// returns its path there.
     pub fn store_pdb(&self, store: &Path) -> PathBuf {
@@ -87,4 +117,16 @@ impl PeModule {
         std::fs::copy(&self.pdb, slot.join(&r.name)).unwrap();
         slot.join(&r.name)
     }
+}
+
+/// A GUID's 16 bytes as a CodeView record holds them, from its 32 hex digits in the
+/// symbol-server order (Data1, Data2 and Data3 big-endian, then Data4's bytes).
+fn guid_bytes(hex: &str) -> [u8; 16] {
+    assert_eq!(hex.len(), 32, "a GUID: {hex}");
+    let byte = |i: usize| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap();
+    let mut b: [u8; 16] = std::array::from_fn(byte);
+    b[..4].reverse();
+    b[4..6].reverse();
+    b[6..8].reverse();
+    b
 }

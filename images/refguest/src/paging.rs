@@ -99,8 +99,12 @@ pub fn create(slot: usize) -> AddressSpace {
     AddressSpace { cr3: addr(&s.pml4), slot, data: addr(&s.data) }
 }
 
-/// Page tables for pe::KERNEL_WINDOW: a PDPT, a PD and a PT under the boot PML4.
-static KERNEL_WINDOW_TABLES: RacyCell<[Page; 3]> = RacyCell::new([Page::ZERO; 3]);
+/// Page tables for each 2 MiB of pe::KERNEL_WINDOW.
+const KERNEL_WINDOW_PTS: usize = (pe::KERNEL_WINDOW_SIZE >> 21) as usize;
+
+/// Page tables for pe::KERNEL_WINDOW: a PDPT, a PD and its PTs under the boot PML4.
+static KERNEL_WINDOW_TABLES: RacyCell<([Page; 2], [Page; KERNEL_WINDOW_PTS])> =
+    RacyCell::new(([Page::ZERO; 2], [Page::ZERO; KERNEL_WINDOW_PTS]));
 
 /// Maps the kernel-window PE image (supervisor, read-write, as a kernel's data is) into the
 /// boot page tables and reloads CR3. Returns false if the loaded image is not one.
@@ -110,12 +114,16 @@ pub fn map_kernel_image() -> bool {
     };
     // SAFETY: called once by the BSP during scenario setup, before any other CPU could
     // walk these tables (they are unreachable until the PML4 entry below is written).
-    let [pdpt, pd, pt] = unsafe { &mut *KERNEL_WINDOW_TABLES.get() };
+    let ([pdpt, pd], pts) = unsafe { &mut *KERNEL_WINDOW_TABLES.get() };
     pdpt.0[((pe::KERNEL_WINDOW >> 30) & 511) as usize] = addr(pd) | PRESENT | WRITABLE;
-    pd.0[((pe::KERNEL_WINDOW >> 21) & 511) as usize] = addr(pt) | PRESENT | WRITABLE;
+    let first_pd = ((pe::KERNEL_WINDOW >> 21) & 511) as usize;
+    for (i, pt) in pts.iter().enumerate() {
+        pd.0[first_pd + i] = addr(pt) | PRESENT | WRITABLE;
+    }
     let first = ((image.base - pe::KERNEL_WINDOW) >> 12) as usize;
     for i in 0..image.pages {
-        pt.0[first + i] = (phys + 4096 * i as u64) | PRESENT | WRITABLE;
+        let page = first + i;
+        pts[page / 512].0[page % 512] = (phys + 4096 * i as u64) | PRESENT | WRITABLE;
     }
     let pml4 = boot::kernel_pml4() as *mut [u64; 512];
     // SAFETY: the boot PML4 is identity mapped; its kernel-window slot is unused until now.

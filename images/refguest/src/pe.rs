@@ -3,17 +3,28 @@
 //! afterwards (`paging::create`, `scenario=pestacks`); one based in the kernel window is mapped
 //! in kernel space (`paging::map_kernel_image`, `scenario=ntkernel`). Only what those need: an
 //! x86-64 image linked /fixed (no relocations, no imports) whose base lies in a window.
+//!
+//! The buffer is the size of the kernel window (16 MiB), as large as a real ntoskrnl: the
+//! stand-in kernels of tests/ntkernel.rs laid out at a real build's symbol RVAs reach 13 MiB,
+//! nearly all of it a zero-filled section. The buffer is in `.bss`, which whoever loads this
+//! kernel zeroes (hvprof on the host, as QEMU does): only the sections' file bytes are copied
+//! here, for the guest's own kernel code is emulated on some hosts, where clearing 16 MiB
+//! would take seconds.
 
 use crate::cpu::Page;
 use crate::sync::RacyCell;
 
 /// Where a PE image may be mapped: the 2 MiB after the stack's page table.
 pub const WINDOW: u64 = 0x4020_0000;
-/// Where a kernel-mode PE image may be mapped: the 2 MiB where 64-bit Windows' kernel-space
+/// The user window's size.
+pub const WINDOW_SIZE: u64 = 2 << 20;
+/// Where a kernel-mode PE image may be mapped: the 16 MiB where 64-bit Windows' kernel-space
 /// images begin.
 pub const KERNEL_WINDOW: u64 = 0xffff_f800_0000_0000;
-/// Pages the buffer holds (256 KiB).
-pub const MAX_PAGES: usize = 64;
+/// The kernel window's size.
+pub const KERNEL_WINDOW_SIZE: u64 = 16 << 20;
+/// Pages the buffer holds (16 MiB).
+pub const MAX_PAGES: usize = (KERNEL_WINDOW_SIZE / 4096) as usize;
 
 /// The laid-out image and where it goes.
 pub struct Loaded {
@@ -58,8 +69,8 @@ pub fn load(file: &[u8]) -> Result<&'static Loaded, &'static str> {
     let headers = u32_at(file, opt + 60).ok_or(bad)? as usize;
     let pages = size.div_ceil(4096) as usize;
     let kernel = base >= KERNEL_WINDOW;
-    let window = if kernel { KERNEL_WINDOW } else { WINDOW };
-    if base % 4096 != 0 || base < window || size > (2 << 20) || base - window > (2 << 20) - size || pages > MAX_PAGES || entry >= size {
+    let (window, window_size) = if kernel { (KERNEL_WINDOW, KERNEL_WINDOW_SIZE) } else { (WINDOW, WINDOW_SIZE) };
+    if base % 4096 != 0 || base < window || size > window_size || base - window > window_size - size || pages > MAX_PAGES || entry >= size {
         return Err(bad);
     }
     // SAFETY: called once by the BSP during scenario setup, before any process runs and
