@@ -54,21 +54,31 @@ pub(crate) fn seabios_boots_disk(disk: &std::path::Path) -> crate::harness::Outp
     .run()
 }
 
+/// SeaBIOS profiled with a timeline, from reset to "No bootable device" and its reboot (one run,
+/// as each costs seconds of emulated real-mode code): its banner on the screen (mirrored on
+/// COM1) and the debug console, fw_cfg's memory map and ACPI files found, the reset reported;
+/// and the whole run is its `firmware` phase (real mode and 32-bit code, never a kernel-half
+/// address in long mode, never user mode), with samples in it.
 #[test]
-fn seabios_prints_its_banner_and_reaches_no_bootable_device() {
+fn seabios_reaches_no_bootable_device_and_its_run_is_all_firmware_on_its_timeline() {
     let limit = SEABIOS_BOOT.limit();
     let dir = TempDir::new("firmware");
     let log = dir.join("debugcon.log");
+    let out_dir = dir.join("out");
     let out = hvprof([
-        "run".as_ref(),
+        "profile".as_ref(),
         "--firmware".as_ref(),
         seabios().as_os_str(),
         "--debugcon".as_ref(),
         log.as_os_str(),
         "--reboot-timeout".as_ref(),
         "0".as_ref(),
+        "--timeline".as_ref(),
+        "--quiet".as_ref(),
         "--timeout".as_ref(),
         limit.timeout_arg().as_ref(),
+        "--out".as_ref(),
+        out_dir.as_os_str(),
     ])
     .host_limit(&limit)
     .run();
@@ -95,32 +105,7 @@ fn seabios_prints_its_banner_and_reaches_no_bootable_device() {
         .assert_stdout_contains("No bootable device.");
     out.assert_stderr_contains("guest requested a reset (firmware boot");
     eprintln!("SeaBIOS reached its boot attempt in {:.2?}", out.elapsed);
-}
 
-/// SeaBIOS profiled with a timeline, from reset to "No bootable device" and its reboot: the
-/// whole run is its `firmware` phase (real mode and 32-bit code, never a kernel-half address in
-/// long mode, never user mode), with samples in it.
-#[test]
-fn a_seabios_run_is_all_firmware_on_its_timeline() {
-    let limit = SEABIOS_BOOT.limit();
-    let dir = TempDir::new("firmware-timeline");
-    let out_dir = dir.join("out");
-    let out = hvprof([
-        "profile".as_ref(),
-        "--firmware".as_ref(),
-        seabios().as_os_str(),
-        "--reboot-timeout".as_ref(),
-        "0".as_ref(),
-        "--timeline".as_ref(),
-        "--quiet".as_ref(),
-        "--timeout".as_ref(),
-        limit.timeout_arg().as_ref(),
-        "--out".as_ref(),
-        out_dir.as_os_str(),
-    ])
-    .host_limit(&limit)
-    .run();
-    out.assert_status(status::CLEAN);
     let p = report::read_profile(&out_dir.join("profile.json")).expect("the profile");
     let t = &p.timelines[0];
     let run = phase_spans(t, "run");
