@@ -395,11 +395,12 @@ fn kernel_symbols(vmlinux: &Path) -> Vec<(String, u64)> {
         .collect()
 }
 
-/// How long the `procs` step times its two processes, in guest seconds, and the sampling
-/// interval (1 ms, in ProfileTime's 100 ns units): thousands of samples between the two even
-/// where guest-kernel code is emulated and the tick itself takes much of each second.
+/// How long the `procs` step runs its two processes after starting them, in guest seconds.
+/// At ProfileTime's default interval (3.9 ms) that and their forks and execs are thousands of
+/// samples between the two where guest-kernel code is emulated. (A faster rate costs more
+/// than its samples there: every sample is an exit, and the guest's memory-heavy kernel code
+/// pays for each re-entry.)
 const PROCS_SECONDS: u64 = 8;
-const PROCS_INTERVAL: &str = "10000";
 
 /// A process the guest reported: "hvtest: proc NAME pid=PID ticks=T utime=U stime=S".
 #[derive(Debug)]
@@ -563,8 +564,6 @@ fn profiled_boot_names_kernel_functions_and_processes_with_the_guests_shares() {
         "1",
         "--disk",
         img.to_str().unwrap(),
-        "--interval",
-        PROCS_INTERVAL,
         "--quiet",
         "--timeline",
         "--timeout",
@@ -649,6 +648,7 @@ fn check_process_shares(out: &Output, out_dir: &Path) {
         procs.iter().map(|p| pid_samples(&profile, p.pid)).collect();
     let sampled: u64 = counted.iter().map(|(n, _)| n).sum();
     assert!(sampled > 0, "no samples in awk or seq\n{out}");
+    let unseen = crate::ntkernel::lost_fraction(&profile);
     let report = std::fs::read_to_string(out_dir.join("report.txt")).unwrap();
     // The Processes table: the rows after its header (`Process  PID  Samples ...`), up to the
     // next blank line.
@@ -668,7 +668,7 @@ fn check_process_shares(out: &Output, out_dir: &Path) {
         // two points for what the two sides count differently (the guest charges a context
         // switch's last instructions to the next task; hvprof reads `current` as it was).
         let q = guest_share / 100.0;
-        let allowed = 2.0 + 5.0 * 100.0 * (q * (1.0 - q) / sampled as f64).sqrt();
+        let allowed = 2.0 + 5.0 * 100.0 * (q * (1.0 - q) / sampled as f64).sqrt() + 100.0 * unseen;
         eprintln!(
             "pid {} ({}): guest {} ticks = {guest_share:.1}%, hvprof {n} samples {rows:?} = \
              {share:.1}% (allowed {allowed:.1} points)",
