@@ -11,7 +11,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::harness::{hvprof, hvprof_run, Output, TempDir, REFGUEST_PASS};
+use crate::harness::{hvprof, hvprof_run, TempDir, REFGUEST_PASS};
+use crate::profiling::{lines, num};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -32,26 +33,6 @@ fn kernel_sampler_here() -> bool {
 fn profile_json(dir: &TempDir) -> serde_json::Value {
     let text = std::fs::read_to_string(dir.path().join("profile.json")).unwrap();
     serde_json::from_str(&text).unwrap()
-}
-
-/// The refguest's lines starting with `refguest: <prefix>`.
-fn lines<'a>(out: &'a Output, prefix: &str) -> Vec<&'a str> {
-    let prefix = format!("refguest: {prefix}");
-    out.stdout
-        .lines()
-        .filter(|l| l.starts_with(&prefix))
-        .collect()
-}
-
-/// `key=N` in `line` (decimal, or hex with 0x).
-fn num(line: &str, key: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(&format!("{key}=")))
-        .and_then(|w| match w.strip_prefix("0x") {
-            Some(hex) => u64::from_str_radix(hex, 16).ok(),
-            None => w.parse().ok(),
-        })
-        .unwrap_or_else(|| panic!("no {key}= number in {line:?}"))
 }
 
 #[test]
@@ -111,18 +92,7 @@ fn stop_counts_what_came_before_and_nothing_after_with_the_kernel_s_samples() {
     .run();
     out.assert_debug_exit(REFGUEST_PASS);
     out.assert_stdout_lacks(" BAD");
-    // P1's buffer is byte for byte what it was when Stop returned; P2 keeps counting.
-    let at_stop = num(lines(&out, "stopped phase=1 ")[0], "p1_stopped_at");
-    assert!(at_stop > 0, "{out}");
-    let later = lines(&out, "stopped phase=");
-    assert_eq!(later.len(), 3, "{out}");
-    let mut p2 = num(later[0], "p2");
-    for l in &later[1..] {
-        assert_eq!(num(l, "p1"), at_stop, "{l}");
-        assert_eq!(num(l, "p1_changed_buckets"), 0, "{l}");
-        assert!(num(l, "p2") > p2, "{l}");
-        p2 = num(l, "p2");
-    }
+    crate::profiling::stopped_phases_hold(&out, 3);
 }
 
 #[test]

@@ -102,6 +102,27 @@ fn read_back(img: &Path, path: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The arguments that boot the test guest (its initramfs, 128 MiB) with `cpus` vCPUs, the disk
+/// image `img` and the test's `words` on its command line, within `timeout`.
+fn boot_args(g: &Guest, words: &str, cpus: u32, img: &Path, timeout: &str) -> Vec<String> {
+    [
+        "--initrd",
+        g.initramfs.to_str().unwrap(),
+        "--cmdline",
+        &cmdline(words),
+        "--memory",
+        MEMORY_MIB,
+        "--cpus",
+        &cpus.to_string(),
+        "--disk",
+        img.to_str().unwrap(),
+        "--timeout",
+        timeout,
+    ]
+    .map(String::from)
+    .into()
+}
+
 /// Checks the platform as a guest with `cpus` vCPUs saw it (its `facts` and `disk` steps), and
 /// what it wrote to the ext2 image `img` as read on the host.
 fn check_platform(out: &Output, cpus: u32, img: &Path) {
@@ -145,26 +166,8 @@ fn two_vcpus_are_one_package_and_reboot() {
     let img = ext2_image(&dir);
     let limit = BOOT.limit();
     let timeout = limit.timeout_arg();
-    let cmd = cmdline("hvtest=facts,disk hvend=reboot");
-    let out = hvprof_run(
-        &g.vmlinux,
-        &[
-            "--initrd",
-            g.initramfs.to_str().unwrap(),
-            "--cmdline",
-            &cmd,
-            "--memory",
-            MEMORY_MIB,
-            "--cpus",
-            "2",
-            "--disk",
-            img.to_str().unwrap(),
-            "--timeout",
-            &timeout,
-        ],
-    )
-    .host_limit(&limit)
-    .run();
+    let args = boot_args(&g, "hvtest=facts,disk hvend=reboot", 2, &img, &timeout);
+    let out = hvprof_run(&g.vmlinux, &args).host_limit(&limit).run();
     out.assert_status(status::CLEAN)
         .assert_stderr_contains("guest requested a reset");
     check_platform(&out, 2, &img);
@@ -547,32 +550,13 @@ fn profiled_boot_names_kernel_functions_and_processes_with_the_guests_shares() {
     limit.timeout += Duration::from_secs(PROCS_SECONDS);
     limit.harness += Duration::from_secs(PROCS_SECONDS);
     let timeout = limit.timeout_arg();
-    let cmd = cmdline(&format!(
-        "hvtest=facts,disk,procs,tasks hvprocs={PROCS_SECONDS} hvend=poweroff"
-    ));
-    let out = hvprof([
-        "profile",
-        "--kernel",
-        g.vmlinux.to_str().unwrap(),
-        "--initrd",
-        g.initramfs.to_str().unwrap(),
-        "--cmdline",
-        &cmd,
-        "--memory",
-        MEMORY_MIB,
-        "--cpus",
-        "1",
-        "--disk",
-        img.to_str().unwrap(),
-        "--quiet",
-        "--timeline",
-        "--timeout",
-        &timeout,
-        "--out",
-        out_dir.to_str().unwrap(),
-    ])
-    .host_limit(&limit)
-    .run();
+    let words = format!("hvtest=facts,disk,procs,tasks hvprocs={PROCS_SECONDS} hvend=poweroff");
+    let mut args: Vec<String> = ["profile", "--kernel", g.vmlinux.to_str().unwrap()]
+        .map(String::from)
+        .into();
+    args.extend(boot_args(&g, &words, 1, &img, &timeout));
+    args.extend(["--quiet", "--timeline", "--out", out_dir.to_str().unwrap()].map(String::from));
+    let out = hvprof(args).host_limit(&limit).run();
     out.assert_status(status::CLEAN)
         .assert_stderr_contains("guest powered off");
     check_platform(&out, 1, &img);

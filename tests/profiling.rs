@@ -35,7 +35,7 @@ const OBJECTS: Budget = Budget {
 };
 
 /// Lines starting with `refguest: <prefix>`.
-fn lines<'a>(out: &'a Output, prefix: &str) -> Vec<&'a str> {
+pub(crate) fn lines<'a>(out: &'a Output, prefix: &str) -> Vec<&'a str> {
     let prefix = format!("refguest: {prefix}");
     out.stdout
         .lines()
@@ -52,7 +52,7 @@ fn line<'a>(out: &'a Output, prefix: &str) -> &'a str {
 
 /// The value of `key=value` in `line`, as a number (decimal, 0x hex, or a decimal fraction
 /// truncated to its integer part times 100 for `share`-style values: "14.29" -> 1429).
-fn num(line: &str, key: &str) -> u64 {
+pub(crate) fn num(line: &str, key: &str) -> u64 {
     let word = line
         .split_whitespace()
         .find_map(|w| w.strip_prefix(&format!("{key}=")))
@@ -260,10 +260,16 @@ fn injected_profile_interrupts_match_samples_and_stop_when_disabled() {
 fn a_stopped_profile_never_changes_while_another_keeps_counting() {
     let out = run(1, "scenario=stopped");
     assert_passed(&out);
-    let at_stop = num(line(&out, "stopped phase=1 "), "p1_stopped_at");
+    stopped_phases_hold(&out, 4);
+}
+
+/// The `stopped` scenario's `phases` lines: P1's buffer byte for byte what it was when Stop
+/// returned in every phase after it, while P2 keeps counting.
+pub(crate) fn stopped_phases_hold(out: &Output, phases: usize) {
+    let at_stop = num(line(out, "stopped phase=1 "), "p1_stopped_at");
     assert!(at_stop > 0, "{out}");
-    let later = lines(&out, "stopped phase=");
-    assert_eq!(later.len(), 4, "{out}");
+    let later = lines(out, "stopped phase=");
+    assert_eq!(later.len(), phases, "{out}");
     let mut p2 = num(later[0], "p2");
     for l in &later[1..] {
         assert_eq!(num(l, "p1"), at_stop, "{l}");
