@@ -138,8 +138,13 @@ fn is_isf_name(p: &Path) -> bool {
 /// The Linux table, among the packs on `path`, whose banner is one of `banners` (read from
 /// guest memory; compared trimmed of trailing newlines and NULs): the first file in path order
 /// that matches. A file that cannot be read, is not a Linux table, has no banner or whose
-/// matching table does not read is passed over with a log line saying why.
-pub fn linux_isf_layout(path: &SymbolPath, banners: &[Vec<u8>]) -> Result<LinuxMatch, String> {
+/// matching table does not read is passed over with a log line saying why. `stop` is asked
+/// before each file: true ends the lookup (the run is over).
+pub fn linux_isf_layout(
+    path: &SymbolPath,
+    banners: &[Vec<u8>],
+    stop: &dyn Fn() -> bool,
+) -> Result<LinuxMatch, String> {
     let wanted: Vec<&[u8]> = banners.iter().map(|b| banner::trim(b)).collect();
     let (files, more) = linux_isf_files(path, MAX_LINUX_FILES);
     if more {
@@ -151,6 +156,9 @@ pub fn linux_isf_layout(path: &SymbolPath, banners: &[Vec<u8>]) -> Result<LinuxM
         return Err("no Linux ISF file on the symbol path".into());
     }
     for file in &files {
+        if stop() {
+            return Err("the lookup was stopped".into());
+        }
         match linux_file(file, &wanted) {
             Ok(Some(found)) => return Ok(found),
             Ok(None) => {}
@@ -304,16 +312,20 @@ mod linux_tests {
         let p = path(&[&d]);
         // What guest memory holds: the banner up to its NUL, newline included.
         let guest = BANNER.trim_end_matches('\0').as_bytes().to_vec();
-        let m = linux_isf_layout(&p, &[b"Linux version 4.19\n".to_vec(), guest]).unwrap();
+        let m =
+            linux_isf_layout(&p, &[b"Linux version 4.19\n".to_vec(), guest], &|| false).unwrap();
         assert_eq!(m.file, want);
         assert_eq!(m.banner, 1);
         assert_eq!(m.layout.task_struct.size, 0x2400);
         assert_eq!(m.banner_address, Some(0xffff_ffff_8220_0100));
         // The other file matches its own banner only, exactly.
-        let m = linux_isf_layout(&p, &[other.as_bytes().to_vec()]).unwrap();
+        let m = linux_isf_layout(&p, &[other.as_bytes().to_vec()], &|| false).unwrap();
         assert_eq!(m.layout.task_struct.size, 0x2000);
         let prefix = &BANNER.as_bytes()[..40];
-        assert!(linux_isf_layout(&p, &[prefix.to_vec()]).is_err());
+        assert!(linux_isf_layout(&p, &[prefix.to_vec()], &|| false).is_err());
+        // A lookup told to stop reads no file.
+        let err = linux_isf_layout(&p, &[other.as_bytes().to_vec()], &|| true).unwrap_err();
+        assert!(err.contains("stopped"), "{err}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 
@@ -336,10 +348,13 @@ mod linux_tests {
         put(d.join("e.json.gz.txt"), &table(BANNER, 0x2400));
         let p = path(&[&d]);
         let guest = BANNER.as_bytes().to_vec();
-        let err = linux_isf_layout(&p, std::slice::from_ref(&guest)).unwrap_err();
+        let err = linux_isf_layout(&p, std::slice::from_ref(&guest), &|| false).unwrap_err();
         assert!(err.contains("none of the 4 Linux ISF files"), "{err}");
         let want = put(d.join("f.json"), &table(BANNER, 0x2400));
-        assert_eq!(linux_isf_layout(&p, &[guest]).unwrap().file, want);
+        assert_eq!(
+            linux_isf_layout(&p, &[guest], &|| false).unwrap().file,
+            want
+        );
         // A banner that matches but a table that does not read is no match either.
         let mut broken = fixtures::linux();
         broken["symbols"]["linux_banner"]["constant_data"] = b64(b"Linux version 7\n").into();
@@ -348,7 +363,7 @@ mod linux_tests {
             .unwrap()
             .remove("task_struct");
         put(d.join("g.json"), &serde_json::to_vec(&broken).unwrap());
-        assert!(linux_isf_layout(&p, &[b"Linux version 7".to_vec()]).is_err());
+        assert!(linux_isf_layout(&p, &[b"Linux version 7".to_vec()], &|| false).is_err());
         std::fs::remove_dir_all(&d).unwrap();
     }
 

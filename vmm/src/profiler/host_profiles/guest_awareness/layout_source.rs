@@ -250,5 +250,7 @@ fn windows_lookup(path: SymbolPath) -> super::WindowsLookup {
 /// Looks the Linux kernel's layout up in the symbol packs on `path` by the candidate banners
 /// read from guest memory ([`packs::linux_isf_layout`]).
 fn linux_lookup(path: SymbolPath) -> super::LinuxLookup {
-    Box::new(move |banners: &[Vec<u8>]| packs::linux_isf_layout(&path, banners))
+    Box::new(move |banners: &[Vec<u8>], stop: &dyn Fn() -> bool| {
+        packs::linux_isf_layout(&path, banners, stop)
+    })
 }

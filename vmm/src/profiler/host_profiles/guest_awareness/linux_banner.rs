@@ -49,11 +49,12 @@ pub struct Candidate {
     pub at: Vec<u64>,
 }
 
-/// The candidate banners in `mem`, in address order of their first place.
-pub fn scan(mem: &GuestMemoryMmap) -> Vec<Candidate> {
+/// The candidate banners in `mem`, in address order of their first place; the scan ends early
+/// when `stop` says so (asked before each read).
+pub fn scan(mem: &GuestMemoryMmap, stop: &dyn Fn() -> bool) -> Vec<Candidate> {
     let regions: Vec<(u64, u64)> = mem.iter().map(|r| (r.start_addr().0, r.len())).collect();
     scan_ranges(&regions, MAX_SCAN_BYTES, |gpa, buf| {
-        mem.read_slice(buf, GuestAddress(gpa)).is_ok()
+        !stop() && mem.read_slice(buf, GuestAddress(gpa)).is_ok()
     })
 }
 
@@ -201,6 +202,21 @@ mod tests {
         let found = scan_vec(&mem, CHUNK as u64 - 100);
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].at, [0x1234]);
+    }
+
+    #[test]
+    fn guest_memory_is_scanned_region_by_region_until_told_to_stop() {
+        let mem = GuestMemoryMmap::from_ranges(&[
+            (GuestAddress(0), 0x10000),
+            (GuestAddress(0x10_0000), 0x10000),
+        ])
+        .unwrap();
+        mem.write_slice(&[BANNER, b"\0"].concat(), GuestAddress(0x10_0ff0))
+            .unwrap();
+        let found = scan(&mem, &|| false);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].at, [0x10_0ff0]);
+        assert_eq!(scan(&mem, &|| true), []);
     }
 
     #[test]

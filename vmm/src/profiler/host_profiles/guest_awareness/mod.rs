@@ -51,8 +51,9 @@ pub const LSTAR_PERIOD: u32 = 1024;
 pub type WindowsLookup = Box<dyn FnOnce(&CodeView) -> Result<WindowsLayout, String> + Send>;
 
 /// Looks a Linux kernel's structure layout up from the candidate banners read from guest
-/// memory (the caller's symbol path's packs).
-pub type LinuxLookup = Box<dyn FnOnce(&[Vec<u8>]) -> Result<LinuxMatch, String> + Send>;
+/// memory (the caller's symbol path's packs), until the second argument says the run is over.
+pub type LinuxLookup =
+    Box<dyn FnOnce(&[Vec<u8>], &dyn Fn() -> bool) -> Result<LinuxMatch, String> + Send>;
 
 /// The lookups a run may make once a sample shows which kernel the guest runs: either or both
 /// (`--guest-os auto` with a symbol path: whichever kernel the guest shows first).
@@ -186,6 +187,8 @@ pub struct GuestAwareness {
     windows_pending: AtomicBool,
     /// A Linux lookup waits for a long-mode kernel-mode sample.
     linux_pending: AtomicBool,
+    /// The run is over: a lookup under way gives up.
+    closed: AtomicBool,
     /// Per vCPU: samples since it last read IA32_LSTAR.
     since_lstar: Box<[AtomicU32]>,
     vcpus: Box<[Mutex<VcpuGuest>]>,
@@ -222,6 +225,7 @@ impl GuestAwareness {
             want_kernel_gs: (0..vcpus).map(|_| AtomicBool::new(false)).collect(),
             windows_pending: AtomicBool::new(false),
             linux_pending: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             since_lstar: (0..vcpus).map(|_| AtomicU32::new(0)).collect(),
             vcpus: (0..vcpus).map(|_| Mutex::default()).collect(),
             table: ProcessTable::new(start),
@@ -304,13 +308,17 @@ impl GuestAwareness {
     /// Looks the Linux kernel's layout up by the banners in `mem` and publishes it, with the
     /// KASLR slide the kernel page tables `paging` show; false when none is found.
     fn serve_linux(&self, lookup: LinuxLookup, mem: &GuestMemoryMmap, paging: &Paging) -> bool {
-        let candidates = linux_banner::scan(mem);
+        let stop = || self.closed.load(Ordering::Relaxed);
+        let candidates = linux_banner::scan(mem, &stop);
+        if stop() {
+            return true;
+        }
         if candidates.is_empty() {
             log::info!("no Linux banner in guest memory: no Linux symbol pack looked up");
             return false;
         }
         let texts: Vec<Vec<u8>> = candidates.iter().map(|c| c.text.clone()).collect();
-        let found = match lookup(&texts) {
+        let found = match lookup(&texts, &stop) {
             Ok(found) => found,
             Err(e) => {
                 log::warn!(
@@ -395,6 +403,7 @@ impl GuestAwareness {
 
     /// Ends the lookup's wait (the run is over).
     pub fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
         self.windows_pending.store(false, Ordering::Relaxed);
         self.linux_pending.store(false, Ordering::Relaxed);
         *self.pending.lock().unwrap_or_else(|e| e.into_inner()) = Pending::Nothing;

@@ -390,7 +390,7 @@ fn a_linux_kernel_is_found_by_its_banner_and_published_with_its_slide() {
     let layout = g.layout;
     let seen = Arc::new(Mutex::new(Vec::new()));
     let s = seen.clone();
-    let linux: LinuxLookup = Box::new(move |banners: &[Vec<u8>]| {
+    let linux: LinuxLookup = Box::new(move |banners: &[Vec<u8>], _: &dyn Fn() -> bool| {
         *s.lock().unwrap() = banners.to_vec();
         let banner = banners
             .iter()
@@ -454,7 +454,8 @@ fn a_guest_without_a_linux_banner_leaves_the_windows_lookup_waiting() {
     use introspect::testguest::long_mode;
     use std::sync::Arc;
     let aware = Arc::new(GuestAwareness::new(1, Instant::now()));
-    let linux: LinuxLookup = Box::new(|_: &[Vec<u8>]| panic!("no banner to look up"));
+    let linux: LinuxLookup =
+        Box::new(|_: &[Vec<u8>], _: &dyn Fn() -> bool| panic!("no banner to look up"));
     let windows: WindowsLookup = Box::new(|_: &CodeView| Ok(WindowsLayout::default()));
     let (lookup, found) = aware
         .set_types(GuestTypes::Lookup(Lookup {
