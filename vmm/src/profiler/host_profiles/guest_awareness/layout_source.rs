@@ -167,9 +167,11 @@ pub fn guest_types(
         }
     }
     match (choice, symbol_path) {
+        // A Linux guest's memory is scanned for its banner only when a Linux pack is there
+        // to match it (a Windows guest's layout would wait for the scan).
         (GuestOsChoice::Auto, Some(path)) => Ok(GuestTypes::Lookup(super::Lookup {
             windows: Some(windows_lookup(path.clone())),
-            linux: Some(linux_lookup(path)),
+            linux: (!packs::linux_isf_files(&path, 1).0.is_empty()).then(|| linux_lookup(path)),
         })),
         (GuestOsChoice::Windows, Some(path)) => Ok(GuestTypes::Lookup(super::Lookup::windows(
             windows_lookup(path),
@@ -253,4 +255,38 @@ fn linux_lookup(path: SymbolPath) -> super::LinuxLookup {
     Box::new(move |banners: &[Vec<u8>], stop: &dyn Fn() -> bool| {
         packs::linux_isf_layout(&path, banners, stop)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lookups(choice: GuestOsChoice, dir: &Path) -> (bool, bool) {
+        let path = SymbolPath::parse(&dir.display().to_string(), None).unwrap();
+        match guest_types(choice, None, None, Some(path)).unwrap() {
+            GuestTypes::Lookup(l) => (l.windows.is_some(), l.linux.is_some()),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_symbol_path_looks_a_linux_kernel_up_when_it_holds_linux_packs_or_linux_is_asked_for() {
+        let dir = std::env::temp_dir().join(format!("hvprof-layout-source-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("ntkrnlmp.pdb")).unwrap();
+        std::fs::write(dir.join("ntkrnlmp.pdb/0-1.json.xz"), b"").unwrap();
+        // A Windows pack alone: no scan of guest memory for a banner.
+        assert_eq!(lookups(GuestOsChoice::Auto, &dir), (true, false));
+        assert_eq!(lookups(GuestOsChoice::Linux, &dir), (false, true));
+        assert_eq!(lookups(GuestOsChoice::Windows, &dir), (true, false));
+        std::fs::create_dir_all(dir.join("symbols/linux")).unwrap();
+        std::fs::write(dir.join("symbols/linux/6.1.json.xz"), b"").unwrap();
+        assert_eq!(lookups(GuestOsChoice::Auto, &dir), (true, true));
+        // --guest-os linux with neither a kernel nor a symbol path has no source.
+        assert!(matches!(
+            guest_types(GuestOsChoice::Linux, None, None, None),
+            Err(GuestTypesError::NoLinuxSource)
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

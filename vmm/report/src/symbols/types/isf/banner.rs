@@ -86,6 +86,9 @@ pub fn linux_banner(json: &[u8]) -> Result<Banner, BannerError> {
         return Err(BannerError::BadBanner("longer than a banner may be"));
     }
     let bytes = base64(data.as_bytes()).ok_or(BannerError::BadBanner("not base64"))?;
+    if bytes.len() > MAX_BANNER_BYTES {
+        return Err(BannerError::BadBanner("longer than a banner may be"));
+    }
     Ok(Banner {
         text: trim(&bytes).to_vec(),
         address: sym.address,
@@ -179,6 +182,15 @@ mod tests {
         let long = format!(
             r#"{{"metadata": {{"linux": {{}}}}, "symbols": {{"linux_banner": {{"constant_data": "{}"}}}}}}"#,
             "A".repeat(4096)
+        );
+        assert!(matches!(
+            linux_banner(long.as_bytes()),
+            Err(BannerError::BadBanner(_))
+        ));
+        // Short enough as text, one byte too long decoded.
+        let long = format!(
+            r#"{{"metadata": {{"linux": {{}}}}, "symbols": {{"linux_banner": {{"constant_data": "{}"}}}}}}"#,
+            "A".repeat(MAX_BANNER_BYTES.div_ceil(3) * 4)
         );
         assert!(matches!(
             linux_banner(long.as_bytes()),
