@@ -2,7 +2,8 @@
 //! --guest-types or found in a symbol pack, plain, xz or gzip (told apart by their first
 //! bytes). Whoever put the file there controls every byte. The reader must never panic, loop
 //! or decompress past its bound: a file it cannot read is an error, and a layout that comes
-//! back has passed validation. It uses the report crate alone.
+//! back has passed validation; a Linux table's banner (what a Linux pack is matched by) is
+//! bounded. It uses the report crate alone.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -21,6 +22,10 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     assert!(u64::try_from(json.len()).unwrap() <= LIMIT);
+    if let Ok(banner) = isf::banner::linux_banner(&json) {
+        assert!(banner.text.len() <= isf::banner::MAX_BANNER_BYTES);
+        assert_eq!(isf::banner::trim(&banner.text), banner.text.as_slice());
+    }
     if kind % 2 == 1 {
         let id = PdbId {
             guid: "BBED7C2955FBE4522AAA23F4B8677AD9".into(),

@@ -15,7 +15,9 @@ use vmm::profiler::host_profiles::HostProfileSpec;
 pub struct SymbolArgs {
     /// Where PE modules' PDBs are found, in _NT_SYMBOL_PATH syntax: entries separated by `;`,
     /// each a directory, srv*CACHE*URL (an HTTP(S) symbol server), srv*STORE, or cache*DIR
-    /// (default: the _NT_SYMBOL_PATH environment variable).
+    /// (default: the _NT_SYMBOL_PATH environment variable). A directory may also hold
+    /// Volatility 3 ISF symbol packs: Windows kernels' found by their PDB's GUID and age, Linux
+    /// kernels' by the banner read from guest memory (symbols/linux/).
     #[arg(long, value_name = "PATH")]
     pub symbol_path: Option<String>,
     /// Deprecated: the same as --symbol-path DIR.
@@ -267,12 +269,13 @@ pub struct ProfileArgs {
     #[arg(long, value_name = "NAME")]
     pub process: Vec<String>,
     /// Which guest kernel's processes and threads to name: auto, windows, linux or off
-    /// (auto: Linux from a --kernel vmlinux with BTF or DWARF, else Windows when a symbol
-    /// path is given, its kernel's PDB looked up once a sample finds the kernel).
+    /// (auto: Linux from a --kernel vmlinux with BTF or DWARF, else, when a symbol path is
+    /// given, the kernel a sample shows: a Windows kernel's PDB or ISF file, or the Linux ISF
+    /// file in a symbol pack whose banner is the guest's).
     #[arg(long, value_name = "OS", default_value = "auto")]
     pub guest_os: vmm::profiler::host_profiles::guest_awareness::layout_source::GuestOsChoice,
-    /// The guest kernel's type information: a PDB (ntkrnlmp.pdb), a vmlinux, or raw BTF
-    /// (such as a guest's /sys/kernel/btf/vmlinux).
+    /// The guest kernel's type information: a PDB (ntkrnlmp.pdb), a vmlinux, raw BTF (such as
+    /// a guest's /sys/kernel/btf/vmlinux), or a Volatility 3 ISF file (.json, .json.xz, .json.gz).
     #[arg(long, value_name = "FILE")]
     pub guest_types: Option<PathBuf>,
     /// Host-side profile of only samples at this privilege level (3: user mode, 0: kernel).

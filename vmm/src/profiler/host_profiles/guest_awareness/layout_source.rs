@@ -1,7 +1,9 @@
 //! Where a run learns the guest kernel's structure layout, from what the user gave: a file
 //! (`--guest-types`: a PDB, a vmlinux, raw BTF or a Volatility ISF file), the vmlinux it boots
-//! (its BTF or DWARF), or, for a Windows guest, the kernel's ISF file in a symbol pack or its PDB,
-//! looked up on the symbol path once a sample has found the kernel in guest memory. Without any, samples are split by address space.
+//! (its BTF or DWARF), or, looked up on the symbol path once a sample has shown the kernel: for a
+//! Windows guest, the kernel's ISF file in a symbol pack or its PDB, found by the kernel's
+//! CodeView identity; for a Linux guest, the ISF file in a symbol pack whose banner is the one in
+//! guest memory. Without any, samples are split by address space.
 
 use std::path::{Path, PathBuf};
 
@@ -22,13 +24,15 @@ use crate::outcome::{Blame, Fault};
 /// Which guest kernel to read processes and threads from (`--guest-os`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum GuestOsChoice {
-    /// Linux when the booted vmlinux has type information, else Windows when a symbol path
-    /// is given, else none (samples split by address space).
+    /// Linux when the booted vmlinux has type information, else, when a symbol path is given,
+    /// whichever kernel a sample shows first (a Windows kernel's identity or a Linux banner),
+    /// else none (samples split by address space).
     #[default]
     Auto,
     /// A Windows kernel: its layout from `--guest-types` or its PDB on the symbol path.
     Windows,
-    /// A Linux kernel: its layout from `--guest-types` or the booted vmlinux.
+    /// A Linux kernel: its layout from `--guest-types`, the booted vmlinux, or a symbol pack
+    /// (by the banner in guest memory).
     Linux,
     /// Do not name processes and threads.
     Off,
@@ -83,7 +87,10 @@ pub enum GuestTypesError {
     #[error("--guest-os windows needs --symbol-path (to find the kernel's PDB) or --guest-types")]
     NoWindowsSource,
     /// A Linux guest without a vmlinux or a types file.
-    #[error("--guest-os linux needs --kernel vmlinux (with BTF or DWARF) or --guest-types")]
+    #[error(
+        "--guest-os linux needs --kernel vmlinux (with BTF or DWARF), --guest-types, or \
+         --symbol-path with Linux ISF symbol packs"
+    )]
     NoLinuxSource,
 }
 
@@ -138,7 +145,7 @@ pub fn guest_types(
         if let Some(kernel) = kernel {
             match vmlinux_layout(kernel) {
                 Ok(l) => return Ok(GuestTypes::Linux(l)),
-                Err(e) if choice == GuestOsChoice::Linux => return Err(e),
+                Err(e) if choice == GuestOsChoice::Linux && symbol_path.is_none() => return Err(e),
                 // Not a vmlinux with types (a bzImage, a PVH kernel without debug
                 // information): a note, unless its types are there but wanting.
                 Err(
@@ -155,14 +162,24 @@ pub fn guest_types(
                     report::chain::with_causes(&e)
                 ),
             }
-        } else if choice == GuestOsChoice::Linux {
+        } else if choice == GuestOsChoice::Linux && symbol_path.is_none() {
             return Err(GuestTypesError::NoLinuxSource);
         }
     }
     match (choice, symbol_path) {
-        (GuestOsChoice::Auto | GuestOsChoice::Windows, Some(path)) => {
-            Ok(GuestTypes::WindowsLookup(windows_lookup(path)))
-        }
+        // A Linux guest's memory is scanned for its banner only when a Linux pack is there
+        // to match it (a Windows guest's layout would wait for the scan).
+        (GuestOsChoice::Auto, Some(path)) => Ok(GuestTypes::Lookup(super::Lookup {
+            windows: Some(windows_lookup(path.clone())),
+            linux: (!packs::linux_isf_files(&path, 1).0.is_empty()).then(|| linux_lookup(path)),
+        })),
+        (GuestOsChoice::Windows, Some(path)) => Ok(GuestTypes::Lookup(super::Lookup::windows(
+            windows_lookup(path),
+        ))),
+        (GuestOsChoice::Linux, Some(path)) => Ok(GuestTypes::Lookup(super::Lookup {
+            windows: None,
+            linux: Some(linux_lookup(path)),
+        })),
         (GuestOsChoice::Windows, None) => Err(GuestTypesError::NoWindowsSource),
         _ => Ok(GuestTypes::AddressSpaces),
     }
@@ -230,4 +247,46 @@ fn windows_lookup(path: SymbolPath) -> super::WindowsLookup {
         let bytes = bounded::read(&path, bounded::SYMBOLS).map_err(|e| e.to_string())?;
         windows_layout(&bytes).map_err(|e| format!("{}: {e}", path.display()))
     })
+}
+
+/// Looks the Linux kernel's layout up in the symbol packs on `path` by the candidate banners
+/// read from guest memory ([`packs::linux_isf_layout`]).
+fn linux_lookup(path: SymbolPath) -> super::LinuxLookup {
+    Box::new(move |banners: &[Vec<u8>], stop: &dyn Fn() -> bool| {
+        packs::linux_isf_layout(&path, banners, stop)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lookups(choice: GuestOsChoice, dir: &Path) -> (bool, bool) {
+        let path = SymbolPath::parse(&dir.display().to_string(), None).unwrap();
+        match guest_types(choice, None, None, Some(path)).unwrap() {
+            GuestTypes::Lookup(l) => (l.windows.is_some(), l.linux.is_some()),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_symbol_path_looks_a_linux_kernel_up_when_it_holds_linux_packs_or_linux_is_asked_for() {
+        let dir = std::env::temp_dir().join(format!("hvprof-layout-source-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("ntkrnlmp.pdb")).unwrap();
+        std::fs::write(dir.join("ntkrnlmp.pdb/0-1.json.xz"), b"").unwrap();
+        // A Windows pack alone: no scan of guest memory for a banner.
+        assert_eq!(lookups(GuestOsChoice::Auto, &dir), (true, false));
+        assert_eq!(lookups(GuestOsChoice::Linux, &dir), (false, true));
+        assert_eq!(lookups(GuestOsChoice::Windows, &dir), (true, false));
+        std::fs::create_dir_all(dir.join("symbols/linux")).unwrap();
+        std::fs::write(dir.join("symbols/linux/6.1.json.xz"), b"").unwrap();
+        assert_eq!(lookups(GuestOsChoice::Auto, &dir), (true, true));
+        // --guest-os linux with neither a kernel nor a symbol path has no source.
+        assert!(matches!(
+            guest_types(GuestOsChoice::Linux, None, None, None),
+            Err(GuestTypesError::NoLinuxSource)
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -9,8 +9,10 @@
 //! its per-CPU base, the current thread pointer in it, the thread's identity read once per
 //! thread change); their layout comes from the kernel's own debug information ([`GuestTypes`]):
 //! a Linux vmlinux's BTF or DWARF before the run, a Windows kernel's PDB once a sample has
-//! found the kernel in guest memory (looked up on a thread of its own, so a symbol server's
-//! latency never stalls a vCPU). Until a layout is known, and for samples whose thread cannot
+//! found the kernel in guest memory, or a Linux kernel's ISF table in a symbol pack, matched by
+//! the banner read from guest memory ([`linux_banner`]) once a kernel-mode sample shows a
+//! long-mode guest (both looked up on a thread of its own, so a symbol server's latency or a
+//! scan of guest memory never stalls a vCPU). Until a layout is known, and for samples whose thread cannot
 //! be named, samples are split by address space (`[cr3 ..]` rows).
 //!
 //! The per-sample cost with a layout is one 8-byte read through the kernel's page tables and a
@@ -24,6 +26,7 @@ use std::sync::{Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
 pub mod layout_source;
+pub mod linux_banner;
 pub mod process_list;
 pub mod process_table;
 
@@ -33,6 +36,7 @@ use introspect::os::{
 };
 use introspect::paging::Paging;
 use introspect::pe::CodeView;
+use report::symbols::packs::LinuxMatch;
 use vm_memory::GuestMemoryMmap;
 
 use super::stacks::{listed_module, FoundModule, GuestVirt};
@@ -46,6 +50,40 @@ pub const LSTAR_PERIOD: u32 = 1024;
 /// caller's symbol path).
 pub type WindowsLookup = Box<dyn FnOnce(&CodeView) -> Result<WindowsLayout, String> + Send>;
 
+/// Looks a Linux kernel's structure layout up from the candidate banners read from guest
+/// memory (the caller's symbol path's packs), until the second argument says the run is over.
+pub type LinuxLookup =
+    Box<dyn FnOnce(&[Vec<u8>], &dyn Fn() -> bool) -> Result<LinuxMatch, String> + Send>;
+
+/// The lookups a run may make once a sample shows which kernel the guest runs: either or both
+/// (`--guest-os auto` with a symbol path: whichever kernel the guest shows first).
+#[derive(Default)]
+pub struct Lookup {
+    /// A Windows kernel's, by its CodeView identity.
+    pub windows: Option<WindowsLookup>,
+    /// A Linux kernel's, by its banner.
+    pub linux: Option<LinuxLookup>,
+}
+
+impl Lookup {
+    /// A Windows kernel's lookup alone.
+    pub fn windows(lookup: WindowsLookup) -> Self {
+        Lookup {
+            windows: Some(lookup),
+            linux: None,
+        }
+    }
+}
+
+/// What the vCPUs tell the lookup thread.
+pub enum KernelSeen {
+    /// The Windows kernel is at this base, with this CodeView record.
+    Windows(u64, CodeView),
+    /// A long-mode guest ran in kernel mode with these page tables: its memory may hold a Linux
+    /// banner.
+    Linux(Paging, GuestMemoryMmap),
+}
+
 /// Where the run learns the guest kernel's structure layout from.
 #[derive(Default)]
 pub enum GuestTypes {
@@ -58,8 +96,9 @@ pub enum GuestTypes {
     Linux(LinuxLayout),
     /// A Windows kernel's layout, given before the run; used once a sample finds the kernel.
     Windows(WindowsLayout),
-    /// A Windows kernel's layout, looked up from its PDB once a sample finds the kernel.
-    WindowsLookup(WindowsLookup),
+    /// A kernel's layout looked up once a sample shows it: a Windows kernel's from its PDB or
+    /// ISF file, a Linux kernel's from the ISF file whose banner it shows.
+    Lookup(Lookup),
 }
 
 impl GuestTypes {
@@ -72,7 +111,7 @@ impl GuestTypes {
                 "no guest kernel layout: give --guest-types FILE, a --kernel vmlinux with BTF or \
                  DWARF, or a symbol path for a Windows guest's kernel",
             ),
-            GuestTypes::Linux(_) | GuestTypes::Windows(_) | GuestTypes::WindowsLookup(_) => None,
+            GuestTypes::Linux(_) | GuestTypes::Windows(_) | GuestTypes::Lookup(_) => None,
         }
     }
 }
@@ -84,7 +123,7 @@ impl std::fmt::Debug for GuestTypes {
             GuestTypes::AddressSpaces => "AddressSpaces",
             GuestTypes::Linux(_) => "Linux",
             GuestTypes::Windows(_) => "Windows",
-            GuestTypes::WindowsLookup(_) => "WindowsLookup",
+            GuestTypes::Lookup(_) => "Lookup",
         })
     }
 }
@@ -95,8 +134,8 @@ enum Pending {
     Nothing,
     /// This layout, once the kernel's base is known.
     Layout(WindowsLayout),
-    /// The lookup thread, which takes the kernel's base and CodeView record.
-    Lookup(Sender<(u64, CodeView)>),
+    /// The lookup thread, which takes what the vCPUs found.
+    Lookup(Sender<KernelSeen>),
 }
 
 /// What a vCPU's current thread is keyed by.
@@ -146,6 +185,10 @@ pub struct GuestAwareness {
     want_kernel_gs: Box<[AtomicBool]>,
     /// A Windows layout waits for the kernel: samples read IA32_LSTAR now and then.
     windows_pending: AtomicBool,
+    /// A Linux lookup waits for a long-mode kernel-mode sample.
+    linux_pending: AtomicBool,
+    /// The run is over: a lookup under way gives up.
+    closed: AtomicBool,
     /// Per vCPU: samples since it last read IA32_LSTAR.
     since_lstar: Box<[AtomicU32]>,
     vcpus: Box<[Mutex<VcpuGuest>]>,
@@ -181,6 +224,8 @@ impl GuestAwareness {
             pending: Mutex::new(Pending::Nothing),
             want_kernel_gs: (0..vcpus).map(|_| AtomicBool::new(false)).collect(),
             windows_pending: AtomicBool::new(false),
+            linux_pending: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             since_lstar: (0..vcpus).map(|_| AtomicU32::new(0)).collect(),
             vcpus: (0..vcpus).map(|_| Mutex::default()).collect(),
             table: ProcessTable::new(start),
@@ -189,12 +234,9 @@ impl GuestAwareness {
     }
 
     /// Takes the layout source; returns the lookup to run on a thread of its own (with the
-    /// receiver of the kernel's discovery) for [`GuestTypes::WindowsLookup`].
+    /// receiver of the kernel's discovery) for [`GuestTypes::Lookup`].
     /// Called before the guest runs.
-    pub fn set_types(
-        &self,
-        types: GuestTypes,
-    ) -> Option<(WindowsLookup, Receiver<(u64, CodeView)>)> {
+    pub fn set_types(&self, types: GuestTypes) -> Option<(Lookup, Receiver<KernelSeen>)> {
         self.enabled
             .store(!matches!(types, GuestTypes::Off), Ordering::Relaxed);
         *self.no_names.lock().unwrap_or_else(|e| e.into_inner()) = types.why_no_process_names();
@@ -213,10 +255,13 @@ impl GuestAwareness {
                 self.windows_pending.store(true, Ordering::Relaxed);
                 None
             }
-            GuestTypes::WindowsLookup(lookup) => {
+            GuestTypes::Lookup(lookup) => {
                 let (tx, rx) = std::sync::mpsc::channel();
                 *pending = Pending::Lookup(tx);
-                self.windows_pending.store(true, Ordering::Relaxed);
+                self.windows_pending
+                    .store(lookup.windows.is_some(), Ordering::Relaxed);
+                self.linux_pending
+                    .store(lookup.linux.is_some(), Ordering::Relaxed);
                 Some((lookup, rx))
             }
         }
@@ -234,11 +279,87 @@ impl GuestAwareness {
     }
 
     /// Runs `lookup` for the kernel `found` reports (until the run ends and drops the sender),
-    /// then publishes its layout. Runs on the lookup thread.
-    pub fn serve_lookup(&self, lookup: WindowsLookup, found: Receiver<(u64, CodeView)>) {
-        let Ok((base, codeview)) = found.recv() else {
-            return;
+    /// then publishes its layout: a Windows kernel's lookup ends the wait, found or not; a
+    /// Linux banner that matches no pack leaves a Windows kernel to be looked for still.
+    /// Runs on the lookup thread.
+    pub fn serve_lookup(&self, mut lookup: Lookup, found: Receiver<KernelSeen>) {
+        while lookup.windows.is_some() || lookup.linux.is_some() {
+            let Ok(what) = found.recv() else {
+                return;
+            };
+            match what {
+                KernelSeen::Windows(base, codeview) => {
+                    if let Some(windows) = lookup.windows.take() {
+                        self.serve_windows(windows, base, codeview);
+                        return;
+                    }
+                }
+                KernelSeen::Linux(paging, mem) => {
+                    if let Some(linux) = lookup.linux.take() {
+                        if self.serve_linux(linux, &mem, &paging) {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Looks the Linux kernel's layout up by the banners in `mem` and publishes it, with the
+    /// KASLR slide the kernel page tables `paging` show; false when none is found.
+    fn serve_linux(&self, lookup: LinuxLookup, mem: &GuestMemoryMmap, paging: &Paging) -> bool {
+        let stop = || self.closed.load(Ordering::Relaxed);
+        let candidates = linux_banner::scan(mem, &stop);
+        if stop() {
+            return true;
+        }
+        if candidates.is_empty() {
+            log::info!("no Linux banner in guest memory: no Linux symbol pack looked up");
+            return false;
+        }
+        let texts: Vec<Vec<u8>> = candidates.iter().map(|c| c.text.clone()).collect();
+        let found = match lookup(&texts, &stop) {
+            Ok(found) => found,
+            Err(e) => {
+                log::warn!(
+                    "guest processes and threads are not named from a Linux symbol pack: {e} \
+                     (guest banner: {:?})",
+                    String::from_utf8_lossy(&texts[0]).trim_end()
+                );
+                return false;
+            }
         };
+        let at = candidates
+            .get(found.banner)
+            .map_or(&[][..], |c| c.at.as_slice());
+        let slide = found
+            .banner_address
+            .and_then(|link| linux_banner::slide(&crate::memory::GuestPhys(mem), paging, link, at));
+        let load_bias = match slide {
+            Some(s) => s,
+            None => {
+                log::warn!(
+                    "{}: the kernel's KASLR slide was not found from its banner: symbols are \
+                     taken as not relocated (give --guest-types for a randomized kernel)",
+                    found.file.display()
+                );
+                0
+            }
+        };
+        log::info!(
+            "guest processes and threads: layout read from {} (KASLR slide {load_bias:#x})",
+            found.file.display()
+        );
+        self.windows_pending.store(false, Ordering::Relaxed);
+        self.publish(GuestOs {
+            layout: OsLayout::Linux(found.layout),
+            load_bias,
+        });
+        true
+    }
+
+    /// Runs the Windows lookup for the kernel at `base` and publishes its layout.
+    fn serve_windows(&self, lookup: WindowsLookup, base: u64, codeview: CodeView) {
         match lookup(&codeview) {
             Ok(layout) => {
                 log::info!(
@@ -261,6 +382,7 @@ impl GuestAwareness {
     /// Called once when a vCPU's samples find the Windows kernel at `base`.
     pub fn kernel_found(&self, base: u64, codeview: Option<CodeView>) {
         self.windows_pending.store(false, Ordering::Relaxed);
+        self.linux_pending.store(false, Ordering::Relaxed);
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         match std::mem::replace(&mut *pending, Pending::Nothing) {
             Pending::Nothing => {}
@@ -270,7 +392,7 @@ impl GuestAwareness {
             }),
             Pending::Lookup(tx) => match codeview {
                 Some(cv) => {
-                    let _ = tx.send((base, cv));
+                    let _ = tx.send(KernelSeen::Windows(base, cv));
                 }
                 None => log::warn!(
                     "the Windows kernel at {base:#x} has no CodeView record: its PDB cannot be found, so guest processes are not named"
@@ -281,7 +403,9 @@ impl GuestAwareness {
 
     /// Ends the lookup's wait (the run is over).
     pub fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
         self.windows_pending.store(false, Ordering::Relaxed);
+        self.linux_pending.store(false, Ordering::Relaxed);
         *self.pending.lock().unwrap_or_else(|e| e.into_inner()) = Pending::Nothing;
     }
 
@@ -351,6 +475,9 @@ impl GuestAwareness {
         }
         if cpu.cpl == 0 {
             g.kernel_paging = Some(cpu.paging);
+            if self.linux_pending.load(Ordering::Relaxed) {
+                self.linux_kernel_sample(mem, cpu.paging);
+            }
         }
         let generation = self.generation.load(Ordering::Acquire);
         if generation != g.generation {
@@ -417,6 +544,18 @@ impl GuestAwareness {
             });
         }
         g.current.as_ref()
+    }
+
+    /// Hands the first kernel-mode sample of a long-mode guest to the lookup thread, which
+    /// scans guest memory for a Linux banner (once per run).
+    fn linux_kernel_sample(&self, mem: &GuestMemoryMmap, paging: Paging) {
+        const EFER_LMA: u64 = 1 << 10;
+        if paging.efer & EFER_LMA == 0 || !self.linux_pending.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        if let Pending::Lookup(tx) = &*self.pending.lock().unwrap_or_else(|e| e.into_inner()) {
+            let _ = tx.send(KernelSeen::Linux(paging, mem.clone()));
+        }
     }
 
     /// Reads the loader list of the process `id` names (its row: `found`) when it is new, or

@@ -69,7 +69,9 @@ fn the_lookup_runs_once_with_the_kernels_codeview_and_publishes_its_layout() {
         *s.lock().unwrap() = Some(cv.pdb.clone());
         Ok(WindowsLayout::default())
     });
-    let (lookup, found) = g.set_types(GuestTypes::WindowsLookup(lookup)).unwrap();
+    let (lookup, found) = g
+        .set_types(GuestTypes::Lookup(Lookup::windows(lookup)))
+        .unwrap();
     let g2 = g.clone();
     let t = std::thread::spawn(move || g2.serve_lookup(lookup, found));
     let cv = CodeView {
@@ -93,7 +95,9 @@ fn the_lookup_runs_once_with_the_kernels_codeview_and_publishes_its_layout() {
 fn a_lookup_that_never_gets_a_kernel_ends_with_the_run() {
     let g = std::sync::Arc::new(GuestAwareness::new(1, Instant::now()));
     let lookup: WindowsLookup = Box::new(|_: &CodeView| Err("never".into()));
-    let (lookup, found) = g.set_types(GuestTypes::WindowsLookup(lookup)).unwrap();
+    let (lookup, found) = g
+        .set_types(GuestTypes::Lookup(Lookup::windows(lookup)))
+        .unwrap();
     let g2 = g.clone();
     let t = std::thread::spawn(move || g2.serve_lookup(lookup, found));
     g.close();
@@ -361,4 +365,125 @@ fn linux_processes_are_listed_from_init_task_before_their_first_sample() {
     let mem = guest_memory(&g.phys);
     assert_eq!(aware.walk_at_end(&mem).map(|l| l.added), Some(1));
     assert!(names(&aware).contains(&"dd".to_string()));
+}
+
+/// Linux, by a symbol pack: the first long-mode kernel-mode sample hands guest memory to the
+/// lookup thread, which scans it for the banner, looks the banner up and publishes the layout
+/// with the KASLR slide where the banner is mapped; the Windows lookup is then given up.
+#[test]
+fn a_linux_kernel_is_found_by_its_banner_and_published_with_its_slide() {
+    use introspect::testguest::linux::{test_layout, LinuxGuest};
+    use std::sync::Arc;
+    const LINK: u64 = 0xffff_ffff_8220_0100;
+    const SLIDE: u64 = 0x1a00_0000;
+    const BANNER: &[u8] = b"Linux version 6.1.0-test (hvprof@test) (gcc 12) #1 SMP\n";
+    let mut g = LinuxGuest::new(&test_layout(false));
+    let paging = g.kernel_paging();
+    // The banner in the kernel's read-only data, mapped where KASLR put it; a copy of it in the
+    // kernel log and the format /proc/version prints with, unmapped.
+    let rodata = g.phys.alloc();
+    g.phys.write_phys(rodata + 0x100, &[BANNER, b"\0"].concat());
+    g.phys.map(paging.cr3, (LINK + SLIDE) & !0xfff, rodata);
+    let log = g.phys.alloc();
+    g.phys.write_phys(log + 0x40, &[BANNER, b"\0"].concat());
+    g.phys.write_phys(log + 0x400, b"Linux version %s (%s)\n\0");
+    let layout = g.layout;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let linux: LinuxLookup = Box::new(move |banners: &[Vec<u8>], _: &dyn Fn() -> bool| {
+        *s.lock().unwrap() = banners.to_vec();
+        let banner = banners
+            .iter()
+            .position(|b| b.as_slice() == BANNER)
+            .ok_or("no match")?;
+        Ok(LinuxMatch {
+            file: "6.1.0-test.json.xz".into(),
+            banner,
+            layout,
+            banner_address: Some(LINK),
+        })
+    });
+    let windows: WindowsLookup = Box::new(|_: &CodeView| panic!("not a Windows guest"));
+    let aware = Arc::new(GuestAwareness::new(1, Instant::now()));
+    let (lookup, found) = aware
+        .set_types(GuestTypes::Lookup(Lookup {
+            windows: Some(windows),
+            linux: Some(linux),
+        }))
+        .unwrap();
+    let a2 = aware.clone();
+    let t = std::thread::spawn(move || a2.serve_lookup(lookup, found));
+    let mem = guest_memory(&g.phys);
+    let regs = g.regs(0, 0, false);
+    let sample = |cpl: u8, paging: Paging| CpuState {
+        cpl,
+        paging,
+        gs_base: regs.gs_base,
+        ..CpuState::default()
+    };
+    let mut v = VcpuGuest::default();
+    // User mode, or a kernel not in long mode: nothing is scanned yet.
+    aware.identify(0, &mut v, &mem, &sample(3, paging));
+    let legacy = Paging { efer: 0, ..paging };
+    aware.identify(0, &mut v, &mem, &sample(0, legacy));
+    assert!(aware.linux_pending.load(Ordering::Relaxed));
+    aware.identify(0, &mut v, &mem, &sample(0, paging));
+    assert!(!aware.linux_pending.load(Ordering::Relaxed));
+    t.join().unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [BANNER.to_vec(), b"Linux version %s (%s)\n".to_vec()]
+    );
+    assert_eq!(
+        aware.os(),
+        Some(GuestOs {
+            layout: OsLayout::Linux(layout),
+            load_bias: SLIDE
+        })
+    );
+    assert!((0..2 * LSTAR_PERIOD).all(|_| !aware.wanted_msrs(0).lstar));
+    // Its threads are named from the next sample on.
+    let who = aware.identify(0, &mut v, &mem, &sample(0, paging));
+    assert_eq!(who.map(|w| w.process_name.as_str()), Some("[swapper/0]"));
+}
+
+/// A guest whose memory holds no Linux banner: the Linux lookup is not asked, and the
+/// Windows kernel found later is still looked up.
+#[test]
+fn a_guest_without_a_linux_banner_leaves_the_windows_lookup_waiting() {
+    use introspect::testguest::long_mode;
+    use std::sync::Arc;
+    let aware = Arc::new(GuestAwareness::new(1, Instant::now()));
+    let linux: LinuxLookup =
+        Box::new(|_: &[Vec<u8>], _: &dyn Fn() -> bool| panic!("no banner to look up"));
+    let windows: WindowsLookup = Box::new(|_: &CodeView| Ok(WindowsLayout::default()));
+    let (lookup, found) = aware
+        .set_types(GuestTypes::Lookup(Lookup {
+            windows: Some(windows),
+            linux: Some(linux),
+        }))
+        .unwrap();
+    let a2 = aware.clone();
+    let t = std::thread::spawn(move || a2.serve_lookup(lookup, found));
+    let mem = mem();
+    let mut v = VcpuGuest::default();
+    aware.identify(0, &mut v, &mem, &cpu(0x5000, 0));
+    let mut kernel = cpu(0x5000, 0);
+    kernel.paging = long_mode(0x5000);
+    aware.identify(0, &mut v, &mem, &kernel);
+    assert!(!aware.linux_pending.load(Ordering::Relaxed));
+    let cv = CodeView {
+        pdb: "ntkrnlmp.pdb".into(),
+        guid: "0".repeat(32),
+        age: 1,
+    };
+    aware.kernel_found(0xffff_f800_0010_0000, Some(cv));
+    t.join().unwrap();
+    assert!(matches!(
+        aware.os(),
+        Some(GuestOs {
+            layout: OsLayout::Windows(_),
+            ..
+        })
+    ));
 }

@@ -21,6 +21,7 @@
 //! [`WindowsSymbols`]: introspect::os::layout::WindowsSymbols
 //! [`LinuxSymbols`]: introspect::os::layout::LinuxSymbols
 
+pub mod banner;
 pub mod compressed;
 mod records;
 pub mod schema;
@@ -200,4 +201,4 @@ pub fn linux_layout(isf: &Isf) -> Result<LinuxLayout, TypeError> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -9,14 +9,14 @@ use super::compressed::{unpack, Packing};
 use super::*;
 use crate::symbols::types::{field, TypesFormat};
 
-mod fixtures;
+pub(crate) mod fixtures;
 use fixtures::{linux, win10, WIN10_19041_GUID};
 
 fn bytes(v: &Value) -> Vec<u8> {
     serde_json::to_vec_pretty(v).unwrap()
 }
 
-fn xz(data: &[u8]) -> Vec<u8> {
+pub(crate) fn xz(data: &[u8]) -> Vec<u8> {
     let mut w =
         lzma_rust2::XzWriter::new(Vec::new(), lzma_rust2::XzOptions::with_preset(1)).unwrap();
     w.write_all(data).unwrap();

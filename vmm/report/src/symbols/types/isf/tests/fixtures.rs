@@ -117,7 +117,7 @@ fn user_types(table: &Table) -> Value {
 }
 
 /// The Windows 10 19041 ISF file, as JSON.
-pub(super) fn win10() -> Value {
+pub(crate) fn win10() -> Value {
     let symbols: serde_json::Map<String, Value> = WIN10_19041_SYMBOLS
         .iter()
         .map(|(n, a)| (n.to_string(), json!({"address": a})))
@@ -140,7 +140,7 @@ pub(super) fn win10() -> Value {
 
 /// A Linux 6.1 kernel's table as dwarf2json writes it (synthetic offsets): `comm` and `pgd`
 /// inside anonymous members, symbols as link-time addresses, per-CPU ones as offsets.
-pub(super) fn linux() -> Value {
+pub(crate) fn linux() -> Value {
     let int = |size: u64| json!({"endian": "little", "kind": "int", "signed": true, "size": size});
     let base = |name: &str| json!({"kind": "base", "name": name});
     let ptr = |name: &str| json!({"kind": "pointer", "subtype": {"kind": "struct", "name": name}});
