@@ -40,6 +40,7 @@ fn the_peer_bench_reports_every_mode_with_its_samples() {
         assert_eq!(row["runs"], 1, "{row}");
         assert!(row["work_per_s"].as_f64().unwrap() > 0.0, "{row}");
         assert!(row["slowdown"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(row["cpu_share"].as_f64().unwrap() > 0.0, "{row}");
         let samples = row["samples"].as_f64().unwrap();
         if mode == "unprofiled" {
             assert_eq!(samples, 0.0, "{row}");

@@ -120,6 +120,14 @@ pub struct Row {
     /// The same round's unprofiled rate over this mode's, median over the rounds (1.0 for the
     /// baseline; above 1 is slower).
     pub slowdown: f64,
+    /// The vCPU threads' CPU time over the guest's work period (summed over vCPUs), median:
+    /// below 1 where the host ran other threads on their CPUs.
+    pub cpu_share: f64,
+    /// The slowdown per second of the vCPU threads' CPU time instead of per second of the
+    /// guest's clock: the same round's unprofiled work per CPU second over this mode's,
+    /// median. It leaves out what the host's scheduling took from the vCPU threads (other
+    /// load, the drain thread, perf's reader), and keeps what sampling costs on them.
+    pub cpu_slowdown: f64,
     /// Samples attributed to guest code per run, median.
     pub samples: f64,
     /// That per second of the guest's work period.
@@ -164,6 +172,8 @@ impl PeerReport {
 #[derive(Clone, Copy, Debug, Default)]
 struct Run {
     work_per_s: f64,
+    /// The vCPU threads' CPU time while the guest worked, seconds.
+    cpu_s: f64,
     samples: u64,
     host_samples: u64,
     lost: u64,
@@ -254,31 +264,26 @@ fn run_once(mode: Mode, opts: &PeerOptions) -> Result<Run, PeerError> {
             }
         }));
     }
-    let peer = match mode {
-        Mode::PerfKvm => {
-            let period = 1_000_000_000 / u64::from(opts.rate_hz.max(1));
-            Some(
-                perf_kvm::Peer::spawn(serial.clone(), START_LINE, period)
-                    .map_err(|e| PeerError::Unavailable(e.to_string()))?,
-            )
-        }
-        _ => None,
-    };
+    let period = (mode == Mode::PerfKvm).then(|| 1_000_000_000 / u64::from(opts.rate_hz.max(1)));
+    let watcher = perf_kvm::Watcher::spawn(serial.clone(), START_LINE, period)
+        .map_err(|e| PeerError::Unavailable(e.to_string()))?;
     let report = run_with(&config, hooks);
-    let peer = peer.map(perf_kvm::Peer::finish).transpose();
+    let watched = watcher.finish();
     let report = report?;
     let text = serial.text();
     let work_per_s = parse_work(&text).ok_or(PeerError::Guest(text))?;
+    let watched = watched.map_err(PeerError::Unavailable)?;
     let stats = vmm::profiler::vcpu_counters::total(&report.profile_stats);
     let mut run = Run {
         work_per_s,
+        cpu_s: watched.cpu_ns as f64 / 1e9,
         kicks: kicks(&report),
         ..Run::default()
     };
     match mode {
         Mode::Unprofiled => {}
         Mode::PerfKvm => {
-            let c = peer.map_err(PeerError::Unavailable)?.unwrap_or_default();
+            let c = watched.peer.unwrap_or_default();
             (run.samples, run.host_samples, run.lost) = (c.guest, c.host, c.lost);
         }
         Mode::Kernel | Mode::Kick => {
@@ -390,6 +395,10 @@ fn row(mode: Mode, m: usize, rounds: &[[Option<Run>; 4]], work: Duration) -> Row
         runs: done.len(),
         work_per_s: med(|r| r.work_per_s),
         slowdown: median_of(paired(rounds, m, 0, |r, b| b.work_per_s / r.work_per_s)),
+        cpu_share: med(|r| r.cpu_s) / work.as_secs_f64(),
+        cpu_slowdown: median_of(paired(rounds, m, 0, |r, b| {
+            (b.work_per_s / b.cpu_s) / (r.work_per_s / r.cpu_s)
+        })),
         samples,
         samples_per_s: samples / work.as_secs_f64(),
         of_peer_samples: median_of(paired(rounds, m, 1, |r, p| {

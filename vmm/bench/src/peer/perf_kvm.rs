@@ -12,8 +12,9 @@
 //! ksymbol), and the file it writes the records to; the records are copied out of the ring
 //! and counted instead.
 //!
-//! This thread is started outside the VM's run, so it has none of the VMM threads' seccomp
-//! filters: a controller could not open perf events.
+//! The thread that opens them ([`Watcher`], in every mode: it also follows the vCPU threads'
+//! CPU time) is started outside the VM's run, so it has none of the VMM threads' seccomp
+//! filters: a controller could not open perf events or read another thread's CPU clock.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -225,39 +226,71 @@ fn vcpu_threads() -> Vec<i32> {
         .collect()
 }
 
-/// The peer's reader: waits for `start` on the guest's console, then samples every vCPU
-/// thread until [`Peer::finish`].
-pub struct Peer {
-    done: Arc<AtomicBool>,
-    thread: JoinHandle<Result<PeerCounts, String>>,
+/// The CPU time thread `tid` of this process has run, in nanoseconds (its thread CPU clock,
+/// `clockid` as the kernel makes it for another thread: `(~tid << 3) | 6`).
+fn thread_cpu_ns(tid: i32) -> Option<u64> {
+    let clock: libc::clockid_t = (!tid << 3) | 6;
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through the pointer, live for the call; an
+    // unknown clock (a thread that has exited) is an error return, not undefined behaviour.
+    if unsafe { libc::clock_gettime(clock, &mut t) } != 0 {
+        return None;
+    }
+    Some(u64::try_from(t.tv_sec).ok()? * 1_000_000_000 + u64::try_from(t.tv_nsec).ok()?)
 }
 
-impl Peer {
-    /// Starts the reader thread; `period` is in nanoseconds of each vCPU thread's CPU time.
-    pub fn spawn(serial: SharedBuffer, start: &'static str, period: u64) -> io::Result<Peer> {
+/// What the watcher saw.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Watched {
+    /// The vCPU threads' CPU time from the workload's start to their last reading (every
+    /// [`READ_EVERY`] until they exit), summed.
+    pub cpu_ns: u64,
+    /// What perf kvm's rings held, when the watcher opened them.
+    pub peer: Option<PeerCounts>,
+}
+
+/// The bench's watcher of the vCPU threads: waits for `start` on the guest's console, then
+/// follows their CPU time and, with a period, samples them as perf kvm would, until
+/// [`Watcher::finish`].
+pub struct Watcher {
+    done: Arc<AtomicBool>,
+    thread: JoinHandle<Result<Watched, String>>,
+}
+
+impl Watcher {
+    /// Starts the watcher thread; `period` (perf kvm's events) is in nanoseconds of each vCPU
+    /// thread's CPU time.
+    pub fn spawn(
+        serial: SharedBuffer,
+        start: &'static str,
+        period: Option<u64>,
+    ) -> io::Result<Watcher> {
         let done = Arc::new(AtomicBool::new(false));
         let d = done.clone();
         let thread = std::thread::Builder::new()
-            .name("bench-peer".into())
-            .spawn(move || sample(&serial, start, period, &d))?;
-        Ok(Peer { done, thread })
+            .name("bench-watcher".into())
+            .spawn(move || watch(&serial, start, period, &d))?;
+        Ok(Watcher { done, thread })
     }
 
-    /// Stops reading (the VM has ended), empties the rings and returns what they held.
-    pub fn finish(self) -> Result<PeerCounts, String> {
+    /// Stops watching (the VM has ended), empties the rings and returns what it saw.
+    pub fn finish(self) -> Result<Watched, String> {
         self.done.store(true, Ordering::Release);
         self.thread
             .join()
-            .unwrap_or_else(|_| Err("the peer's reader panicked".into()))
+            .unwrap_or_else(|_| Err("the bench's watcher panicked".into()))
     }
 }
 
-fn sample(
+fn watch(
     serial: &SharedBuffer,
     start: &str,
-    period: u64,
+    period: Option<u64>,
     done: &AtomicBool,
-) -> Result<PeerCounts, String> {
+) -> Result<Watched, String> {
     while !serial.text().contains(start) {
         if done.load(Ordering::Acquire) {
             return Err(format!("the guest never printed {start:?}"));
@@ -268,26 +301,45 @@ fn sample(
     if threads.is_empty() {
         return Err("no vCPU thread found in /proc/self/task".into());
     }
+    let first: Vec<Option<u64>> = threads.iter().map(|t| thread_cpu_ns(*t)).collect();
+    let mut last = first.clone();
     let mut rings = Vec::new();
-    for &tid in &threads {
-        for cpu in online_cpus() {
-            rings.push(Ring::open(tid, cpu, period).map_err(|e| format!("perf_event_open: {e}"))?);
+    if let Some(period) = period {
+        for &tid in &threads {
+            for cpu in online_cpus() {
+                rings.push(
+                    Ring::open(tid, cpu, period).map_err(|e| format!("perf_event_open: {e}"))?,
+                );
+            }
         }
-    }
-    for r in &rings {
-        r.enable().map_err(|e| format!("enabling the event: {e}"))?;
+        for r in &rings {
+            r.enable().map_err(|e| format!("enabling the event: {e}"))?;
+        }
     }
     let mut counts = PeerCounts::default();
     let mut bytes = Vec::with_capacity(PAGE * DATA_PAGES);
     loop {
-        let last = done.load(Ordering::Acquire);
+        let end = done.load(Ordering::Acquire);
+        for (t, l) in threads.iter().zip(&mut last) {
+            if let Some(ns) = thread_cpu_ns(*t) {
+                *l = Some(ns);
+            }
+        }
         for r in &mut rings {
             bytes.clear();
             r.read(&mut bytes);
             count(&bytes, &mut counts);
         }
-        if last {
-            return Ok(counts);
+        if end {
+            let cpu_ns = first
+                .iter()
+                .zip(&last)
+                .filter_map(|(a, b)| Some(b.as_ref()?.saturating_sub(*a.as_ref()?)))
+                .sum();
+            return Ok(Watched {
+                cpu_ns,
+                peer: period.map(|_| counts),
+            });
         }
         std::thread::sleep(READ_EVERY);
     }

@@ -556,10 +556,12 @@ fn bench_peer(a: &BenchArgs) -> ExitCode {
                 r.rate_hz, r.cpus, r.rounds, r.work_ms, r.load_before, r.load_after
             );
             outln!(
-                "{:<11} {:>12} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7}",
+                "{:<11} {:>10} {:>9} {:>6} {:>9} {:>8} {:>8} {:>6} {:>6} {:>6}",
                 "mode",
                 "work/s",
                 "slowdown",
+                "cpu",
+                "per cpu",
                 "samples",
                 "of peer",
                 "host",
@@ -570,10 +572,12 @@ fn bench_peer(a: &BenchArgs) -> ExitCode {
                 match &row.unavailable {
                     Some(why) => outln!("{:<11} not measured: {why}", row.mode),
                     None => outln!(
-                        "{:<11} {:>12.0} {:>9.3} {:>9.0} {:>9.3} {:>8.0} {:>7.0} {:>7.0}",
+                        "{:<11} {:>10.0} {:>9.3} {:>6.2} {:>9.3} {:>8.0} {:>8.3} {:>6.0} {:>6.0} {:>6.0}",
                         row.mode,
                         row.work_per_s,
                         row.slowdown,
+                        row.cpu_share,
+                        row.cpu_slowdown,
                         row.samples,
                         row.of_peer_samples,
                         row.host_samples,
