@@ -481,10 +481,10 @@ pub struct BenchArgs {
     #[arg(long, conflicts_with = "disk")]
     pub peer: bool,
     /// With --peer: samples per second of each vCPU thread's CPU time.
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(long, default_value_t = 10_000, requires = "peer", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub rate: u32,
     /// With --peer: milliseconds the guest works in each run.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    #[arg(long, default_value_t = 1000, requires = "peer", value_parser = clap::value_parser!(u64).range(100..=60_000))]
     pub ms: u64,
 }
 
