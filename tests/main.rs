@@ -13,6 +13,8 @@ mod harness;
 mod api;
 /// `hvprof bench` on the reference guest.
 mod bench_guest;
+/// `hvprof bench --peer`: sampling's cost to the guest, hvprof against perf kvm's events.
+mod bench_peer;
 /// PVH, multiboot and a.out fixture kernels.
 mod boot;
 /// `hvprof profile`, `compare` and `merge` on the reference guest.

@@ -28,6 +28,7 @@ pub mod disk;
 pub mod naming;
 mod observer;
 pub mod pe;
+pub mod peer;
 mod quantiles;
 
 use std::sync::Arc;

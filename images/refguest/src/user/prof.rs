@@ -9,7 +9,8 @@
 //!
 //! `main` is a phase runner: it calls one work function over and over until each phase's TSC
 //! deadline, and optionally makes the CONTROL system call after each phase so the kernel can
-//! act (stop a profile, take a snapshot) while the workload keeps running.
+//! act (stop a profile, take a snapshot) while the workload keeps running. At the end it
+//! reports (REPORT) how many calls it made and the TSC ticks they took: the rate of guest work.
 
 use super::{exit, nr, syscall};
 
@@ -207,15 +208,25 @@ pub extern "C" fn main(work: u64, plan: u64) -> ! {
     let control = (plan >> 48) & 1 != 0;
     let start = rdtsc();
     let mut phase = 1;
+    let mut calls = 0u64;
     while phase <= phases {
         let deadline = start + phase * phase_tsc;
         while rdtsc() < deadline {
             f(UNIT);
+            calls = calls.wrapping_add(1);
         }
         if control {
             syscall(nr::CONTROL, phase, 0);
         }
         phase += 1;
     }
+    // The work done and the TSC ticks it took, for scenarios that measure the guest's rate.
+    syscall(nr::REPORT, REPORT_CALLS, calls);
+    syscall(nr::REPORT, REPORT_TICKS, rdtsc().wrapping_sub(start));
     exit(0)
 }
+
+/// `main`'s report slots: the work function's calls, and the TSC ticks from the first to the
+/// end of the last phase.
+pub const REPORT_CALLS: u64 = 0;
+pub const REPORT_TICKS: u64 = 1;

@@ -478,6 +478,17 @@ pub struct BenchArgs {
     /// against the same data in raw (no VM).
     #[arg(long)]
     pub disk: bool,
+    /// Measure only what sampling costs the guest: its rate of work unprofiled, under perf
+    /// kvm's events, and under hvprof's in-kernel and kick samplers at the same rate
+    /// (--rounds rounds of each).
+    #[arg(long, conflicts_with = "disk")]
+    pub peer: bool,
+    /// With --peer: samples per second of each vCPU thread's CPU time.
+    #[arg(long, default_value_t = 10_000, requires = "peer", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub rate: u32,
+    /// With --peer: milliseconds the guest works in each run.
+    #[arg(long, default_value_t = 1000, requires = "peer", value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    pub ms: u64,
 }
 
 impl VmArgs {

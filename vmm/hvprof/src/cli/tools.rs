@@ -537,10 +537,68 @@ fn bench_disk(a: &BenchArgs) -> ExitCode {
     }
 }
 
+/// `hvprof bench --peer`.
+fn bench_peer(a: &BenchArgs) -> ExitCode {
+    let opts = bench::peer::PeerOptions {
+        rate_hz: a.rate,
+        work: std::time::Duration::from_millis(a.ms),
+        rounds: a.rounds,
+        ..Default::default()
+    };
+    match bench::peer::run(&opts) {
+        Ok(r) if a.json => {
+            outln!("{}", r.to_json());
+            ExitCode::SUCCESS
+        }
+        Ok(r) => {
+            outln!(
+                "guest work (scenario=stacks, CPL3) sampled at {} Hz of each vCPU thread's CPU time: {} vCPU, {} rounds of {} ms (load {:.1} before, {:.1} after)",
+                r.rate_hz, r.cpus, r.rounds, r.work_ms, r.load_before, r.load_after
+            );
+            outln!(
+                "{:<11} {:>10} {:>9} {:>6} {:>9} {:>8} {:>8} {:>6} {:>6} {:>6}",
+                "mode",
+                "work/s",
+                "slowdown",
+                "cpu",
+                "per cpu",
+                "samples",
+                "of peer",
+                "host",
+                "lost",
+                "kicks"
+            );
+            for row in &r.rows {
+                match &row.unavailable {
+                    Some(why) => outln!("{:<11} not measured: {why}", row.mode),
+                    None => outln!(
+                        "{:<11} {:>10.0} {:>9.3} {:>6.2} {:>9.3} {:>8.0} {:>8.3} {:>6.0} {:>6.0} {:>6.0}",
+                        row.mode,
+                        row.work_per_s,
+                        row.slowdown,
+                        row.cpu_share,
+                        row.cpu_slowdown,
+                        row.samples,
+                        row.of_peer_samples,
+                        row.host_samples,
+                        row.lost,
+                        row.kicks
+                    ),
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e, STATUS_HOST_ERROR),
+    }
+}
+
 /// `hvprof bench`.
 pub fn bench(a: &BenchArgs) -> ExitCode {
     if a.disk {
         return bench_disk(a);
+    }
+    if a.peer {
+        return bench_peer(a);
     }
     let opts = bench::BenchOptions {
         kicks: a.kicks,
