@@ -18,14 +18,14 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use perf_event_open_sys::bindings::{
-    perf_event_attr, perf_event_mmap_page, PERF_COUNT_SW_CPU_CLOCK, PERF_FLAG_FD_CLOEXEC,
-    PERF_FORMAT_ID, PERF_FORMAT_LOST, PERF_RECORD_LOST, PERF_RECORD_MISC_CPUMODE_MASK,
+    perf_event_attr, PERF_COUNT_SW_CPU_CLOCK, PERF_FLAG_FD_CLOEXEC, PERF_FORMAT_ID,
+    PERF_FORMAT_LOST, PERF_RECORD_LOST, PERF_RECORD_MISC_CPUMODE_MASK,
     PERF_RECORD_MISC_GUEST_KERNEL, PERF_RECORD_MISC_GUEST_USER, PERF_RECORD_SAMPLE, PERF_SAMPLE_IP,
     PERF_SAMPLE_TID, PERF_SAMPLE_TIME, PERF_TYPE_SOFTWARE,
 };
@@ -74,11 +74,10 @@ fn attr(period: u64) -> perf_event_attr {
 }
 
 /// One event's ring, mapped.
+/// One perf kvm event and its ring (read with the VMM's own ring reader).
 struct Ring {
     fd: OwnedFd,
-    base: *mut u8,
-    len: usize,
-    tail: u64,
+    ring: vmm::sampler::ring::Ring,
 }
 
 impl Ring {
@@ -92,28 +91,8 @@ impl Ring {
         }
         // SAFETY: a new descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let len = PAGE * (1 + DATA_PAGES);
-        // SAFETY: a new shared mapping of the event's ring; no existing memory is affected and
-        // the result is checked.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Ring {
-            fd,
-            base: base.cast(),
-            len,
-            tail: 0,
-        })
+        let ring = vmm::sampler::ring::Ring::map(&fd, PAGE * DATA_PAGES)?;
+        Ok(Ring { fd, ring })
     }
 
     fn enable(&self) -> io::Result<()> {
@@ -124,42 +103,10 @@ impl Ring {
         }
     }
 
-    fn control(&self, offset: usize) -> &AtomicU64 {
-        // SAFETY: `offset` is that of data_head or data_tail in the control page, mapped as
-        // long as `self` lives and 8-byte aligned; the kernel and this reader use them
-        // atomically.
-        unsafe { AtomicU64::from_ptr(self.base.add(offset).cast::<u64>()) }
-    }
-
     /// Appends what the kernel published since the last call to `out`, unwrapped, and gives
     /// the room back.
     fn read(&mut self, out: &mut Vec<u8>) {
-        let head = self
-            .control(std::mem::offset_of!(perf_event_mmap_page, data_head))
-            .load(Ordering::Acquire);
-        let size = PAGE * DATA_PAGES;
-        let pending = usize::try_from(head.wrapping_sub(self.tail)).unwrap_or(usize::MAX);
-        if pending <= size {
-            let start = usize::try_from(self.tail % size as u64).unwrap_or(0);
-            let first = pending.min(size - start);
-            for (at, n) in [(start, first), (0, pending - first)] {
-                // SAFETY: `at + n <= size`, inside the data pages that follow the control
-                // page; the kernel writes below data_head only once data_tail has passed it,
-                // which happens after this copy.
-                let bytes = unsafe { std::slice::from_raw_parts(self.base.add(PAGE + at), n) };
-                out.extend_from_slice(bytes);
-            }
-        }
-        self.tail = head;
-        self.control(std::mem::offset_of!(perf_event_mmap_page, data_tail))
-            .store(head, Ordering::Release);
-    }
-}
-
-impl Drop for Ring {
-    fn drop(&mut self) {
-        // SAFETY: the mapping `open` made, unmapped once; nothing refers to it any more.
-        unsafe { libc::munmap(self.base.cast(), self.len) };
+        self.ring.take(out);
     }
 }
 

@@ -151,7 +151,10 @@ impl ThreadEvents {
 }
 
 impl Ring {
-    fn map(fd: &OwnedFd, data_size: usize) -> io::Result<Ring> {
+    /// Maps the ring of the perf event `fd` with `data_size` bytes of data pages (a power of
+    /// two of pages) after its control page. Also what `hvprof bench --peer` reads perf kvm's
+    /// events with.
+    pub fn map(fd: &OwnedFd, data_size: usize) -> io::Result<Ring> {
         let len = PAGE + data_size;
         // SAFETY: a new shared mapping of a perf event's ring: no existing memory is touched;
         // the result is checked below.
