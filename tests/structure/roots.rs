@@ -89,6 +89,7 @@ const BENCH: Root = Root {
     dir: "vmm/bench/src",
     floors: &[
         ("quantiles", 0),
+        ("guest_line", 0),
         ("observer", 0),
         ("pe", 0),
         ("naming", 0),

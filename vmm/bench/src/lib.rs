@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 
 pub mod disk;
+mod guest_line;
 pub mod naming;
 mod observer;
 pub mod pe;
@@ -197,20 +198,11 @@ struct GuestTimes {
     tsc_khz: f64,
 }
 
-/// The decimal integer `name=N` of a guest's line, as a float.
-pub(crate) fn line_field(line: &str, name: &str) -> Option<f64> {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))?
-        .parse::<u64>()
-        .ok()
-        .map(|v| v as f64)
-}
-
 fn parse_guest_times(text: &str) -> Option<GuestTimes> {
     let line = text
         .lines()
         .find(|l| l.starts_with("refguest: bench hypercall "))?;
-    let field = |name: &str| line_field(line, name);
+    let field = |name: &str| guest_line::field(line, name);
     Some(GuestTimes {
         empty: field("empty_cycles")?,
         io: field("io_cycles")?,

@@ -185,7 +185,7 @@ fn parse_work(text: &str) -> Option<f64> {
     let mut total = 0.0;
     let mut seen = false;
     for line in text.lines().filter_map(|l| l.strip_prefix(WORK_LINE)) {
-        let field = |name: &str| crate::line_field(line, name);
+        let field = |name: &str| crate::guest_line::field(line, name);
         let (calls, ticks, khz) = (field("calls")?, field("ticks")?, field("tsc_khz")?);
         if ticks <= 0.0 || khz <= 0.0 {
             return None;
