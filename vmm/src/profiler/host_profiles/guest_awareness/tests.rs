@@ -60,6 +60,14 @@ fn a_given_windows_layout_waits_for_the_kernel() {
     assert_eq!(g.os().map(|os| os.load_bias), Some(0xffff_f800_0010_0000));
 }
 
+/// Sets `lookup` as `aware`'s layout source and serves it on a thread of its own, as a run
+/// does; the thread ends when the lookup is done or the run closes.
+fn serve(aware: &std::sync::Arc<GuestAwareness>, lookup: Lookup) -> std::thread::JoinHandle<()> {
+    let (lookup, found) = aware.set_types(GuestTypes::Lookup(lookup)).unwrap();
+    let a = aware.clone();
+    std::thread::spawn(move || a.serve_lookup(lookup, found))
+}
+
 #[test]
 fn the_lookup_runs_once_with_the_kernels_codeview_and_publishes_its_layout() {
     let g = std::sync::Arc::new(GuestAwareness::new(1, Instant::now()));
@@ -69,11 +77,7 @@ fn the_lookup_runs_once_with_the_kernels_codeview_and_publishes_its_layout() {
         *s.lock().unwrap() = Some(cv.pdb.clone());
         Ok(WindowsLayout::default())
     });
-    let (lookup, found) = g
-        .set_types(GuestTypes::Lookup(Lookup::windows(lookup)))
-        .unwrap();
-    let g2 = g.clone();
-    let t = std::thread::spawn(move || g2.serve_lookup(lookup, found));
+    let t = serve(&g, Lookup::windows(lookup));
     let cv = CodeView {
         pdb: "ntkrnlmp.pdb".into(),
         guid: "0".repeat(32),
@@ -95,11 +99,7 @@ fn the_lookup_runs_once_with_the_kernels_codeview_and_publishes_its_layout() {
 fn a_lookup_that_never_gets_a_kernel_ends_with_the_run() {
     let g = std::sync::Arc::new(GuestAwareness::new(1, Instant::now()));
     let lookup: WindowsLookup = Box::new(|_: &CodeView| Err("never".into()));
-    let (lookup, found) = g
-        .set_types(GuestTypes::Lookup(Lookup::windows(lookup)))
-        .unwrap();
-    let g2 = g.clone();
-    let t = std::thread::spawn(move || g2.serve_lookup(lookup, found));
+    let t = serve(&g, Lookup::windows(lookup));
     g.close();
     t.join().unwrap();
     assert_eq!(g.os(), None);
@@ -405,14 +405,13 @@ fn a_linux_kernel_is_found_by_its_banner_and_published_with_its_slide() {
     });
     let windows: WindowsLookup = Box::new(|_: &CodeView| panic!("not a Windows guest"));
     let aware = Arc::new(GuestAwareness::new(1, Instant::now()));
-    let (lookup, found) = aware
-        .set_types(GuestTypes::Lookup(Lookup {
+    let t = serve(
+        &aware,
+        Lookup {
             windows: Some(windows),
             linux: Some(linux),
-        }))
-        .unwrap();
-    let a2 = aware.clone();
-    let t = std::thread::spawn(move || a2.serve_lookup(lookup, found));
+        },
+    );
     let mem = guest_memory(&g.phys);
     let regs = g.regs(0, 0, false);
     let sample = |cpl: u8, paging: Paging| CpuState {
@@ -457,14 +456,13 @@ fn a_guest_without_a_linux_banner_leaves_the_windows_lookup_waiting() {
     let linux: LinuxLookup =
         Box::new(|_: &[Vec<u8>], _: &dyn Fn() -> bool| panic!("no banner to look up"));
     let windows: WindowsLookup = Box::new(|_: &CodeView| Ok(WindowsLayout::default()));
-    let (lookup, found) = aware
-        .set_types(GuestTypes::Lookup(Lookup {
+    let t = serve(
+        &aware,
+        Lookup {
             windows: Some(windows),
             linux: Some(linux),
-        }))
-        .unwrap();
-    let a2 = aware.clone();
-    let t = std::thread::spawn(move || a2.serve_lookup(lookup, found));
+        },
+    );
     let mem = mem();
     let mut v = VcpuGuest::default();
     aware.identify(0, &mut v, &mem, &cpu(0x5000, 0));
