@@ -563,18 +563,18 @@ fn profiled_boot_names_kernel_functions_and_processes_with_the_guests_shares() {
     check_kernel_functions(&g, &out_dir);
     assert_eq!(fact(&out, "procs"), "done", "{out}");
     linux_phases(&out_dir.join("profile.json"));
-    check_process_shares(&out, &out_dir);
-    check_every_task_is_listed(&out, &out_dir);
+    let profile: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("profile.json")).unwrap()).unwrap();
+    check_process_shares(&out, &out_dir, &profile);
+    check_every_task_is_listed(&out, &profile);
 }
 
 /// Every process the guest listed just before it powered off (its `tasks` step) is in
 /// profile.json with its pid and name (a kernel thread's in brackets), sampled or not: hvprof
 /// walked `init_task.tasks`. Only the workqueue's `kworker`s are let go, which the kernel
 /// starts and ends as it needs them.
-fn check_every_task_is_listed(out: &Output, out_dir: &Path) {
+fn check_every_task_is_listed(out: &Output, profile: &serde_json::Value) {
     assert_eq!(fact(out, "tasks"), "done", "{out}");
-    let profile: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out_dir.join("profile.json")).unwrap()).unwrap();
     let rows: Vec<(u64, &str)> = profile["processes"]
         .as_array()
         .unwrap_or_else(|| panic!("profile.json has no processes[]"))
@@ -615,7 +615,7 @@ fn check_every_task_is_listed(out: &Output, out_dir: &Path) {
 
 /// The two processes of the `procs` step are named in report.txt's Processes table, and their
 /// shares of the samples agree with the guest's own figures (see the test above).
-fn check_process_shares(out: &Output, out_dir: &Path) {
+fn check_process_shares(out: &Output, out_dir: &Path, profile: &serde_json::Value) {
     let procs = guest_procs(out);
     eprintln!("the guest's processes: {procs:?}");
     let names: Vec<&str> = procs.iter().map(|p| p.name.as_str()).collect();
@@ -626,13 +626,11 @@ fn check_process_shares(out: &Output, out_dir: &Path) {
         "the two processes were charged only {guest_ticks} ticks in {PROCS_SECONDS} s\n{out}"
     );
 
-    let profile: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out_dir.join("profile.json")).unwrap()).unwrap();
     let counted: Vec<(u64, Vec<(String, u64)>)> =
-        procs.iter().map(|p| pid_samples(&profile, p.pid)).collect();
+        procs.iter().map(|p| pid_samples(profile, p.pid)).collect();
     let sampled: u64 = counted.iter().map(|(n, _)| n).sum();
     assert!(sampled > 0, "no samples in awk or seq\n{out}");
-    let unseen = crate::ntkernel::lost_fraction(&profile);
+    let unseen = crate::ntkernel::lost_fraction(profile);
     let report = std::fs::read_to_string(out_dir.join("report.txt")).unwrap();
     // The Processes table: the rows after its header (`Process  PID  Samples ...`), up to the
     // next blank line.
