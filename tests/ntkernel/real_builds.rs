@@ -10,7 +10,8 @@
 //! (NTPROC_LAYOUT), PsActiveProcessHead, PsLoadedModuleList and PsInitialSystemProcess at the
 //! build's RVAs, and the build's GUID and age in its CodeView record; the build's tables are
 //! written out as an ISF file. hvprof, given that file and no PDB (`--guest-types`, then as a
-//! symbol pack on `--symbol-path`, found by the kernel's identity), must name every process,
+//! symbol pack on `--symbol-path`, found by the kernel's identity: a directory tree for two
+//! builds, a zipped pack as Volatility ships them for the third), must name every process,
 //! thread and user module with the guest's own shares, as the PDB-driven test does.
 //!
 //! Only the layouts, RVAs and identities are real: the code is the stand-in's, and no real
@@ -153,7 +154,7 @@ fn build_stand_in(dir: &TempDir, build: &Value) -> PeModule {
 /// Runs the ntprocs scenario on the stand-in at build `key`'s layout, named from the build's
 /// ISF file alone: given with `--guest-types`, then found in a symbol pack on `--symbol-path`
 /// by the kernel's CodeView identity.
-fn named_from_its_isf_alone(key: &str) {
+fn named_from_its_isf_alone(key: &str, form: PackForm) {
     let build = facts(key);
     let dir = TempDir::new(&format!("ntbuild-{key}"));
     let nt = build_stand_in(&dir, &build);
@@ -181,13 +182,19 @@ fn named_from_its_isf_alone(key: &str) {
 
     let file = dir.write("ntkrnlmp.json", &json);
     let pack = dir.join("pack");
-    let in_pack = pack.join(format!(
-        "symbols/windows/ntkrnlmp.pdb/{}-{}.json",
+    let member = format!(
+        "windows/ntkrnlmp.pdb/{}-{}.json",
         build["pdb"]["GUID"].as_str().unwrap(),
         build["pdb"]["age"]
-    ));
-    std::fs::create_dir_all(in_pack.parent().unwrap()).unwrap();
-    std::fs::write(&in_pack, &json).unwrap();
+    );
+    match form {
+        PackForm::Tree => {
+            let in_pack = pack.join("symbols").join(&member);
+            std::fs::create_dir_all(in_pack.parent().unwrap()).unwrap();
+            std::fs::write(&in_pack, &json).unwrap();
+        }
+        PackForm::Zipped => zip_with_python(&pack.join("symbols/windows.zip"), &member, &file),
+    }
     ntprocs(
         &nt,
         &dir.join("out-file"),
@@ -200,17 +207,43 @@ fn named_from_its_isf_alone(key: &str) {
     );
 }
 
+/// How the symbol pack holds the build's ISF file.
+enum PackForm {
+    /// `symbols/windows/ntkrnlmp.pdb/<GUID>-<AGE>.json`.
+    Tree,
+    /// The same path, `windows/` on, in a deflated `symbols/windows.zip`, as Volatility ships
+    /// its packs.
+    Zipped,
+}
+
+/// Writes `file` as the one deflated member `member` of a new zip archive at `archive`, with
+/// Python's zipfile: another writer than the zip crate hvprof reads with.
+fn zip_with_python(archive: &Path, member: &str, file: &Path) {
+    std::fs::create_dir_all(archive.parent().unwrap()).unwrap();
+    let script = "import sys, zipfile\n\
+                  with zipfile.ZipFile(sys.argv[1], 'w', zipfile.ZIP_DEFLATED) as z:\n\
+                  \x20   z.write(sys.argv[3], sys.argv[2])\n";
+    let status = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(archive)
+        .arg(member)
+        .arg(file)
+        .status()
+        .expect("python3 runs");
+    assert!(status.success(), "python3 zipfile: {status}");
+}
+
 #[test]
 fn windows_server_2019_17763_is_named_from_its_public_isf_alone() {
-    named_from_its_isf_alone("17763");
+    named_from_its_isf_alone("17763", PackForm::Tree);
 }
 
 #[test]
 fn windows_10_22h2_19045_is_named_from_its_public_isf_alone() {
-    named_from_its_isf_alone("19045");
+    named_from_its_isf_alone("19045", PackForm::Tree);
 }
 
 #[test]
-fn windows_11_21h2_22000_is_named_from_its_public_isf_alone() {
-    named_from_its_isf_alone("22000");
+fn windows_11_21h2_22000_is_named_from_its_public_isf_alone_and_from_a_zipped_pack() {
+    named_from_its_isf_alone("22000", PackForm::Zipped);
 }

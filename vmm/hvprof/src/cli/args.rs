@@ -16,8 +16,9 @@ pub struct SymbolArgs {
     /// Where PE modules' PDBs are found, in _NT_SYMBOL_PATH syntax: entries separated by `;`,
     /// each a directory, srv*CACHE*URL (an HTTP(S) symbol server), srv*STORE, or cache*DIR
     /// (default: the _NT_SYMBOL_PATH environment variable). A directory may also hold
-    /// Volatility 3 ISF symbol packs: Windows kernels' found by their PDB's GUID and age, Linux
-    /// kernels' by the banner read from guest memory (symbols/linux/).
+    /// Volatility 3 ISF symbol packs, as trees or as windows.zip and linux.zip: Windows
+    /// kernels' found by their PDB's GUID and age, Linux kernels' by the banner read from guest
+    /// memory (symbols/linux/).
     #[arg(long, value_name = "PATH")]
     pub symbol_path: Option<String>,
     /// Deprecated: the same as --symbol-path DIR.

@@ -227,17 +227,15 @@ fn windows_lookup(path: SymbolPath) -> super::WindowsLookup {
             age: cv.age,
         };
         for file in packs::windows_isf_files(&path, &cv.pdb, &id) {
-            let layout = bounded::read(&file, bounded::SYMBOLS)
-                .map_err(|e| e.to_string())
-                .and_then(|bytes| {
-                    isf::windows_layout_for(&bytes, &cv.pdb, &id).map_err(|e| e.to_string())
-                });
+            let layout = file.read().and_then(|bytes| {
+                isf::windows_layout_for(&bytes, &cv.pdb, &id).map_err(|e| e.to_string())
+            });
             match layout {
                 Ok(layout) => {
-                    log::info!("guest kernel layout from {}", file.display());
+                    log::info!("guest kernel layout from {file}");
                     return Ok(layout);
                 }
-                Err(e) => log::warn!("{}: {e}: ignored", file.display()),
+                Err(e) => log::warn!("{file}: {e}: ignored"),
             }
         }
         let mut finder = Finder::new(path);

@@ -341,14 +341,14 @@ impl GuestAwareness {
                 log::warn!(
                     "{}: the kernel's KASLR slide was not found from its banner: symbols are \
                      taken as not relocated (give --guest-types for a randomized kernel)",
-                    found.file.display()
+                    found.file
                 );
                 0
             }
         };
         log::info!(
             "guest processes and threads: layout read from {} (KASLR slide {load_bias:#x})",
-            found.file.display()
+            found.file
         );
         self.windows_pending.store(false, Ordering::Relaxed);
         self.publish(GuestOs {

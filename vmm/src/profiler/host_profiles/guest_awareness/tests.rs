@@ -397,7 +397,7 @@ fn a_linux_kernel_is_found_by_its_banner_and_published_with_its_slide() {
             .position(|b| b.as_slice() == BANNER)
             .ok_or("no match")?;
         Ok(LinuxMatch {
-            file: "6.1.0-test.json.xz".into(),
+            file: report::symbols::packs::PackFile::File("6.1.0-test.json.xz".into()),
             banner,
             layout,
             banner_address: Some(LINK),
