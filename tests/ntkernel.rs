@@ -211,10 +211,16 @@ fn check_ntprocs(run: &Output, out: &Path) {
     let names: Vec<&str> = processes.iter().map(|p| p["name"].as_str()).collect();
     assert_eq!(
         names,
-        ["alpha.exe", "bravo.exe", "charlie.exe", "delta.exe"],
+        [
+            "alpha.exe",
+            "bravo.exe",
+            "charlie.exe",
+            "delta.exe",
+            "echo32.exe"
+        ],
         "{run}"
     );
-    assert_eq!(threads.len(), 5, "{run}");
+    assert_eq!(threads.len(), 6, "{run}");
     let (charlie, delta) = (&processes[2], &processes[3]);
     assert_eq!(charlie["cr3"], delta["cr3"], "delta reuses charlie's CR3");
     assert_eq!(charlie["eprocess"], delta["eprocess"], "and its EPROCESS");
@@ -417,6 +423,25 @@ fn check_ntprocs(run: &Output, out: &Path) {
             .fold((0, 0), |(g, t), s| (g + s.2, t + s.3));
         within(&p["name"], got, truth);
     }
+
+    // echo32's thread ran x86 code in compatibility mode, called from its 64-bit side: those
+    // samples are named by the x86 function's symbol (its leaf alone, no x64 frames walked
+    // through a 32-bit stack). Its loop is most of the thread's time wherever the run is
+    // (about 98% where compatibility mode is emulated, as on PVM hosts, and the loop's 312
+    // iterations against a far call and return per call where it runs natively).
+    let x86: u64 = object["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["name"] == "ntprocs_echo32_x86")
+        .map(|f| json_num(&f["samples"]).unwrap())
+        .sum();
+    let echo32 = sampled.iter().find(|s| s.0 == "echo32-main").unwrap().2;
+    assert!(
+        x86 * 2 > echo32 && x86 <= echo32,
+        "{x86} samples in the x86 function of echo32's {echo32}\n{:#}",
+        object["functions"]
+    );
 
     // The report names them too.
     let report = std::fs::read_to_string(out.join("report.txt")).unwrap();

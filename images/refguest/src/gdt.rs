@@ -8,8 +8,9 @@ use crate::sync::RacyCell;
 
 pub const KERNEL_CS: u16 = 0x08;
 pub const KERNEL_DS: u16 = 0x10;
-/// User selectors (RPL 3). 0x18 is a placeholder 32-bit code slot so the
-/// layout also suits SYSRET (STAR) should the kernel switch to SYSCALL.
+/// User selectors (RPL 3): data and 64-bit code. 0x18 is 32-bit code (`user::USER32_CS`:
+/// compatibility mode, what a WOW64 process's x86 code runs in; also where SYSRET's STAR
+/// layout wants it).
 pub const USER_DS: u16 = 0x20 | 3;
 pub const USER_CS: u16 = 0x28 | 3;
 const TSS_BASE_SELECTOR: usize = 0x30;
@@ -49,6 +50,7 @@ pub fn init() {
     let gdt = unsafe { &mut *GDT.get() };
     gdt[1] = 0x00AF_9A00_0000_FFFF; // kernel code, 64-bit
     gdt[2] = 0x00CF_9200_0000_FFFF; // kernel data
+    gdt[3] = 0x00CF_FA00_0000_FFFF; // user code, 32-bit, DPL3
     gdt[4] = 0x00CF_F200_0000_FFFF; // user data, DPL3
     gdt[5] = 0x00AF_FA00_0000_FFFF; // user code, 64-bit, DPL3
 }

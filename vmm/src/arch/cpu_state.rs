@@ -3,6 +3,9 @@
 
 use introspect::paging::Paging;
 
+/// EFER.LMA: long mode is active.
+pub const EFER_LMA: u64 = 1 << 10;
+
 /// The state of the vCPU at a hypercall or a sample.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuState {
@@ -13,6 +16,9 @@ pub struct CpuState {
     pub gpr: [u64; 16],
     /// Current privilege level.
     pub cpl: u8,
+    /// The vCPU ran 32-bit code in long mode (compatibility mode: CS.L clear with EFER.LMA
+    /// set), as a WOW64 process's x86 code runs: its stack holds no x64 frames.
+    pub compat: bool,
     /// Paging registers.
     pub paging: Paging,
     /// The GS segment's base (free: it is in the same sync-regs area as the rest). At CPL0 a

@@ -3,6 +3,7 @@
 use kvm_bindings::{kvm_fpu, kvm_regs, kvm_sregs};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
+use super::cpu_state::EFER_LMA;
 use super::gdt::{boot_gdt, segment_from_entry, CODE_SELECTOR, DATA_SELECTOR, TSS_SELECTOR};
 use crate::boot::EntryPoint;
 use crate::layout::{BOOT_GDT_START, PDE_START, PDPTE_START, PML4_START};
@@ -12,7 +13,6 @@ const X86_CR0_ET: u64 = 1 << 4;
 const X86_CR0_PG: u64 = 1 << 31;
 const X86_CR4_PAE: u64 = 1 << 5;
 const EFER_LME: u64 = 1 << 8;
-const EFER_LMA: u64 = 1 << 10;
 const RFLAGS_RESERVED: u64 = 1 << 1;
 
 /// Could not write the boot descriptors or page tables.

@@ -21,7 +21,7 @@ use kvm_ioctls::{SyncReg, VcpuFd};
 
 use vm_memory::GuestMemoryMmap;
 
-use crate::arch::cpu_state::{CpuState, WantedMsrs, MSR_KERNEL_GS_BASE, MSR_LSTAR};
+use crate::arch::cpu_state::{CpuState, WantedMsrs, EFER_LMA, MSR_KERNEL_GS_BASE, MSR_LSTAR};
 use crate::firmware::rom::ReadOnlySlot;
 use crate::outcome::{RunOutcome, StopSignal};
 use crate::profiler::timeline::{ExitSite, SLOW_EXIT_NS};
@@ -476,6 +476,7 @@ impl Vcpu {
                 regs.r8, regs.r9, regs.r10, regs.r11, regs.r12, regs.r13, regs.r14, regs.r15,
             ],
             cpl: if protected { sregs.ss.dpl } else { 0 },
+            compat: sregs.efer & EFER_LMA != 0 && sregs.cs.l == 0,
             paging: Paging {
                 cr0: sregs.cr0,
                 cr3: sregs.cr3,

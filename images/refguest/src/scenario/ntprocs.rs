@@ -15,14 +15,20 @@
 //! | bravo.exe | 1100 | 1104 bravo-main | `ntprocs.ms` |
 //! | charlie.exe | 1200 | 1204 charlie-main | a third of it, then exits |
 //! | delta.exe | 1300 | 1304 delta-main | the rest, created when charlie exits |
+//! | echo32.exe (WOW64) | 1400 | 1404 echo32-main | `ntprocs.ms` |
 //!
-//! Round robin over the five threads gives alpha about half the time and bravo and
-//! charlie-then-delta a quarter each. delta reuses charlie's address-space slot (the same CR3),
+//! Round robin over the six threads gives alpha about a third of the time and bravo,
+//! charlie-then-delta and echo32 a sixth each. delta reuses charlie's address-space slot (the same CR3),
 //! its EPROCESS and its ETHREAD, with a new PID, TID and CreateTime, as Windows may reuse all
 //! three. Each process's PEB page (its user data page at USER_DATA) holds the PEB, its loader
 //! data and one loader entry per module: the executable over the process's code (all of
 //! `.user`) and system DLLs at addresses that are not mapped. The page's last 0x200 bytes are
 //! the threads' TEBs (empty), their user-mode GS base.
+//!
+//! echo32.exe is a 32-bit process as WOW64 runs one: its EPROCESS's WoW64Process points at an
+//! `_EWOW64PROCESS` whose Peb is its 32-bit PEB, built in the same page with its own loader
+//! list (the executable again, and x86 DLLs under SysWOW64, at addresses that are not mapped),
+//! and its thread spends its time in x86 code, in compatibility mode (`user::ntprocs`).
 //!
 //! At every context switch the scheduler's hook makes the next thread the KPCR's
 //! Prcb.CurrentThread (the idle thread when none) and sets the GS bases as Windows keeps them
@@ -72,6 +78,8 @@ struct ProcessParameters {
     peb_page_va: u64,
     module_count: u64,
     modules: [PspModule; MAX_MODULES],
+    module32_count: u64,
+    modules32: [PspModule; MAX_MODULES],
 }
 
 #[repr(C)]
@@ -123,6 +131,8 @@ struct ProcessSpec {
     /// Which EPROCESS of the kernel's table (0 is System's).
     slot: u64,
     modules: &'static [ModuleSpec],
+    /// A WOW64 process's 32-bit loader list (empty: a 64-bit process).
+    modules32: &'static [ModuleSpec],
     threads: &'static [ThreadSpec],
 }
 
@@ -130,12 +140,13 @@ const EXE: u64 = 0;
 const NTDLL: ModuleSpec = ModuleSpec { name: "ntdll.dll\0", base: 0x7ff8_5000_0000, size: 0x1f_8000 };
 const KERNEL32: ModuleSpec = ModuleSpec { name: "kernel32.dll\0", base: 0x7ff8_4000_0000, size: 0xc_0000 };
 
-static PROCESSES: [ProcessSpec; 4] = [
+static PROCESSES: [ProcessSpec; 5] = [
     ProcessSpec {
         name: "alpha.exe\0",
         pid: 1000,
         slot: 1,
         modules: &[ModuleSpec { name: "alpha.exe\0", base: EXE, size: 0 }, NTDLL, KERNEL32],
+        modules32: &[],
         threads: &[
             ThreadSpec { name: "alpha-main\0", tid: 1004, slot: 1, work: 0 },
             ThreadSpec { name: "alpha-worker\0", tid: 1008, slot: 2, work: 1 },
@@ -151,6 +162,7 @@ static PROCESSES: [ProcessSpec; 4] = [
             KERNEL32,
             ModuleSpec { name: "user32.dll\0", base: 0x7ff8_3000_0000, size: 0x1a_0000 },
         ],
+        modules32: &[],
         threads: &[ThreadSpec { name: "bravo-main\0", tid: 1104, slot: 3, work: 2 }],
     },
     ProcessSpec {
@@ -158,6 +170,7 @@ static PROCESSES: [ProcessSpec; 4] = [
         pid: 1200,
         slot: 3,
         modules: &[ModuleSpec { name: "charlie.exe\0", base: EXE, size: 0 }, NTDLL, KERNEL32],
+        modules32: &[],
         threads: &[ThreadSpec { name: "charlie-main\0", tid: 1204, slot: 4, work: 3 }],
     },
     // charlie's EPROCESS and ETHREAD slots and (see `ended`) its address space.
@@ -171,7 +184,27 @@ static PROCESSES: [ProcessSpec; 4] = [
             KERNEL32,
             ModuleSpec { name: "advapi32.dll\0", base: 0x7ff8_2000_0000, size: 0xa_4000 },
         ],
+        modules32: &[],
         threads: &[ThreadSpec { name: "delta-main\0", tid: 1304, slot: 4, work: 4 }],
+    },
+    // A WOW64 process: the 64-bit DLLs WOW64 runs on, and its x86 ones (the executable's
+    // entry is in both lists, at one base).
+    ProcessSpec {
+        name: "echo32.exe\0",
+        pid: 1400,
+        slot: 4,
+        modules: &[
+            ModuleSpec { name: "echo32.exe\0", base: EXE, size: 0 },
+            NTDLL,
+            ModuleSpec { name: "wow64.dll\0", base: 0x7ff8_1000_0000, size: 0x5_9000 },
+            ModuleSpec { name: "wow64cpu.dll\0", base: 0x7ff8_0800_0000, size: 0xa000 },
+        ],
+        modules32: &[
+            ModuleSpec { name: "echo32.exe\0", base: EXE, size: 0 },
+            ModuleSpec { name: "ntdll.dll\0", base: 0x7770_0000, size: 0x1a_4000 },
+            ModuleSpec { name: "kernel32.dll\0", base: 0x7640_0000, size: 0xf_0000 },
+        ],
+        threads: &[ThreadSpec { name: "echo32-main\0", tid: 1404, slot: 5, work: 5 }],
     },
 ];
 const CHARLIE: usize = 2;
@@ -198,7 +231,7 @@ struct LiveThread {
 
 struct State {
     services: Option<Services>,
-    processes: [Option<Live>; 4],
+    processes: [Option<Live>; 5],
     /// By refguest pid.
     threads: [Option<LiveThread>; sched::MAX_PROCS],
     /// TSC ticks of the System thread's loop.
@@ -212,7 +245,7 @@ struct State {
 
 static STATE: SpinLock<State> = SpinLock::new(State {
     services: None,
-    processes: [None; 4],
+    processes: [None; 5],
     threads: [None; sched::MAX_PROCS],
     system_tsc: 0,
     delta_plan: 0,
@@ -231,11 +264,14 @@ fn create_process(services: &Services, index: usize, space: AddressSpace) -> Res
     let spec = &PROCESSES[index];
     let (code_start, code_end) = crate::prof::user_range();
     let none = PspModule { name: core::ptr::null(), base: 0, size: 0 };
-    let mut modules = [none; MAX_MODULES];
-    for (m, s) in modules.iter_mut().zip(spec.modules) {
-        let (base, size) = if s.base == EXE { (code_start, code_end - code_start) } else { (s.base, s.size) };
-        *m = PspModule { name: s.name.as_ptr(), base, size };
-    }
+    let list = |specs: &[ModuleSpec]| {
+        let mut modules = [none; MAX_MODULES];
+        for (m, s) in modules.iter_mut().zip(specs) {
+            let (base, size) = if s.base == EXE { (code_start, code_end - code_start) } else { (s.base, s.size) };
+            *m = PspModule { name: s.name.as_ptr(), base, size };
+        }
+        modules
+    };
     let create_time = now_filetime();
     let p = ProcessParameters {
         slot: spec.slot,
@@ -246,7 +282,9 @@ fn create_process(services: &Services, index: usize, space: AddressSpace) -> Res
         peb_page: space.data,
         peb_page_va: USER_DATA,
         module_count: spec.modules.len().min(MAX_MODULES) as u64,
-        modules,
+        modules: list(spec.modules),
+        module32_count: spec.modules32.len().min(MAX_MODULES) as u64,
+        modules32: list(spec.modules32),
     };
     let create = services.create_process.ok_or("the kernel gave no CreateProcess")?;
     let eprocess = create(&p);
@@ -339,7 +377,8 @@ fn setup(env: &Env) -> Result<(), &'static str> {
     let work_fns = user_work::work();
     // A process's second thread has the lower half of its stack.
     let second_stack = USER_STACK_TOP - 4096 * (USER_STACK_PAGES as u64 / 2);
-    for (index, spec) in PROCESSES.iter().enumerate().take(DELTA) {
+    // delta starts when charlie ends (`ended`).
+    for (index, spec) in PROCESSES.iter().enumerate().filter(|&(i, _)| i != DELTA) {
         let plan = if index == CHARLIE { work::plan(common::ms(third), 1, false) } else { full };
         // The scheduler's table is locked (by spawn) before this scenario's state, never after.
         let mut pids = [0usize; 2];
@@ -451,6 +490,16 @@ fn check(table: &Table) -> Result<(), &'static str> {
         for m in spec.modules {
             let (base, size) = if m.base == EXE { (code_start, code_end - code_start) } else { (m.base, m.size) };
             crate::println!("ntprocs module pid={} name={} base={:#x} size={:#x}", spec.pid, m.name.trim_end_matches('\0'), base, size);
+        }
+        // The 32-bit list's own entries (its executable is the 64-bit list's).
+        for m in spec.modules32.iter().filter(|m| m.base != EXE) {
+            crate::println!(
+                "ntprocs module pid={} name={} base={:#x} size={:#x} bits=32",
+                spec.pid,
+                m.name.trim_end_matches('\0'),
+                m.base,
+                m.size
+            );
         }
     }
     let gs_ok = state.gs_mismatches == 0 && state.switches > 0;

@@ -31,6 +31,10 @@ pub mod stacks;
 pub mod ntprocs;
 pub mod phases;
 
+/// The 32-bit user code selector (compatibility mode; `gdt` lays its descriptor out): the
+/// x86 code of `ntprocs`' WOW64 process runs under it.
+pub const USER32_CS: u16 = 0x18 | 3;
+
 /// Start of the user window: code from the `.user` section.
 pub const USER_BASE: u64 = 0x4000_0000;
 /// One private read-write data page.

@@ -33,6 +33,9 @@ pub enum End {
     NotGrowing,
     /// An image's unwind info at this address was malformed.
     Malformed(u64),
+    /// The vCPU ran 32-bit code (compatibility mode: a WOW64 process's x86 code), whose stack
+    /// holds no x64 frames: the sampled PC alone.
+    Compat,
 }
 
 /// A walked stack: the sampled PC, then each return address, innermost first.

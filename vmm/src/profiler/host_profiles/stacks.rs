@@ -9,7 +9,7 @@ use introspect::nt::Kernel;
 use introspect::os::WindowsLayout;
 use introspect::paging::{lookup, Paging, PhysRead};
 use introspect::pe::{CodeView, Image};
-use introspect::{Memory, Options, Regs, Stack, Unreadable, WalkCache, KERNEL_SPACE};
+use introspect::{End, Memory, Options, Regs, Stack, Unreadable, WalkCache, KERNEL_SPACE};
 use vm_memory::{
     ByteValued, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion,
     VolatileMemory, VolatileSlice,
@@ -427,6 +427,13 @@ impl StackWalker {
 
     /// The call stack of a vCPU sampled at `cpu`, at most `max_depth` frames.
     pub fn walk(&mut self, mem: &GuestMemoryMmap, cpu: &CpuState, max_depth: usize) -> Stack {
+        if cpu.compat {
+            self.note_pc(mem, cpu);
+            return Stack {
+                pcs: vec![cpu.rip],
+                end: End::Compat,
+            };
+        }
         let regs = Regs {
             gpr: cpu.gpr,
             rip: cpu.rip,
@@ -447,7 +454,7 @@ impl StackWalker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use introspect::End;
+
     use vm_memory::Bytes;
 
     const CR0_PG: u64 = 1 << 31;
@@ -551,5 +558,14 @@ mod tests {
         let s = StackWalker::default().walk(&mem, &cpu, 64);
         assert_eq!(s.pcs, [0x40_0010, 0x40_0111, 0x40_0222]);
         assert_eq!(s.end, End::Complete);
+        // The same registers in compatibility mode (x86 code of a WOW64 process): the stack
+        // holds 4-byte frames, not x64's, and only the sampled PC is taken.
+        let compat = CpuState {
+            compat: true,
+            ..cpu
+        };
+        let s = StackWalker::default().walk(&mem, &compat, 64);
+        assert_eq!(s.pcs, [0x40_0010]);
+        assert_eq!(s.end, End::Compat);
     }
 }
