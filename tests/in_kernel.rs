@@ -95,6 +95,34 @@ fn stop_counts_what_came_before_and_nothing_after_with_the_kernel_s_samples() {
     crate::profiling::stopped_phases_hold(&out, 3);
 }
 
+/// The same with two vCPUs, each with a worker in P1's range: when the first vCPU's worker
+/// stops P1, the second's ring holds samples not yet drained. Stop returns only once those
+/// are counted, and nothing the second vCPU samples afterwards reaches P1's buffer.
+#[test]
+fn stop_holds_with_samples_of_another_vcpu_in_flight() {
+    if !kernel_sampler_here() {
+        return;
+    }
+    let elf = Path::new(env!("HVPROF_REFGUEST_ELF"));
+    let out = hvprof_run(
+        elf,
+        &[
+            "--sampler",
+            "kernel",
+            "--cpus",
+            "2",
+            "--cmdline",
+            "scenario=stopped stopped.ms=200 stopped.phases=3 stopped.cpus=2",
+        ],
+    )
+    .limit(LIMIT)
+    .run();
+    out.assert_debug_exit(REFGUEST_PASS);
+    out.assert_stdout_contains("stopped workers=2");
+    out.assert_stdout_lacks(" BAD");
+    crate::profiling::stopped_phases_hold(&out, 3);
+}
+
 #[test]
 fn set_and_query_interval_hold_with_the_kernel_s_samples() {
     if !kernel_sampler_here() {

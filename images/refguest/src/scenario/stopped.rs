@@ -2,7 +2,10 @@
 //! After the first phase P1 is stopped and its buffer copied; at the end of each later phase
 //! the guest checks that P1's buffer is byte-for-byte unchanged while P2's total keeps growing.
 //! Then both are closed (P1 stopped, P2 still started). Parameters: `stopped.ms` per phase
-//! (default 300), `stopped.phases` (default 4).
+//! (default 300), `stopped.phases` (default 4), `stopped.cpus` (default 1): with more, a
+//! worker as busy spins in `w` on each other CPU too, so that samples of other vCPUs are in
+//! flight when the first CPU's worker stops P1 (the host must count those taken before the
+//! stop, and none after, whichever vCPU took them).
 
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -27,14 +30,20 @@ fn total(slot: usize) -> u64 {
     prof::sum(p.buffer, p.base, p.bucket_size, p.base, p.base + p.size)
 }
 
-fn setup(_: &Env) -> Result<(), &'static str> {
+fn setup(env: &Env) -> Result<(), &'static str> {
     common::hvprof("stopped")?;
     common::set_interval("stopped.interval")?;
     P1.store(common::create_start(&common::user_profile(0), None)?, Ordering::Relaxed);
     P2.store(common::create_start(&common::user_profile(1), None)?, Ordering::Relaxed);
     let phases = param_u64("stopped.phases", 4).clamp(2, 20);
-    let plan = work::plan(common::ms(param_u64("stopped.ms", 300)), phases, true);
-    common::spawn(work::w().start, 0, plan)?;
+    let phase = common::ms(param_u64("stopped.ms", 300));
+    common::spawn(work::w().start, 0, work::plan(phase, phases, true))?;
+    // The other CPUs' workers make no control calls: only the first stops and compares.
+    let cpus = (param_u64("stopped.cpus", 1) as usize).clamp(1, env.cpus);
+    for cpu in 1..cpus {
+        common::spawn(work::w().start, cpu, work::plan(phase, phases, false))?;
+    }
+    crate::println!("stopped workers={}", cpus);
     Ok(())
 }
 
