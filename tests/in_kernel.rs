@@ -123,6 +123,63 @@ fn stop_holds_with_samples_of_another_vcpu_in_flight() {
     crate::profiling::stopped_phases_hold(&out, 3);
 }
 
+/// `--stack-interval`: the host profile with call stacks takes its samples by kicks at that
+/// interval, while a flat profile of the same range beside it takes the kernel's samples at
+/// `--interval`, ten times as often; the agent's objects keep the guest's shares.
+#[test]
+fn stacks_come_by_kicks_at_their_own_rate_beside_the_kernel_s_flat_samples() {
+    if !kernel_sampler_here() {
+        return;
+    }
+    let dir = TempDir::new("in-kernel-stack-interval");
+    let out = hvprof([
+        "profile",
+        "--sampler",
+        "kernel",
+        "--interval",
+        "1000",
+        "--stack-interval",
+        "10000",
+        "--quiet",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ])
+    .limit(LIMIT)
+    .run();
+    out.assert_status(0);
+    out.assert_stdout_contains("refguest: PASS");
+    let p = profile_json(&dir);
+    let host: Vec<&serde_json::Value> = p["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["owner"] == "host")
+        .collect();
+    assert_eq!(
+        host.len(),
+        2,
+        "the profile and its flat companion\n{:#}",
+        p["objects"]
+    );
+    let (stacks, flat) = (host[0], host[1]);
+    let by = |o: &serde_json::Value, path: &str| o["sampled_by"][path].as_u64().unwrap();
+    let total = |o: &serde_json::Value| o["total"].as_u64().unwrap();
+    // The profile that walks stacks never counts a ring record: all its samples are kicks.
+    assert_eq!(by(stacks, "kernel"), 0, "{stacks}");
+    assert!(by(stacks, "kick") > 0 && !stacks["stacks"].as_array().unwrap().is_empty());
+    // The flat one is the kernel's, with no stacks, and samples more often.
+    assert!(by(flat, "kernel") > 0, "{flat}");
+    assert!(flat.get("stacks").is_none(), "{flat}");
+    assert!(
+        total(flat) > total(stacks),
+        "{} flat samples at --interval, {} at --stack-interval",
+        total(flat),
+        total(stacks)
+    );
+    let report = std::fs::read_to_string(dir.path().join("report.txt")).unwrap();
+    assert!(report.contains("by the host kernel's sampler"), "{report}");
+}
+
 #[test]
 fn set_and_query_interval_hold_with_the_kernel_s_samples() {
     if !kernel_sampler_here() {

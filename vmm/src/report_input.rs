@@ -118,6 +118,7 @@ pub fn profile(report: &RunReport, meta: &RunMetadata) -> Profile {
                 threads: &h.threads,
                 source: host_source(h.spec.event.as_deref()).0,
                 source_name: host_source(h.spec.event.as_deref()).1,
+                from_ring: h.from_ring,
             })
             .collect(),
         guest_modules: report.guest_modules.iter().map(guest_module).collect(),
@@ -385,6 +386,7 @@ mod tests {
                 counts: BTreeMap::from([(0x100, 5)]),
                 threads: BTreeMap::from([(0, BTreeMap::from([(0x100, 5)]))]),
                 stacks: Default::default(),
+                from_ring: 0,
             }],
             processes: vec![report::profile::ProcessInfo {
                 key: 0,

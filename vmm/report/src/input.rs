@@ -8,7 +8,7 @@ use profile_core::object::ObjectConfig;
 
 use crate::hex::{Hex, OptHex};
 use crate::profile::{
-    source_name, GuestModule, ObjectOwner, ProcessInfo, Profile, ProfileObject, RunInfo,
+    source_name, GuestModule, ObjectOwner, ProcessInfo, Profile, ProfileObject, RunInfo, SampledBy,
     StackCount, ThreadCounts, ThreadInfo, VcpuStats, FORMAT_NAME, FORMAT_VERSION,
 };
 
@@ -77,6 +77,8 @@ pub struct HostObject<'a> {
     pub source: u32,
     /// The name of what took its samples: the source's, or the software clock's.
     pub source_name: &'a str,
+    /// Of its samples, those the in-kernel sampler took (the others were kicks).
+    pub from_ring: u64,
 }
 
 impl ProfileObject {
@@ -115,6 +117,7 @@ impl ProfileObject {
             stacks_dropped: 0,
             processes: Vec::new(),
             threads: Vec::new(),
+            sampled_by: None,
         }
     }
 
@@ -173,6 +176,14 @@ impl ProfileObject {
                         .collect(),
                 })
                 .collect(),
+            sampled_by: {
+                let total: u64 = h.counts.values().sum();
+                let kernel = h.from_ring.min(total);
+                Some(SampledBy {
+                    kernel,
+                    kick: total - kernel,
+                })
+            },
         }
     }
 }
@@ -307,6 +318,7 @@ mod tests {
             threads: &no_threads,
             source: 0x13,
             source_name: "ProfileTotalCycles",
+            from_ring: 0,
         };
         let o = ProfileObject::from_host(&h, 2);
         assert_eq!((o.owner, o.id, o.total), (ObjectOwner::Host, 7, 4));
@@ -381,6 +393,7 @@ mod tests {
                 threads: &no_threads,
                 source: 0,
                 source_name: "ProfileTime",
+                from_ring: 0,
             }],
             guest_modules: Vec::new(),
             processes: Vec::new(),
@@ -431,6 +444,7 @@ mod tests {
                 threads: &threads,
                 source: 0,
                 source_name: "ProfileTime",
+                from_ring: 0,
             }],
             guest_modules: Vec::new(),
             processes: vec![ProcessInfo {

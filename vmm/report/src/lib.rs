@@ -49,7 +49,9 @@ use files::{atomic, bounded};
 
 pub use error::ReportError;
 pub use load::{KernelImage, SymbolSpec};
-pub use profile::{Bucket, FunctionCount, ObjectOwner, Profile, ProfileObject, RunInfo, VcpuStats};
+pub use profile::{
+    Bucket, FunctionCount, ObjectOwner, Profile, ProfileObject, RunInfo, SampledBy, VcpuStats,
+};
 pub use symbols::{Module, SymbolError, Symbols};
 
 /// Rows per table in the report.txt that [`write_all`] writes.

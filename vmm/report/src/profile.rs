@@ -380,6 +380,20 @@ pub struct ProfileObject {
     /// threads; empty otherwise, and for guest agent objects).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub threads: Vec<ThreadCounts>,
+    /// How a host profile's samples were taken: by the in-kernel sampler or by kicks (absent
+    /// for guest agent objects, time windows and files written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled_by: Option<SampledBy>,
+}
+
+/// How an object's samples were taken (`objects[].sampled_by` in profile.json): they add up
+/// to its `total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SampledBy {
+    /// By the host kernel's perf events, from their rings, without stopping the vCPU.
+    pub kernel: u64,
+    /// By kicks: the vCPU stopped and its registers read.
+    pub kick: u64,
 }
 
 /// One process's samples in one object (`objects[].processes` in profile.json).
@@ -638,6 +652,7 @@ pub(crate) mod tests {
             stacks_dropped: 0,
             processes: Vec::new(),
             threads: Vec::new(),
+            sampled_by: None,
         };
         Profile {
             format: FORMAT_NAME.into(),

@@ -136,6 +136,13 @@ fn object(
         affinity(&o.affinity),
         total
     );
+    if let Some(by) = o.sampled_by.filter(|b| b.kernel > 0) {
+        let _ = writeln!(
+            out,
+            "  sampled: {} by the host kernel's sampler, {} by kicks",
+            by.kernel, by.kick
+        );
+    }
     if total == 0 {
         return;
     }

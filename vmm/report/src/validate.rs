@@ -186,6 +186,17 @@ pub fn check_object(at: &str, o: &ProfileObject) -> Result<(), Inconsistent> {
             format!("{} is not the sum of the counts, {sum}", o.total),
         ));
     }
+    if let Some(by) = o.sampled_by {
+        if by.kernel.checked_add(by.kick) != Some(o.total) {
+            return Err(bad(
+                format!("{at}.sampled_by"),
+                format!(
+                    "kernel {} and kick {} do not add up to the total {}",
+                    by.kernel, by.kick, o.total
+                ),
+            ));
+        }
+    }
     if !o.functions.is_empty() {
         match checked_sum(o.functions.iter().map(|f| f.samples)) {
             Some(f) if f == o.total => {}
@@ -375,7 +386,16 @@ mod tests {
     #[test]
     fn each_inconsistency_is_named() {
         type Corruption = fn(&mut ProfileObject);
-        let cases: [(&str, Corruption); 14] = [
+        let cases: [(&str, Corruption); 15] = [
+            (
+                "objects[0].sampled_by: kernel 10 and kick 4 do not add up to the total 15",
+                |o| {
+                    o.sampled_by = Some(crate::profile::SampledBy {
+                        kernel: 10,
+                        kick: 4,
+                    })
+                },
+            ),
             (
                 "objects[0].counts: bucket index 0x400 past buckets 0x10",
                 |o| o.counts[2].0 = 0x400,

@@ -37,6 +37,10 @@ struct HostProfileBody {
     /// Record the run on a time axis (issue 32).
     #[serde(default)]
     timeline: bool,
+    /// Count per guest thread while guest awareness is on (default true).
+    names: Option<bool>,
+    /// With the in-kernel sampler, the samples that need registers by kicks at this interval.
+    kick_interval: Option<u32>,
 }
 
 fn start<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -199,7 +203,8 @@ impl ApiState {
                     "bucket_shift": r.spec.bucket_shift, "cr3": OptHex(r.spec.cr3),
                     "vcpus": r.spec.vcpus, "stack_depth": r.spec.stack_depth,
                     "event": r.spec.event, "process": r.spec.process,
-                    "timeline": r.spec.timeline,
+                    "timeline": r.spec.timeline, "names": r.spec.names,
+                    "kick_interval": r.spec.kick_interval,
                 })
             })
             .collect();
@@ -223,6 +228,8 @@ impl ApiState {
             event: b.event,
             process: b.process,
             timeline: b.timeline,
+            names: b.names.unwrap_or(whole.names),
+            kick_interval: b.kick_interval,
         };
         if let Some(bad) = spec
             .vcpus

@@ -94,9 +94,10 @@ impl Flat {
         }
     }
 
-    /// True while vCPU `v` has a ring.
-    pub fn has_ring(&self, v: usize) -> bool {
-        self.slot(v).is_some_and(|s| s.is_some())
+    /// True while vCPU `v` has a ring with an event for trigger `t`.
+    pub fn serves(&self, v: usize, t: TriggerId) -> bool {
+        self.slot(v)
+            .is_some_and(|s| s.as_ref().is_some_and(|s| s.ring.serves(t)))
     }
 
     /// Takes vCPU `v`'s ring away (its thread is leaving; drain it first).

@@ -30,6 +30,7 @@ use crate::arch::cpu_state::CpuState;
 use crate::clock::RunClock;
 use crate::sampler::probe::ProbeReport;
 use crate::sampler::ring::Ring;
+use crate::sampler::vcpu::Serving;
 use crate::sampler::{SamplerMode, Sampling, TriggerId};
 use crate::signals::KickTable;
 use flat::Flat;
@@ -138,14 +139,34 @@ impl Profiler {
         })
     }
 
-    /// True if vCPU `v` samples trigger `t` in the kernel rather than by kicks: the run
-    /// samples in the kernel, `v` has its ring, no claim on `t` needs `v`'s registers, and no
-    /// profile interrupt is to be delivered on `v`.
-    pub fn kernel_serves(&self, v: usize, t: TriggerId) -> bool {
-        self.sampling().mode() == SamplerMode::Kernel
-            && self.flat.has_ring(v)
-            && !self.triggers.needs_registers(v, t)
-            && !self.objects.has_interrupt(v)
+    /// How vCPU `v` samples trigger `t`: nothing while no claim stands. Kicks at the
+    /// trigger's interval serve every claim unless the run samples in the kernel, `v` has its
+    /// ring with an event for `t`, no claim needs `v`'s registers at the trigger's interval and no profile interrupt
+    /// is to be delivered on `v`. Then the ring serves the flat claims at that interval, and
+    /// kicks at the shortest kick interval (when longer than the trigger's) serve the claims
+    /// that need registers every so often; with a kick interval no longer than the trigger's,
+    /// kicks serve every claim.
+    pub fn serving(&self, v: usize, t: TriggerId) -> Serving {
+        let Some(interval) = self.trigger_setting(v, t) else {
+            return Serving::default();
+        };
+        let kicks_all = Serving {
+            ring: None,
+            kicks: Some(interval),
+        };
+        let kernel = self.sampling().mode() == SamplerMode::Kernel
+            && self.flat.serves(v, t)
+            && !self.objects.has_interrupt(v);
+        if !kernel || self.triggers.needs_registers(v, t) {
+            return kicks_all;
+        }
+        match self.triggers.slow(v, t) {
+            Some((every, _)) if every <= interval => kicks_all,
+            slow => Serving {
+                ring: self.triggers.has_flat_claims(v, t).then_some(interval),
+                kicks: slow.map(|(every, _)| every),
+            },
+        }
     }
 
     /// vCPU `v`'s thread samples into `ring` from now on.
@@ -185,8 +206,14 @@ impl Profiler {
         if ticks == 0 || !self.triggers.is_sampled(v, t) {
             return; // a tick from a trigger being disarmed
         }
-        let guest = self.objects.record(v, cpu, t);
-        let host = self.host.record(v, cpu, t);
+        // Beside the ring, a kick serves only the claims that need registers.
+        let registers_only = self.serving(v, t).ring.is_some();
+        let guest = if registers_only {
+            0
+        } else {
+            self.objects.record(v, cpu, t)
+        };
+        let host = self.host.record(v, cpu, t, registers_only);
         counters.sampled(u64::from(guest) + host);
         if self.objects.interrupt(v) {
             bump(&counters.injected, 1);

@@ -1,8 +1,10 @@
 //! One vCPU thread's triggers: created on that thread (before its system-call filter, since
 //! opening events and timers needs calls the filter refuses), armed and disarmed as started
 //! objects and host profiles come and go, and read after every kick. With the in-kernel
-//! sampler each trigger also has a ring event ([`super::ring`]); a trigger samples through one
-//! or the other, never both, as the profiler says (`Profiler::kernel_serves`).
+//! sampler each trigger also has a ring event ([`super::ring`]); a trigger samples through
+//! either, or through both at their own intervals, as the profiler says
+//! (`Profiler::serving`): the ring for the claims that need only PCs, kicks for those that
+//! need registers.
 
 use super::perf::PerfEvent;
 use super::ring::{Ring, ThreadEvents};
@@ -23,6 +25,16 @@ pub struct VcpuSampler {
     ring: Option<ThreadEvents>,
     /// Per trigger: counts nanoseconds (a clock), so intervals are 100 ns units to convert.
     clocks: Vec<bool>,
+}
+
+/// How one trigger samples one vCPU: the interval of each path, in the trigger's unit (None:
+/// that path is off).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Serving {
+    /// The in-kernel sampler's ring event.
+    pub ring: Option<u32>,
+    /// Kicks: the trigger's perf event or wall-clock timer, with a signal.
+    pub kicks: Option<u32>,
 }
 
 /// Ticks a trigger delivered since the last look.
@@ -92,37 +104,33 @@ impl VcpuSampler {
         (sampler, reader, errors)
     }
 
-    /// Arms trigger `t` at `interval` (its source's unit: 100 ns for ProfileTime and the
-    /// software clocks, events for a PMU source) or disarms it (`None`): in the kernel
-    /// (`in_kernel`, where this thread has a ring event for it) or by kicks.
-    pub fn set(
-        &mut self,
-        t: TriggerId,
-        interval: Option<u32>,
-        in_kernel: bool,
-    ) -> std::io::Result<()> {
+    /// Arms trigger `t` as `serving` says, each path at its interval (the source's unit: 100
+    /// ns for ProfileTime and the software clocks, events for a PMU source), or disarms it.
+    /// Where this thread has no ring event for `t`, kicks take the ring's part, at the shorter
+    /// of the two intervals.
+    pub fn set(&mut self, t: TriggerId, serving: Serving) -> std::io::Result<()> {
         let clock = self.clocks.get(t).copied().unwrap_or(false);
-        let period = interval.map(|i| {
+        let period = |i: u32| {
             if clock {
                 u64::try_from(interval_duration(i).as_nanos()).unwrap_or(u64::MAX)
             } else {
                 u64::from(i)
             }
-        });
-        let (ring, kick) = match &self.ring {
-            Some(r) if in_kernel && r.has(t) => (period, None),
-            _ => (None, period),
         };
-        // Disarm before arming, so no stretch of guest time is sampled twice.
+        let (ring, kick) = match &self.ring {
+            Some(r) if r.has(t) => (serving.ring, serving.kicks),
+            _ => (None, serving.ring.into_iter().chain(serving.kicks).min()),
+        };
+        // Disarm before arming, so no stretch of guest time is sampled twice by one path.
         if ring.is_none() {
             if let Some(r) = self.ring.as_mut() {
                 r.set(t, None)?;
             }
         }
-        self.set_kick(t, kick, interval.filter(|_| ring.is_none()))?;
+        self.set_kick(t, kick.map(period), kick)?;
         if ring.is_some() {
             if let Some(r) = self.ring.as_mut() {
-                r.set(t, ring)?;
+                r.set(t, ring.map(period))?;
             }
         }
         Ok(())
@@ -196,6 +204,13 @@ mod tests {
     use super::*;
     use crate::sampler::{probe, Clock};
 
+    fn kicks(interval: u32) -> Serving {
+        Serving {
+            ring: None,
+            kicks: Some(interval),
+        }
+    }
+
     #[test]
     fn the_cpu_clock_ticks_trigger_zero_on_its_own_thread() {
         let report = probe::probe_host();
@@ -207,12 +222,12 @@ mod tests {
         let got = std::thread::spawn(move || {
             let (mut s, _, errors) = VcpuSampler::for_current_thread(&sampling);
             assert_eq!(errors, Vec::<String>::new());
-            s.set(TIME_TRIGGER, Some(10_000), false).unwrap();
+            s.set(TIME_TRIGGER, kicks(10_000)).unwrap();
             let mut seen = Vec::new();
             while seen.iter().map(|t: &Ticks| t.ticks).sum::<u32>() < 3 {
                 s.take(|t| seen.push(t));
             }
-            s.set(TIME_TRIGGER, None, false).unwrap();
+            s.set(TIME_TRIGGER, Serving::default()).unwrap();
             seen
         })
         .join()
@@ -230,13 +245,13 @@ mod tests {
             assert!(ring.is_none());
             assert!(errors.is_empty());
             assert!(s.events.iter().all(Option::is_none));
-            s.set(TIME_TRIGGER, Some(10_000), false).unwrap();
+            s.set(TIME_TRIGGER, kicks(10_000)).unwrap();
             let mut n = 0;
             while n < 2 {
                 s.take(|t| n += t.ticks);
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
-            s.set(TIME_TRIGGER, None, false).unwrap();
+            s.set(TIME_TRIGGER, Serving::default()).unwrap();
         })
         .join()
         .unwrap();

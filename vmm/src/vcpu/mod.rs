@@ -220,9 +220,7 @@ impl Vcpu {
     fn arm(&self, sampler: &mut VcpuSampler) {
         let profiler = &self.shared.profiler;
         for t in 0..profiler.sampling().len() {
-            let setting = profiler.trigger_setting(self.index, t);
-            let in_kernel = profiler.kernel_serves(self.index, t);
-            if let Err(e) = sampler.set(t, setting, in_kernel) {
+            if let Err(e) = sampler.set(t, profiler.serving(self.index, t)) {
                 log::error!(
                     "vCPU {}: cannot set its {} trigger: {e}",
                     self.index,

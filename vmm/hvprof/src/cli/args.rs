@@ -283,7 +283,7 @@ pub struct ProfileArgs {
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=3))]
     pub cpl: Option<u8>,
     /// No host-side profile: collect only the guest agent's objects.
-    #[arg(long, conflicts_with_all = ["range", "bucket", "cr3", "cpl", "stack_depth", "process", "timeline"])]
+    #[arg(long, conflicts_with_all = ["range", "bucket", "cr3", "cpl", "stack_depth", "process", "timeline", "stack_interval"])]
     pub no_host_profile: bool,
     /// Also record the host-side profile's samples on a time axis (time, vCPU, CPL, guest
     /// thread, stack) with the run's markers: halts, hypercalls, guest objects, pauses, slow
@@ -295,6 +295,13 @@ pub struct ProfileArgs {
     /// Call-stack frames walked per host-side sample, the sampled PC included (0: no stacks)
     #[arg(long, value_name = "N", default_value_t = vmm::profiler::host_profiles::DEFAULT_STACK_DEPTH)]
     pub stack_depth: usize,
+    /// Where the host kernel's sampler runs (--sampler): take the samples that need the
+    /// vCPU's registers (call stacks, process and thread names, --process, --cr3) by kicks
+    /// every N (--interval's unit), while the kernel's own samples at --interval feed a flat
+    /// profile of the same range beside it (a second host profile in the results). Elsewhere
+    /// both profiles take every sample by kicks at --interval.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub stack_interval: Option<u32>,
     /// Where profile.json, profile.pb.gz, flamegraph.svg and report.txt go.
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
@@ -582,8 +589,30 @@ impl ProfileArgs {
         }
     }
 
-    /// The host-side profile the options describe.
-    pub fn host_profile(&self) -> Result<Option<HostProfileSpec>, String> {
+    /// The host-side profiles the options describe: none, the one, or with --stack-interval
+    /// that one (its samples by kicks at that interval) and a flat one of the same range.
+    pub fn host_profiles(&self) -> Result<Vec<HostProfileSpec>, String> {
+        let Some(mut spec) = self.host_profile()? else {
+            return Ok(Vec::new());
+        };
+        let Some(every) = self.stack_interval else {
+            return Ok(vec![spec]);
+        };
+        spec.kick_interval = Some(every);
+        let flat = HostProfileSpec {
+            cr3: None,
+            process: Vec::new(),
+            stack_depth: 0,
+            timeline: false,
+            names: false,
+            kick_interval: None,
+            ..spec.clone()
+        };
+        Ok(vec![spec, flat])
+    }
+
+    /// The host-side profile the options describe, without --stack-interval's companion.
+    fn host_profile(&self) -> Result<Option<HostProfileSpec>, String> {
         if self.no_host_profile {
             return Ok(None);
         }

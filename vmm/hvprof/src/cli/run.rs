@@ -154,7 +154,7 @@ pub fn demo(a: DemoArgs) -> ExitCode {
 
 /// `hvprof profile`.
 pub fn profile(a: ProfileArgs) -> ExitCode {
-    let host = match a.host_profile() {
+    let host = match a.host_profiles() {
         Ok(h) => h,
         Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
     };
@@ -200,7 +200,7 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         Err(e) => return fail(e, STATUS_CONFIG_ERROR),
     };
     // A process filter where no process can ever be named would record nothing: refused now.
-    if let (Some(spec), Some(why)) = (&host, guest_types.why_no_process_names()) {
+    if let (Some(spec), Some(why)) = (host.first(), guest_types.why_no_process_names()) {
         if !spec.process.is_empty() {
             let e = vmm::profiler::host_profiles::HostProfileError::NoProcessNames(why);
             let e = anyhow::Error::new(e).context(format!("--process {}", spec.process.join(" ")));
@@ -216,7 +216,7 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
     let opts = SessionOptions {
         span,
         interval: interval.map(|(_, i)| i),
-        host_profiles: host.into_iter().collect(),
+        host_profiles: host,
     };
     let progress: Option<Box<dyn Progress>> = if a.quiet {
         None

@@ -270,12 +270,22 @@ mod tests {
     #[test]
     fn merging_renumbers_and_unions_the_tables() {
         use crate::compare::merge_profiles;
-        let a = tasks_profile();
+        use crate::profile::SampledBy;
+        let mut a = tasks_profile();
+        let by = |kernel, kick| Some(SampledBy { kernel, kick });
+        let total = a.objects[0].total;
+        a.objects[0].sampled_by = by(total - 1, 1);
         let mut b = tasks_profile();
         b.run.start_time = "2023-11-14T22:20:00.000Z".into();
         b.processes[0].pid = Some(1057);
-        let m = merge_profiles(vec![a, b]).unwrap();
+        b.objects[0].sampled_by = by(0, total);
+        let m = merge_profiles(vec![a.clone(), b.clone()]).unwrap();
         crate::validate::check(&m).unwrap();
+        // How the samples were taken adds up, where both runs say.
+        assert_eq!(m.objects[0].sampled_by, by(total - 1, total + 1));
+        b.objects[0].sampled_by = None;
+        let unknown = merge_profiles(vec![a, b]).unwrap();
+        assert_eq!(unknown.objects[0].sampled_by, None);
         let processes: Vec<(u32, String)> =
             m.processes.iter().map(|p| (p.key, p.label())).collect();
         assert_eq!(

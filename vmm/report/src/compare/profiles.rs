@@ -17,7 +17,7 @@ use super::processes::{process_function_rows, process_rows, renumber};
 use super::significance::{compare, Change, TestOptions};
 use crate::callers::named;
 use crate::processes::Tasks;
-use crate::profile::{FunctionTotals, RunInfo, StackCount};
+use crate::profile::{FunctionTotals, RunInfo, SampledBy, StackCount};
 use crate::symbols::Symbols;
 use crate::{FunctionCount, ObjectOwner, Profile, ProfileObject};
 
@@ -450,6 +450,14 @@ fn add_object(into: &ProfileObject, from: &ProfileObject) -> Result<ProfileObjec
     }
     out.counts = counts.into_iter().collect();
     out.total = into.total.checked_add(from.total).ok_or("total")?;
+    // Known for the sum only when known for both.
+    out.sampled_by = match (into.sampled_by, from.sampled_by) {
+        (Some(a), Some(b)) => Some(SampledBy {
+            kernel: a.kernel.checked_add(b.kernel).ok_or("sampled_by.kernel")?,
+            kick: a.kick.checked_add(b.kick).ok_or("sampled_by.kick")?,
+        }),
+        _ => None,
+    };
     // Per-function totals add up only if both sides have them: otherwise they would not add
     // up to the total, and the merged object is left unsymbolized (report symbolizes it).
     out.functions = if into.functions.is_empty() || from.functions.is_empty() {

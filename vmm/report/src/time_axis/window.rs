@@ -199,6 +199,8 @@ pub fn rebuild(
         },
         // Totals of the whole object's threads, not the window's: filled again on writing.
         processes: Vec::new(),
+        // Which path took the window's samples is not on the time axis.
+        sampled_by: None,
         ..o.clone()
     }
 }

@@ -31,7 +31,7 @@ use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
 use super::flat::Flat;
 use super::timeline::Timelines;
-use super::triggers::Triggers;
+use super::triggers::{Need, Triggers};
 use crate::arch::cpu_state::CpuState;
 use crate::memory::{GuestPhys, GuestRam};
 use crate::sampler::{Sampling, TriggerId};
@@ -344,8 +344,12 @@ impl GuestObjects {
                     .contains(u32::try_from(v).unwrap_or(u32::MAX))
             };
             // A process restriction needs the sample's CR3: kicks.
-            let registers = config.process.is_some();
-            self.triggers.claim(t, covers, started, registers);
+            let need = if config.process.is_some() {
+                Need::Registers
+            } else {
+                Need::Flat
+            };
+            self.triggers.claim(t, covers, started, need);
         }
     }
 

@@ -19,7 +19,7 @@ pub use profile::{
 pub use stacks::FoundModule;
 
 use super::timeline::Timelines;
-use super::triggers::Triggers;
+use super::triggers::{Need, Triggers};
 use crate::arch::cpu_state::CpuState;
 use crate::sampler::probe::ProbeReport;
 use crate::sampler::TriggerId;
@@ -87,11 +87,15 @@ impl HostProfiles {
     }
 
     /// Counts a sample vCPU `v` took at `cpu` on trigger `t` in the host profiles sampling on
-    /// `t`; returns in how many it counted.
-    pub fn record(&self, v: usize, cpu: &CpuState, t: TriggerId) -> u64 {
+    /// `t` (only in those that need registers if `registers_only`: the in-kernel sampler
+    /// serves the others); returns in how many it counted.
+    pub fn record(&self, v: usize, cpu: &CpuState, t: TriggerId, registers_only: bool) -> u64 {
         let all = self.read();
         // The host profiles sampling on this trigger (no allocation on the sample path).
-        let profiles = || all.iter().filter(|p| p.trigger == t);
+        let profiles = || {
+            all.iter()
+                .filter(|p| p.trigger == t && (!registers_only || self.need(&p.spec) != Need::Flat))
+        };
         if !profiles().any(|p| p.samples_vcpu(v)) {
             return 0;
         }
@@ -113,6 +117,7 @@ impl HostProfiles {
             .and_then(|g| self.guest.identify(v, g, &self.mem, cpu))
             .map(|w| (w.at, w.process_name.as_str()));
         let at = SampleAt {
+            ring: false,
             v,
             pc: cpu.rip,
             cr3: cpu.paging.cr3,
@@ -174,6 +179,7 @@ impl HostProfiles {
     pub fn record_flat(&self, v: usize, t: TriggerId, pc: u64, cpl: u8, t_ns: u64) -> u64 {
         let all = self.read();
         let at = SampleAt {
+            ring: true,
             v,
             pc,
             cr3: 0,
@@ -181,7 +187,10 @@ impl HostProfiles {
             who: None,
         };
         let mut counted = 0;
-        for p in all.iter().filter(|p| p.trigger == t && p.spec.flat()) {
+        for p in all
+            .iter()
+            .filter(|p| p.trigger == t && self.need(&p.spec) == Need::Flat)
+        {
             if !p.record(&at, None) {
                 continue;
             }
@@ -194,10 +203,18 @@ impl HostProfiles {
         counted
     }
 
-    /// True if a profile of `spec` needs each sample's registers: a CR3 or process filter, a
-    /// stack, or the guest's threads (named from the registers) while guest awareness is on.
-    fn needs_registers(&self, spec: &HostProfileSpec) -> bool {
-        !spec.flat() || self.guest.enabled()
+    /// What a profile of `spec` needs of each sample: its registers for a CR3 or process
+    /// filter, a stack, or the guest's threads (named from the registers) while guest
+    /// awareness is on, at its kick interval if it has one; else only its PC and CPL.
+    fn need(&self, spec: &HostProfileSpec) -> Need {
+        match (
+            !spec.flat() || (spec.names && self.guest.enabled()),
+            spec.kick_interval,
+        ) {
+            (false, _) => Need::Flat,
+            (true, None) => Need::Registers,
+            (true, Some(interval)) => Need::RegistersEvery(interval),
+        }
     }
 
     /// Called by vCPU `v`'s thread as it leaves the guest for good: if its samples found a
@@ -246,9 +263,9 @@ impl HostProfiles {
         let mut host = self.write();
         let id = u32::try_from(host.len() + 1).unwrap_or(u32::MAX);
         let profile = HostProfile::new(id, spec, self.walkers.len(), trigger);
-        let registers = self.needs_registers(&profile.spec);
+        let need = self.need(&profile.spec);
         self.triggers
-            .claim(trigger, |v| profile.samples_vcpu(v), true, registers);
+            .claim(trigger, |v| profile.samples_vcpu(v), true, need);
         if profile.spec.timeline {
             self.timeline.profile_started();
         }
@@ -266,9 +283,9 @@ impl HostProfiles {
         if !p.running {
             return Err(HostProfileError::Stopped(id));
         }
-        let registers = !p.spec.flat() || self.guest.enabled();
+        let need = self.need(&p.spec);
         self.triggers
-            .claim(p.trigger, |v| p.samples_vcpu(v), false, registers);
+            .claim(p.trigger, |v| p.samples_vcpu(v), false, need);
         p.running = false;
         if p.spec.timeline {
             self.timeline.profile_stopped();

@@ -40,6 +40,14 @@ pub struct HostProfileSpec {
     /// Record every sample it counts on the run's time axis, with the run's markers
     /// (`profiler::timeline`).
     pub timeline: bool,
+    /// Count each sample per guest thread while guest awareness is on (which needs each
+    /// sample's registers); false keeps a profile without a filter or stacks flat.
+    pub names: bool,
+    /// Where the in-kernel sampler serves its trigger, take this profile's samples (if they
+    /// need registers) by kicks at this interval, in its trigger's unit, while the kernel's
+    /// samples at the trigger's interval serve the flat claims; None: at the trigger's
+    /// interval, by kicks for every claim on it.
+    pub kick_interval: Option<u32>,
 }
 
 /// Process names a profile may be restricted to.
@@ -69,6 +77,8 @@ impl HostProfileSpec {
             event: None,
             process: Vec::new(),
             timeline: false,
+            names: true,
+            kick_interval: None,
         }
     }
 
@@ -85,6 +95,9 @@ impl HostProfileSpec {
         }
         if self.stack_depth > MAX_STACK_DEPTH {
             return Err(HostProfileError::StackDepth(self.stack_depth));
+        }
+        if self.kick_interval == Some(0) {
+            return Err(HostProfileError::KickInterval);
         }
         if !self.process.is_empty() && self.cr3.is_some() {
             return Err(HostProfileError::ProcessAndCr3);
@@ -152,6 +165,9 @@ pub enum HostProfileError {
     /// A stack depth above [`MAX_STACK_DEPTH`].
     #[error("stack depth {0} is over {MAX_STACK_DEPTH}")]
     StackDepth(usize),
+    /// A kick interval of 0.
+    #[error("a kick interval must be at least 1")]
+    KickInterval,
     /// Both a process name and a CR3.
     #[error("a host profile is restricted by process name or by CR3, not both")]
     ProcessAndCr3,
@@ -185,6 +201,7 @@ impl Blame for HostProfileError {
             | HostProfileError::BucketShift(_)
             | HostProfileError::Cpl
             | HostProfileError::StackDepth(_)
+            | HostProfileError::KickInterval
             | HostProfileError::ProcessAndCr3
             | HostProfileError::ProcessName
             | HostProfileError::NoProcessNames(_)
@@ -220,6 +237,8 @@ pub struct SampleAt<'a> {
     pub cpl: u8,
     /// The guest thread it ran in and its process's name, when guest awareness is on.
     pub who: Option<(ThreadRef, &'a str)>,
+    /// Taken by the in-kernel sampler (from a ring record) rather than by a kick.
+    pub ring: bool,
 }
 
 /// A host profile's counts: bucket index -> samples.
@@ -259,6 +278,8 @@ struct VcpuCounts {
     stack_frames: usize,
     truncated: u64,
     dropped: u64,
+    /// Of `total`, the samples the in-kernel sampler took.
+    from_ring: u64,
 }
 
 impl VcpuCounts {
@@ -339,13 +360,14 @@ impl HostProfile {
         if !self.samples_vcpu(at.v) {
             return false;
         }
-        let thread = at.who.map(|(w, _)| w.thread);
+        let thread = at.who.filter(|_| self.spec.names).map(|(w, _)| w.thread);
         let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
         *map.counts.entry(bucket).or_default() += 1;
         if let Some(t) = thread {
             *map.threads.entry((t, bucket)).or_default() += 1;
         }
         map.total += 1;
+        map.from_ring += u64::from(at.ring);
         if let Some(stack) = stack.filter(|_| self.spec.stack_depth > 0) {
             map.count_stack(stack, self.spec.stack_depth, thread);
         }
@@ -397,6 +419,11 @@ impl HostProfile {
             counts: self.counts(),
             threads: self.thread_counts(),
             stacks: self.stacks(),
+            from_ring: self
+                .per_vcpu
+                .iter()
+                .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()).from_ring)
+                .sum(),
         }
     }
 
@@ -439,6 +466,8 @@ pub struct HostProfileResult {
     pub threads: BTreeMap<u32, SparseCounts>,
     /// The samples' call stacks (empty with a stack depth of 0).
     pub stacks: StackCounts,
+    /// Of its samples, those the in-kernel sampler took (the rest were kicks).
+    pub from_ring: u64,
 }
 
 impl HostProfileResult {
@@ -454,6 +483,7 @@ mod tests {
 
     fn at(v: usize, pc: u64, cr3: u64, cpl: u8) -> SampleAt<'static> {
         SampleAt {
+            ring: false,
             v,
             pc,
             cr3,
@@ -515,6 +545,8 @@ mod tests {
             event: None,
             process: Vec::new(),
             timeline: false,
+            names: true,
+            kick_interval: None,
         };
         let p = HostProfile::new(1, spec, 2, 0);
         assert!(!p.record(&at(1, 0x3fff_ffff, 0x1000, 3), None));

@@ -201,6 +201,11 @@ impl Ring {
         unsafe { AtomicU64::from_ptr(self.base.add(field).cast::<u64>()) }
     }
 
+    /// True if one of the ring's events samples trigger `t`.
+    pub fn serves(&self, t: TriggerId) -> bool {
+        self.ids.iter().any(|(_, s)| *s == t)
+    }
+
     /// The trigger whose event has id `id`.
     pub fn trigger(&self, id: u64) -> Option<TriggerId> {
         self.ids.iter().find(|(i, _)| *i == id).map(|(_, t)| *t)
