@@ -73,26 +73,38 @@ fn the_agent_s_shares_are_served_in_the_kernel() {
     assert!(kicks < num(stats, "samples"), "{kicks} kicks\n{out}");
 }
 
-#[test]
-fn stop_counts_what_came_before_and_nothing_after_with_the_kernel_s_samples() {
+/// Runs scenario=stopped under the kernel's sampler on `cpus` vCPUs, a worker on each, and
+/// checks that the stopped profile never changes after Stop returned while the other keeps
+/// growing.
+fn stop_holds_on(cpus: usize) {
     if !kernel_sampler_here() {
         return;
     }
     let elf = Path::new(env!("HVPROF_REFGUEST_ELF"));
+    let cmdline = format!("scenario=stopped stopped.ms=200 stopped.phases=3 stopped.cpus={cpus}");
+    let cpus_arg = cpus.to_string();
     let out = hvprof_run(
         elf,
         &[
             "--sampler",
             "kernel",
+            "--cpus",
+            &cpus_arg,
             "--cmdline",
-            "scenario=stopped stopped.ms=200 stopped.phases=3",
+            &cmdline,
         ],
     )
     .limit(LIMIT)
     .run();
     out.assert_debug_exit(REFGUEST_PASS);
+    out.assert_stdout_contains(&format!("stopped workers={cpus}"));
     out.assert_stdout_lacks(" BAD");
     crate::profiling::stopped_phases_hold(&out, 3);
+}
+
+#[test]
+fn stop_counts_what_came_before_and_nothing_after_with_the_kernel_s_samples() {
+    stop_holds_on(1);
 }
 
 /// The same with two vCPUs, each with a worker in P1's range: when the first vCPU's worker
@@ -100,32 +112,9 @@ fn stop_counts_what_came_before_and_nothing_after_with_the_kernel_s_samples() {
 /// are counted, and nothing the second vCPU samples afterwards reaches P1's buffer.
 #[test]
 fn stop_holds_with_samples_of_another_vcpu_in_flight() {
-    if !kernel_sampler_here() {
-        return;
-    }
-    let elf = Path::new(env!("HVPROF_REFGUEST_ELF"));
-    let out = hvprof_run(
-        elf,
-        &[
-            "--sampler",
-            "kernel",
-            "--cpus",
-            "2",
-            "--cmdline",
-            "scenario=stopped stopped.ms=200 stopped.phases=3 stopped.cpus=2",
-        ],
-    )
-    .limit(LIMIT)
-    .run();
-    out.assert_debug_exit(REFGUEST_PASS);
-    out.assert_stdout_contains("stopped workers=2");
-    out.assert_stdout_lacks(" BAD");
-    crate::profiling::stopped_phases_hold(&out, 3);
+    stop_holds_on(2);
 }
 
-/// `--stack-interval`: the host profile with call stacks takes its samples by kicks at that
-/// interval, while a flat profile of the same range beside it takes the kernel's samples at
-/// `--interval`, ten times as often; the agent's objects keep the guest's shares.
 #[test]
 fn stacks_come_by_kicks_at_their_own_rate_beside_the_kernel_s_flat_samples() {
     if !kernel_sampler_here() {
