@@ -30,6 +30,23 @@ fn kernel_sampler_here() -> bool {
     why.is_null()
 }
 
+/// Runs the built-in guest with `--sampler kernel` and `args`, its results into a new
+/// directory named after `tag`, and checks that the run and the guest passed.
+fn run_kernel_sampler(
+    command: &str,
+    tag: &str,
+    args: &[&str],
+) -> (TempDir, crate::harness::Output) {
+    let dir = TempDir::new(tag);
+    let mut all = vec![command, "--sampler", "kernel"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--out", dir.path().to_str().unwrap()]);
+    let out = hvprof(all).limit(LIMIT).run();
+    out.assert_status(0);
+    out.assert_stdout_contains("refguest: PASS");
+    (dir, out)
+}
+
 fn profile_json(dir: &TempDir) -> serde_json::Value {
     let text = std::fs::read_to_string(dir.path().join("profile.json")).unwrap();
     serde_json::from_str(&text).unwrap()
@@ -40,18 +57,7 @@ fn the_agent_s_shares_are_served_in_the_kernel() {
     if !kernel_sampler_here() {
         return;
     }
-    let dir = TempDir::new("in-kernel-shares");
-    let out = hvprof([
-        "demo",
-        "--sampler",
-        "kernel",
-        "--out",
-        dir.path().to_str().unwrap(),
-    ])
-    .limit(LIMIT)
-    .run();
-    out.assert_status(0);
-    out.assert_stdout_contains("refguest: PASS");
+    let (dir, out) = run_kernel_sampler("demo", "in-kernel-shares", &[]);
     // The guest's own judgement of each function's share against its ground truth.
     let shares = lines(&out, "shares fn=");
     assert_eq!(shares.len(), 3, "{out}");
@@ -115,28 +121,19 @@ fn stop_holds_with_samples_of_another_vcpu_in_flight() {
     stop_holds_on(2);
 }
 
+/// `--stack-interval`: the host profile with call stacks takes its samples by kicks at that
+/// interval, while a flat profile of the same range beside it takes the kernel's samples at
+/// `--interval`, ten times as often; the agent's objects keep the guest's shares.
 #[test]
 fn stacks_come_by_kicks_at_their_own_rate_beside_the_kernel_s_flat_samples() {
     if !kernel_sampler_here() {
         return;
     }
-    let dir = TempDir::new("in-kernel-stack-interval");
-    let out = hvprof([
+    let (dir, _) = run_kernel_sampler(
         "profile",
-        "--sampler",
-        "kernel",
-        "--interval",
-        "1000",
-        "--stack-interval",
-        "10000",
-        "--quiet",
-        "--out",
-        dir.path().to_str().unwrap(),
-    ])
-    .limit(LIMIT)
-    .run();
-    out.assert_status(0);
-    out.assert_stdout_contains("refguest: PASS");
+        "in-kernel-stack-interval",
+        &["--interval", "1000", "--stack-interval", "10000", "--quiet"],
+    );
     let p = profile_json(&dir);
     let host: Vec<&serde_json::Value> = p["objects"]
         .as_array()

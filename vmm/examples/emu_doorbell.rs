@@ -127,7 +127,13 @@ fn main() -> Result<()> {
             Some("tick") => {
                 let rip = number(words.next())?;
                 let cr3 = number(words.next())?;
-                profiler.on_tick(0, &cpu(cr3, rip), 0, 1, 0);
+                let tick = vmm::sampler::vcpu::Ticks {
+                    trigger: 0,
+                    ticks: 1,
+                    folded: 0,
+                    beside_ring: false,
+                };
+                profiler.on_tick(0, &cpu(cr3, rip), tick);
                 "ok".to_string()
             }
             Some("map") => memory_map(size)

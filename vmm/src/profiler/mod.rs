@@ -30,7 +30,7 @@ use crate::arch::cpu_state::CpuState;
 use crate::clock::RunClock;
 use crate::sampler::probe::ProbeReport;
 use crate::sampler::ring::Ring;
-use crate::sampler::vcpu::Serving;
+use crate::sampler::vcpu::{Serving, Ticks};
 use crate::sampler::{SamplerMode, Sampling, TriggerId};
 use crate::signals::KickTable;
 use flat::Flat;
@@ -141,11 +141,12 @@ impl Profiler {
 
     /// How vCPU `v` samples trigger `t`: nothing while no claim stands. Kicks at the
     /// trigger's interval serve every claim unless the run samples in the kernel, `v` has its
-    /// ring with an event for `t`, no claim needs `v`'s registers at the trigger's interval and no profile interrupt
-    /// is to be delivered on `v`. Then the ring serves the flat claims at that interval, and
-    /// kicks at the shortest kick interval (when longer than the trigger's) serve the claims
-    /// that need registers every so often; with a kick interval no longer than the trigger's,
-    /// kicks serve every claim.
+    /// ring with an event for `t`, no claim needs `v`'s registers at the trigger's interval
+    /// and no profile interrupt is to be delivered on `v`. Then the ring serves the flat
+    /// claims at that interval, and kicks at the shortest kick interval (when longer than the
+    /// trigger's) serve the claims that need registers every so often; with a kick interval
+    /// no longer than the trigger's, kicks serve every claim. Read when a vCPU re-arms, never
+    /// per sample: each kick says whether its ring was armed beside it (`Ticks::beside_ring`).
     pub fn serving(&self, v: usize, t: TriggerId) -> Serving {
         let Some(interval) = self.trigger_setting(v, t) else {
             return Serving::default();
@@ -193,12 +194,19 @@ impl Profiler {
         }
     }
 
-    /// Called by vCPU `v` when trigger `t` fired `ticks` times (plus `folded` expirations
-    /// the kernel folded into them) since the last call: takes one sample at `cpu`, counts
-    /// the rest as lost. The sample counts in the guest's objects of `t`'s source and the host
-    /// profiles sampling on `t`, nowhere else; then the guest's profile interrupt, if it set
-    /// one, is delivered.
-    pub fn on_tick(&self, v: usize, cpu: &CpuState, t: TriggerId, ticks: u32, folded: u32) {
+    /// Called by vCPU `v` when a trigger fired `tick.ticks` times (plus `tick.folded`
+    /// expirations the kernel folded into them) since the last call: takes one sample at
+    /// `cpu`, counts the rest as lost. The sample counts in the guest's objects of the
+    /// trigger's source and the host profiles sampling on it, nowhere else (beside an armed
+    /// ring, only in the host profiles that need registers: the ring serves the rest); then
+    /// the guest's profile interrupt, if it set one, is delivered.
+    pub fn on_tick(&self, v: usize, cpu: &CpuState, tick: Ticks) {
+        let Ticks {
+            trigger: t,
+            ticks,
+            folded,
+            beside_ring,
+        } = tick;
         let Some(counters) = self.counters.get(v) else {
             return;
         };
@@ -206,14 +214,12 @@ impl Profiler {
         if ticks == 0 || !self.triggers.is_sampled(v, t) {
             return; // a tick from a trigger being disarmed
         }
-        // Beside the ring, a kick serves only the claims that need registers.
-        let registers_only = self.serving(v, t).ring.is_some();
-        let guest = if registers_only {
+        let guest = if beside_ring {
             0
         } else {
             self.objects.record(v, cpu, t)
         };
-        let host = self.host.record(v, cpu, t, registers_only);
+        let host = self.host.record(v, cpu, t, beside_ring);
         counters.sampled(u64::from(guest) + host);
         if self.objects.interrupt(v) {
             bump(&counters.injected, 1);

@@ -25,6 +25,8 @@ pub struct VcpuSampler {
     ring: Option<ThreadEvents>,
     /// Per trigger: counts nanoseconds (a clock), so intervals are 100 ns units to convert.
     clocks: Vec<bool>,
+    /// Per trigger: its ring event is armed, so its kicks serve only what needs registers.
+    ring_armed: Vec<bool>,
 }
 
 /// How one trigger samples one vCPU: the interval of each path, in the trigger's unit (None:
@@ -46,6 +48,9 @@ pub struct Ticks {
     pub ticks: u32,
     /// Expirations the kernel folded into those signals (timer overruns).
     pub folded: u32,
+    /// The trigger's ring event was armed beside its kicks ([`Serving`] with both paths):
+    /// the ring serves the flat claims, the kicks only those that need registers.
+    pub beside_ring: bool,
 }
 
 impl VcpuSampler {
@@ -99,6 +104,7 @@ impl VcpuSampler {
             timer,
             events,
             ring,
+            ring_armed: vec![false; sampling.len()],
             clocks,
         };
         (sampler, reader, errors)
@@ -133,6 +139,9 @@ impl VcpuSampler {
                 r.set(t, ring.map(period))?;
             }
         }
+        if let Some(armed) = self.ring_armed.get_mut(t) {
+            *armed = ring.is_some();
+        }
         Ok(())
     }
 
@@ -163,6 +172,7 @@ impl VcpuSampler {
                     trigger: TIME_TRIGGER,
                     ticks,
                     folded: timer.overruns(),
+                    beside_ring: self.ring_armed.get(TIME_TRIGGER).copied().unwrap_or(false),
                 });
             }
         }
@@ -174,6 +184,7 @@ impl VcpuSampler {
                     trigger,
                     ticks,
                     folded: 0,
+                    beside_ring: self.ring_armed.get(trigger).copied().unwrap_or(false),
                 });
             }
         }

@@ -314,7 +314,7 @@ impl Vcpu {
                         }
                         cpu
                     });
-                    profiler.on_tick(self.index, &cpu, t.trigger, t.ticks, t.folded);
+                    profiler.on_tick(self.index, &cpu, t);
                 });
                 if stray > 0 {
                     profiler.count_lost(self.index, stray);

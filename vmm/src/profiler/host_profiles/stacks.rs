@@ -454,7 +454,6 @@ impl StackWalker {
 #[cfg(test)]
 mod tests {
     use super::*;
-
     use vm_memory::Bytes;
 
     const CR0_PG: u64 = 1 << 31;
