@@ -6,7 +6,7 @@ use crate::Regs;
 
 /// One frame up the RBP chain: the caller's RIP, RSP (just above the return address) and
 /// RBP. The caller checks that the chain moves up the stack.
-pub fn step(mem: &mut dyn Memory, regs: &mut Regs) -> Result<(), Unreadable> {
+pub fn step<M: Memory + ?Sized>(mem: &mut M, regs: &mut Regs) -> Result<(), Unreadable> {
     let rbp = regs.rbp();
     let caller_rbp = mem.read_u64(rbp)?;
     let ret = mem.read_u64(rbp.wrapping_add(8))?;

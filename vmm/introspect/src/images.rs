@@ -109,7 +109,7 @@ impl ImageCache {
 
     /// The image holding `pc` in the address space `cr3` (its page-table root; PCID bits are
     /// ignored), or None if no header lies within the scan limit below it.
-    pub fn find(&mut self, mem: &mut dyn Memory, cr3: u64, pc: u64) -> Option<Image> {
+    pub fn find<M: Memory + ?Sized>(&mut self, mem: &mut M, cr3: u64, pc: u64) -> Option<Image> {
         let space = space_of(cr3, pc);
         self.lookups += 1;
         if self.lookups >= MISS_LIFETIME {
@@ -131,7 +131,7 @@ impl ImageCache {
                 }
             }
         }
-        let (found, whole_page) = self.find_uncached(mem, space, pc);
+        let (found, whole_page) = self.find_uncached(&mut &mut *mem, space, pc);
         if found.is_some() || whole_page {
             self.memo[slot] = Memo {
                 space,

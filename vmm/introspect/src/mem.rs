@@ -54,6 +54,34 @@ pub trait Memory {
     }
 }
 
+/// A borrowed memory is memory: a walk generic over its memory (monomorphized, its stack
+/// reads inlined) hands `&mut &mut M` to the paths that take `&mut dyn Memory`.
+impl<M: Memory + ?Sized> Memory for &mut M {
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), Unreadable> {
+        (**self).read(addr, buf)
+    }
+
+    fn read_u64(&mut self, addr: u64) -> Result<u64, Unreadable> {
+        (**self).read_u64(addr)
+    }
+
+    fn read_u32(&mut self, addr: u64) -> Result<u32, Unreadable> {
+        (**self).read_u32(addr)
+    }
+
+    fn read_u16(&mut self, addr: u64) -> Result<u16, Unreadable> {
+        (**self).read_u16(addr)
+    }
+
+    fn physical(&mut self, addr: u64) -> Option<u64> {
+        (**self).physical(addr)
+    }
+
+    fn hole(&mut self, addr: u64) -> Option<(u64, u64)> {
+        (**self).hole(addr)
+    }
+}
+
 /// True for a canonical 48-bit x86-64 address (bits 63..47 all equal).
 pub fn canonical(addr: u64) -> bool {
     let top = addr >> 47;

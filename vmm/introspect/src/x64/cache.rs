@@ -120,16 +120,16 @@ impl UnwindCache {
     /// registers are `regs`: `lookup` is the address its function is looked up by (the PC, or
     /// a return address minus one). Returns whether RIP and RSP came from a machine frame.
     /// The result is the uncached unwinder's, from the guest's bytes as last decoded.
-    pub fn unwind(
+    pub fn unwind<M: Memory + ?Sized>(
         &mut self,
-        mem: &mut dyn Memory,
+        mem: &mut M,
         image: &Image,
         space: u64,
         lookup: u64,
         regs: &mut Regs,
     ) -> Result<bool, UnwindError> {
         if self.slots == 0 {
-            return uncached(mem, image, lookup, regs);
+            return uncached(&mut &mut *mem, image, lookup, regs);
         }
         let slot = self.slot(space, regs.rip);
         if let Some(Some(e)) = self.entries.get(slot) {
@@ -140,7 +140,7 @@ impl UnwindCache {
                 return e.plan.run(mem, regs);
             }
         }
-        self.decode_and_unwind(mem, image, space, lookup, regs)
+        self.decode_and_unwind(&mut &mut *mem, image, space, lookup, regs)
     }
 
     /// Decodes the plan for this frame, keeps it and applies it; or unwinds uncached.
@@ -304,7 +304,7 @@ impl Plan {
     }
 
     /// Applies the plan to `regs`, reading stack slots through `mem`.
-    fn run(&self, mem: &mut dyn Memory, regs: &mut Regs) -> Result<bool, UnwindError> {
+    fn run<M: Memory + ?Sized>(&self, mem: &mut M, regs: &mut Regs) -> Result<bool, UnwindError> {
         let (steps, machine_frame) = match self {
             Plan::Epilog(e) => {
                 e.apply(mem, regs)?;

@@ -145,7 +145,11 @@ impl Epilog {
     }
 
     /// Runs the rest of the epilogue on `regs`: the pops, then the return.
-    pub fn apply(&self, mem: &mut dyn Memory, regs: &mut Regs) -> Result<(), Unreadable> {
+    pub fn apply<M: Memory + ?Sized>(
+        &self,
+        mem: &mut M,
+        regs: &mut Regs,
+    ) -> Result<(), Unreadable> {
         let mut rsp = match self.start {
             Start::Rsp(add) => regs.rsp().wrapping_add_signed(add),
             Start::Frame(reg, disp) => regs.gpr[usize::from(reg)].wrapping_add_signed(disp),

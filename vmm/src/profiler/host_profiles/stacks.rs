@@ -120,13 +120,20 @@ impl<'a> GuestVirt<'a> {
     }
 
     /// The translation of the virtual page `page`, or None if it is not mapped to guest RAM.
+    /// The hit is every frame's path and stays small enough to inline into each read.
+    #[inline]
     fn page(&mut self, page: u64) -> Option<TlbEntry<'a>> {
         let slot = usize::try_from((page >> 12) % TLB_ENTRIES as u64).unwrap_or(0);
-        if let Some(e) = &self.tlb[slot] {
-            if e.virt == page {
-                return Some(*e);
-            }
+        match &self.tlb[slot] {
+            Some(e) if e.virt == page => Some(*e),
+            _ => self.translate(page, slot),
         }
+    }
+
+    /// [`Self::page`]'s miss: walks the guest's page tables for `page` and fills `slot`.
+    #[cold]
+    #[inline(never)]
+    fn translate(&mut self, page: u64, slot: usize) -> Option<TlbEntry<'a>> {
         let t = match lookup(&self.ram, &self.paging, page) {
             Ok(t) => t,
             Err(miss) => {
