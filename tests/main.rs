@@ -13,6 +13,8 @@ mod harness;
 mod api;
 /// `hvprof bench` on the reference guest.
 mod bench_guest;
+/// `hvprof bench` end to end: each kick kind on its path, its stacks walked and timed.
+mod bench_paths;
 /// `hvprof bench --peer`: sampling's cost to the guest, hvprof against perf kvm's events.
 mod bench_peer;
 /// PVH, multiboot and a.out fixture kernels.

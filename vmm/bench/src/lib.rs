@@ -36,9 +36,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use observer::EntryObserver;
-use quantiles::{median, percentile};
+use quantiles::{median, median_f64, percentile};
+use vmm::arch::cpu_state::CpuState;
 use vmm::config::{SerialOutput, SharedBuffer, VmConfig};
 use vmm::outcome::RunOutcome;
+use vmm::profiler::host_profiles::stacks::StackWalker;
 use vmm::profiler::host_profiles::HostProfileSpec;
 use vmm::sampler::events::TASK_CLOCK;
 use vmm::signals::{kick_signal, overflow_signal, tick_signal};
@@ -139,8 +141,13 @@ pub struct BenchReport {
     pub kick_stack_ns: f64,
     /// Frames per walked stack (the sampled PC included), mean over the walks.
     pub stack_frames: f64,
-    /// (stack - full) / frames: what one frame of the walk adds.
+    /// The frame-pointer walk inside a sample, timed around the walk on the vCPU's thread,
+    /// per frame, median over the walks.
     pub ns_per_frame: f64,
+    /// The same walk repeated on another thread right after, warm, per frame, median.
+    pub alone_ns_per_frame: f64,
+    /// `ns_per_frame` / `alone_ns_per_frame`: what being inside a sample costs the walk.
+    pub walk_ratio: f64,
     /// Full sample path with a Windows x64 unwind of the guest's PE frames / bare kick,
     /// medians, in a second VM with its own baseline.
     pub unwind_ratio: f64,
@@ -150,8 +157,12 @@ pub struct BenchReport {
     pub kick_unwind_ns: f64,
     /// Frames per unwound stack, mean.
     pub unwind_frames: f64,
-    /// What one frame of the x64 unwind adds.
+    /// The x64 unwind inside a sample, per frame, median (as `ns_per_frame`).
     pub ns_per_unwind_frame: f64,
+    /// The same unwind repeated alone, per frame, median.
+    pub alone_ns_per_unwind_frame: f64,
+    /// `ns_per_unwind_frame` / `alone_ns_per_unwind_frame`.
+    pub unwind_walk_ratio: f64,
     /// 90th percentiles of the same.
     pub kick_bare_p90_ns: f64,
     /// 90th percentile of the full path.
@@ -283,6 +294,25 @@ struct Timings {
     lost: usize,
     frames: u64,
     walks: u64,
+    /// Each stack-kind sample's walk, ns per frame, as the vCPU's thread timed it.
+    walk_in_sample: Vec<f64>,
+    /// The last of those walks repeated on the controller's thread, ns per frame.
+    walk_alone: Vec<f64>,
+}
+
+/// Repeats the walk from `cpu` `n` times on this thread with a walker of its own (its plans
+/// made by a first walk, as the vCPU's were by its first samples); ns per frame of each.
+fn walk_alone(mem: &vm_memory::GuestMemoryMmap, cpu: &CpuState, n: usize) -> Vec<f64> {
+    let depth = stack_profile().stack_depth;
+    let mut walker = StackWalker::default();
+    std::hint::black_box(walker.walk(mem, cpu, depth));
+    (0..n)
+        .map(|_| {
+            let t0 = Instant::now();
+            let stack = std::hint::black_box(walker.walk(mem, cpu, depth));
+            t0.elapsed().as_nanos() as f64 / stack.pcs.len().max(1) as f64
+        })
+        .collect()
 }
 
 /// A host profile of the spinning user code keeping 64 frames per sample.
@@ -337,6 +367,9 @@ fn measure_kicks(control: &VmControl, stamp: &EntryObserver, opts: &BenchOptions
                 (Kind::Perf, Some(fd)) => Send::Queue(overflow_signal(), fd),
                 _ => Send::Signal(tick_signal()),
             };
+            if kind == Kind::Stack {
+                stamp.record_walks();
+            }
             for _ in 0..opts.kicks {
                 if control.stop.is_requested() {
                     break;
@@ -355,6 +388,12 @@ fn measure_kicks(control: &VmControl, stamp: &EntryObserver, opts: &BenchOptions
                 let _ = control.profiler.stop_host_profile(id);
                 if kind != Kind::Stack {
                     continue; // frames per walk are the stack kind's
+                }
+                let walks = stamp.take_walks();
+                t.walk_in_sample.extend(walks.ns_per_frame);
+                if let Some((mem, cpu, _)) = walks.last {
+                    // The guest still spins in the same frames: the same walk, warm, alone.
+                    t.walk_alone.extend(walk_alone(&mem, &cpu, opts.kicks));
                 }
                 if let Some(r) = control.profiler.host_result(id) {
                     for (k, n) in &r.stacks.stacks {
@@ -389,6 +428,9 @@ fn session(
     config.serial = SerialOutput::Buffer(serial.clone());
     config.serial_input = false;
     config.timeout = Some(opts.timeout);
+    // What is timed is the kick's sample path: the signal the controller sends must take it,
+    // whatever the host's in-kernel sampler could do.
+    config.sampler = vmm::sampler::SamplerChoice::Kick;
     let stamp = Arc::new(EntryObserver::default());
     let result = Arc::new(std::sync::Mutex::new(None));
 
@@ -431,6 +473,13 @@ fn session(
             text,
         ));
     }
+    if timings.walks == 0 || timings.frames < timings.walks * 2 {
+        // A sample path that walked no stack was not the one the figures are about.
+        return Err(BenchError::Guest(
+            "spin in frames the stack profile walked",
+            text,
+        ));
+    }
     Ok(Session {
         timings,
         text,
@@ -470,7 +519,7 @@ pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
     } else {
         median(&t.perf)
     };
-    let (ub, uf, us) = (median(&u.bare), median(&u.full), median(&u.stack));
+    let (ub, us) = (median(&u.bare), median(&u.stack));
     let naming = naming::measure(NAMING_SAMPLES);
     let record_ns = timeline_record_ns(TIMELINE_SAMPLES);
     let frames = t.frames as f64 / t.walks.max(1) as f64;
@@ -494,11 +543,15 @@ pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
         kick_full_ns: kf,
         kick_stack_ns: ks,
         stack_frames: frames,
-        ns_per_frame: (ks - kf) / frames.max(1.0),
+        ns_per_frame: median_f64(&t.walk_in_sample),
+        alone_ns_per_frame: median_f64(&t.walk_alone),
+        walk_ratio: median_f64(&t.walk_in_sample) / median_f64(&t.walk_alone),
         kick_unwind_bare_ns: ub,
         kick_unwind_ns: us,
         unwind_frames,
-        ns_per_unwind_frame: (us - uf) / unwind_frames.max(1.0),
+        ns_per_unwind_frame: median_f64(&u.walk_in_sample),
+        alone_ns_per_unwind_frame: median_f64(&u.walk_alone),
+        unwind_walk_ratio: median_f64(&u.walk_in_sample) / median_f64(&u.walk_alone),
         kick_bare_p90_ns: percentile(&t.bare, 90),
         kick_full_p90_ns: percentile(&t.full, 90),
         io_exit_ns: io_net * ns_per_cycle,

@@ -1,14 +1,30 @@
 //! The benchmark's observer of the vCPU threads: when a vCPU last (re-)entered the guest, so
-//! the controller can time how long a kicked vCPU takes to be back in KVM_RUN, and the
-//! descriptors of the triggers' perf events, so it can signal an overflow naming one.
+//! the controller can time how long a kicked vCPU takes to be back in KVM_RUN; the
+//! descriptors of the triggers' perf events, so it can signal an overflow naming one; and,
+//! while asked to, how long each sample's stack walk took and the registers of the last one,
+//! so the controller can repeat that walk off the vCPU.
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use vm_memory::GuestMemoryMmap;
+use vmm::arch::cpu_state::CpuState;
+use vmm::profiler::host_profiles::{WalkObserver, Walked};
 use vmm::sampler::TriggerId;
 use vmm::vcpu::observer::VcpuObserver;
+
+/// The sample path's stack walks while recorded.
+#[derive(Debug, Default)]
+pub(crate) struct Walks {
+    /// Recording (the controller's stack kind is being timed).
+    on: bool,
+    /// Each walk's nanoseconds per frame.
+    pub(crate) ns_per_frame: Vec<f64>,
+    /// The memory and registers of the latest walk, and its frames.
+    pub(crate) last: Option<(GuestMemoryMmap, CpuState, usize)>,
+}
 
 /// A shared monotonic timestamp of the latest KVM_RUN entry, and the perf events' descriptors.
 #[derive(Debug)]
@@ -17,6 +33,7 @@ pub(crate) struct EntryObserver {
     last: AtomicU64,
     /// (vCPU, trigger, descriptor), as each vCPU thread opened them.
     fds: Mutex<Vec<(usize, TriggerId, RawFd)>>,
+    walks: Mutex<Walks>,
 }
 
 impl Default for EntryObserver {
@@ -25,6 +42,7 @@ impl Default for EntryObserver {
             epoch: Instant::now(),
             last: AtomicU64::new(0),
             fds: Mutex::new(Vec::new()),
+            walks: Mutex::new(Walks::default()),
         }
     }
 }
@@ -46,6 +64,29 @@ impl EntryObserver {
         fds.iter()
             .find(|(vcpu, trigger, _)| (*vcpu, *trigger) == (v, t))
             .map(|(_, _, fd)| *fd)
+    }
+
+    /// Starts recording the sample path's walks, forgetting any before.
+    pub(crate) fn record_walks(&self) {
+        *self.walks.lock().unwrap_or_else(|e| e.into_inner()) = Walks {
+            on: true,
+            ..Walks::default()
+        };
+    }
+
+    /// Stops recording; returns what was recorded.
+    pub(crate) fn take_walks(&self) -> Walks {
+        std::mem::take(&mut *self.walks.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl WalkObserver for EntryObserver {
+    fn walked(&self, walk: Walked<'_>) {
+        let mut walks = self.walks.lock().unwrap_or_else(|e| e.into_inner());
+        if walks.on && walk.frames > 0 {
+            walks.ns_per_frame.push(walk.ns as f64 / walk.frames as f64);
+            walks.last = Some((walk.mem.clone(), *walk.cpu, walk.frames));
+        }
     }
 }
 
@@ -79,5 +120,30 @@ mod tests {
         assert_eq!(o.trigger_fd(0, 1), Some(7));
         assert_eq!(o.trigger_fd(0, 0), None);
         assert_eq!(o.trigger_fd(1, 1), None);
+    }
+
+    #[test]
+    fn walks_are_kept_only_while_recorded() {
+        let o = EntryObserver::default();
+        let mem = GuestMemoryMmap::from_ranges(&[(vm_memory::GuestAddress(0), 0x1000)]).unwrap();
+        let cpu = CpuState::default();
+        let walk = |frames, ns| Walked {
+            vcpu: 0,
+            mem: &mem,
+            cpu: &cpu,
+            frames,
+            ns,
+        };
+        o.walked(walk(16, 1600));
+        assert!(o.take_walks().ns_per_frame.is_empty());
+        o.record_walks();
+        o.walked(walk(16, 1600));
+        o.walked(walk(0, 5));
+        o.walked(walk(8, 400));
+        let w = o.take_walks();
+        assert_eq!(w.ns_per_frame, [100.0, 50.0]);
+        assert_eq!(w.last.map(|(_, _, frames)| frames), Some(8));
+        o.walked(walk(16, 1600));
+        assert!(o.take_walks().ns_per_frame.is_empty());
     }
 }

@@ -17,6 +17,15 @@ pub fn median(v: &[u64]) -> f64 {
     percentile(v, 50)
 }
 
+/// The median (nearest rank) of fractional values; NaN for an empty slice.
+pub fn median_f64(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_unstable_by(f64::total_cmp);
+    s.len()
+        .checked_sub(1)
+        .map_or(f64::NAN, |last| s[(last * 50 + 50) / 100])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -26,5 +35,7 @@ mod tests {
         assert_eq!(median(&[5, 1, 3]), 3.0);
         assert_eq!(percentile(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 90), 9.0);
         assert_eq!(median(&[]), 0.0);
+        assert_eq!(median_f64(&[2.5, 0.5, 1.5]), 1.5);
+        assert!(median_f64(&[]).is_nan());
     }
 }

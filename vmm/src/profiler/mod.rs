@@ -289,6 +289,11 @@ impl Profiler {
         self.host.guest()
     }
 
+    /// Tells `observer` how long each stack walk on the sample path takes (a measuring run).
+    pub fn observe_walks(&self, observer: Arc<dyn host_profiles::WalkObserver>) {
+        self.host.observe_walks(observer);
+    }
+
     /// Walks the guest kernel's process list a last time (the run is over): processes no
     /// sample found are listed with none.
     pub fn walk_guest_processes(&self) {

@@ -4,11 +4,12 @@
 
 use std::os::fd::RawFd;
 
+use crate::profiler::host_profiles::WalkObserver;
 use crate::sampler::TriggerId;
 
-/// Called on a vCPU's own thread at the points a measurement needs. Every method does
-/// nothing unless an observer overrides it.
-pub trait VcpuObserver: Send + Sync {
+/// Called on a vCPU's own thread at the points a measurement needs, the stack walks of its
+/// samples included. Every method does nothing unless an observer overrides it.
+pub trait VcpuObserver: WalkObserver {
     /// vCPU `vcpu` is about to enter the guest (`KVM_RUN`).
     fn entering(&self, vcpu: usize) {
         let _ = vcpu;

@@ -279,6 +279,9 @@ impl Vm {
         if firmware_slot.is_some() {
             profiler.timeline().boot_firmware();
         }
+        if let Some(observer) = &observer {
+            profiler.observe_walks(observer.clone());
+        }
         let shared = SharedState {
             pio: devices.pio,
             mmio: devices.mmio,

@@ -7,7 +7,7 @@ pub mod guest_awareness;
 pub mod profile;
 pub mod stacks;
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Instant;
 
 use vm_memory::GuestMemoryMmap;
@@ -27,6 +27,31 @@ use guest_awareness::GuestAwareness;
 use profile::HostProfile;
 use stacks::StackWalker;
 
+/// One stack walk on the sample path, as a [`WalkObserver`] is told of it.
+#[derive(Clone, Copy, Debug)]
+pub struct Walked<'a> {
+    /// The vCPU whose thread walked.
+    pub vcpu: usize,
+    /// The guest memory walked.
+    pub mem: &'a GuestMemoryMmap,
+    /// The registers the walk started from.
+    pub cpu: &'a CpuState,
+    /// Frames found, the sampled PC included.
+    pub frames: usize,
+    /// How long the walk took, in nanoseconds.
+    pub ns: u64,
+}
+
+/// Told how long each stack walk on the sample path took, for measurements (`hvprof bench`
+/// compares it with the same walk repeated off the vCPU). Production runs have none and read
+/// no clock for it.
+pub trait WalkObserver: Send + Sync {
+    /// A vCPU's thread walked a stack.
+    fn walked(&self, walk: Walked<'_>) {
+        let _ = walk;
+    }
+}
+
 /// The VM's host-side profiles and the vCPUs' stack walkers.
 pub struct HostProfiles {
     profiles: RwLock<Vec<HostProfile>>,
@@ -41,6 +66,8 @@ pub struct HostProfiles {
     guest: GuestAwareness,
     /// Where profiles with a timeline record their samples.
     timeline: Arc<Timelines>,
+    /// Set once, before the vCPUs run, by a measuring run.
+    walk_observer: OnceLock<Arc<dyn WalkObserver>>,
 }
 
 impl HostProfiles {
@@ -64,7 +91,13 @@ impl HostProfiles {
             probe,
             walkers,
             timeline,
+            walk_observer: OnceLock::new(),
         }
+    }
+
+    /// Tells `observer` the time of every stack walk from now on (the first one set stays).
+    pub fn observe_walks(&self, observer: Arc<dyn WalkObserver>) {
+        let _ = self.walk_observer.set(observer);
     }
 
     /// The guest's processes and threads, as the samples found them.
@@ -133,7 +166,18 @@ impl HostProfiles {
             Some(walker) if counted => {
                 let mut walker = walker.lock().unwrap_or_else(|e| e.into_inner());
                 let stack = if depth > 0 {
-                    Some(walker.walk(&self.mem, cpu, depth))
+                    let timed = self.walk_observer.get().map(|o| (o, Instant::now()));
+                    let stack = walker.walk(&self.mem, cpu, depth);
+                    if let Some((observer, t0)) = timed {
+                        observer.walked(Walked {
+                            vcpu: v,
+                            mem: &self.mem,
+                            cpu,
+                            frames: stack.pcs.len(),
+                            ns: u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX),
+                        });
+                    }
+                    Some(stack)
                 } else {
                     walker.note_pc(&self.mem, cpu);
                     None
