@@ -13,10 +13,10 @@
 //!
 //! All sample the vCPU thread's CPU time (cpu-clock; `--clock cpu` for the kick path) at the
 //! same rate, from the moment the guest prints its workload line. Each round runs every mode
-//! once, each round starting one mode later, so no mode always follows the same one; a
-//! mode's slowdown is the median over the rounds of the same round's unprofiled rate over
-//! its own. Where the kernel sampler or perf events are not available to this user, that row
-//! says why and has no figures.
+//! once, each round starting one mode later and every other round backwards, so no mode
+//! always follows the same one; a mode's slowdown is the median over the rounds of the same
+//! round's unprofiled rate over its own. Where the kernel sampler or perf events are not
+//! available to this user, that row says why and has no figures.
 
 pub mod perf_kvm;
 
@@ -316,7 +316,14 @@ pub fn run(opts: &PeerOptions) -> Result<PeerReport, PeerError> {
     for round in 0..opts.rounds {
         let mut this = [None; 4];
         for i in 0..Mode::ALL.len() {
-            let m = (i + round) % Mode::ALL.len();
+            // Each round starts one mode later, and every other round runs backwards, so no
+            // mode always follows the same one (what a run leaves behind, such as memory the
+            // host reclaims, falls on different modes).
+            let n = Mode::ALL.len();
+            let m = match (i + round) % n {
+                m if round % 2 == 1 => n - 1 - m,
+                m => m,
+            };
             if why[m].is_some() {
                 continue;
             }
