@@ -230,7 +230,10 @@ fn kernel_text_symbols(vmlinux: &Path) -> Vec<String> {
 /// vmlinux.btf beside it and its DWARF give the same layout; the symbols agree with `nm`.
 #[test]
 fn vmlinux_types_agree_with_pahole() {
-    use introspect::os::layout::{MmStruct, TaskStruct};
+    use introspect::os::layout::{
+        Dentry, FileStruct, MapleArange64, MapleRange64, MmStruct, TaskStruct, VmAreaStruct,
+        VmaLayout,
+    };
     use report::symbols::types::{btf, linux_layout_from_elf};
 
     let g = guest();
@@ -257,13 +260,37 @@ fn vmlinux_types_agree_with_pahole() {
         .unwrap_or_else(|e| panic!("vmlinux's DWARF: {e}"));
     assert_eq!(from_dwarf, layout, "vmlinux's DWARF and its .BTF differ");
     assert_eq!(
-        (from_btf.task_struct, from_btf.mm_struct, from_btf.pcpu_hot),
-        (layout.task_struct, layout.mm_struct, layout.pcpu_hot),
+        (
+            from_btf.task_struct,
+            from_btf.mm_struct,
+            from_btf.pcpu_hot,
+            from_btf.vmas
+        ),
+        (
+            layout.task_struct,
+            layout.mm_struct,
+            layout.pcpu_hot,
+            layout.vmas
+        ),
         "vmlinux.btf and vmlinux differ"
     );
 
     // pahole's reading of the DWARF, built into the same structures by member path.
-    let pahole = pahole_structs(&g.vmlinux, &["task_struct", "mm_struct"]);
+    let pahole = pahole_structs(
+        &g.vmlinux,
+        &[
+            "task_struct",
+            "mm_struct",
+            "maple_tree",
+            "vm_area_struct",
+            "file",
+            "path",
+            "dentry",
+            "qstr",
+            "maple_range_64",
+            "maple_arange_64",
+        ],
+    );
     let expect = |name: &str| {
         pahole
             .get(name)
@@ -272,9 +299,44 @@ fn vmlinux_types_agree_with_pahole() {
     let task = expect(TaskStruct::NAME);
     let want_task = TaskStruct::build(task.size, |m| task.members.get(m).copied())
         .unwrap_or_else(|e| panic!("pahole's task_struct: {e}"));
+    // pahole prints a named member of structure type as one line: a path through one is the
+    // member's offset plus the inner member's in its own structure.
+    let nested = |outer: &str, member: &str, inner: &str, field: &str| {
+        Some(expect(outer).members.get(member)? + expect(inner).members.get(field)?)
+    };
     let mm = expect(MmStruct::NAME);
-    let want_mm = MmStruct::build(mm.size, |m| mm.members.get(m).copied())
-        .unwrap_or_else(|e| panic!("pahole's mm_struct: {e}"));
+    let want_mm = MmStruct::build(mm.size, |m| match m {
+        "mm_mt.ma_root" => nested("mm_struct", "mm_mt", "maple_tree", "ma_root"),
+        _ => mm.members.get(m).copied(),
+    })
+    .unwrap_or_else(|e| panic!("pahole's mm_struct: {e}"));
+    let member = |name: &str, m: &str| match (name, m) {
+        ("file", "f_path.dentry") => nested("file", "f_path", "path", "dentry"),
+        ("dentry", "d_name.name") => nested("dentry", "d_name", "qstr", "name"),
+        _ => expect(name).members.get(m).copied(),
+    };
+    let size = |name: &str| expect(name).size;
+    let vm_area_struct =
+        VmAreaStruct::build(size(VmAreaStruct::NAME), |m| member(VmAreaStruct::NAME, m)).unwrap();
+    let file = FileStruct::build(size(FileStruct::NAME), |m| member(FileStruct::NAME, m)).unwrap();
+    let dentry = Dentry::build(size(Dentry::NAME), |m| member(Dentry::NAME, m)).unwrap();
+    let range_64 =
+        MapleRange64::build(size(MapleRange64::NAME), |m| member(MapleRange64::NAME, m)).unwrap();
+    let arange_64 = MapleArange64::build(size(MapleArange64::NAME), |m| {
+        member(MapleArange64::NAME, m)
+    })
+    .unwrap();
+    // 6.1 keeps its VMAs in the maple tree: every structure on the way to a file's name.
+    assert_eq!(
+        layout.vmas,
+        Some(VmaLayout {
+            vm_area_struct,
+            file,
+            dentry,
+            range_64,
+            arange_64,
+        })
+    );
     assert_eq!(layout.task_struct, want_task);
     assert_eq!(layout.mm_struct, want_mm);
     // Every optional member this kernel has (tasks) was found.
@@ -566,7 +628,30 @@ fn profiled_boot_names_kernel_functions_and_processes_with_the_guests_shares() {
     let profile: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out_dir.join("profile.json")).unwrap()).unwrap();
     check_process_shares(&out, &out_dir, &profile);
+    check_executables(&out, &profile);
     check_every_task_is_listed(&out, &profile);
+}
+
+/// The executable of each process of the `procs` step, read from its `mm->exe_file` and the
+/// dentries above it: awk and seq are busybox's applets (symbolic links to it, which exec
+/// follows), so both rows' path is busybox's.
+fn check_executables(out: &Output, profile: &serde_json::Value) {
+    for p in guest_procs(out) {
+        let paths: Vec<Option<&str>> = profile["processes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("profile.json has no processes[]"))
+            .iter()
+            .filter(|r| r["pid"].as_u64() == Some(p.pid) && r["name"].as_str() == Some(&p.name))
+            .map(|r| r["path"].as_str())
+            .collect();
+        assert_eq!(
+            paths,
+            [Some("/bin/busybox")],
+            "pid {} ({}): its rows' paths",
+            p.pid,
+            p.name
+        );
+    }
 }
 
 /// Every process the guest listed just before it powered off (its `tasks` step) is in

@@ -547,7 +547,7 @@ fn perf_records() -> Vec<u8> {
 
 fn main() -> std::io::Result<()> {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
-    let seeds: [(&str, &str, Vec<u8>); 20] = [
+    let seeds: [(&str, &str, Vec<u8>); 21] = [
         ("platform_io", "virtio-ioeventfd", virtio(true, false)),
         ("platform_io", "virtio-exits", virtio(false, false)),
         ("platform_io", "virtio-ring", virtio(true, true)),
@@ -560,6 +560,12 @@ fn main() -> std::io::Result<()> {
         ("pe_image", "named", pe_image(false)),
         ("pe_image", "x86", pe_image(true)),
         ("nt_modules", "three", nt_modules()),
+        // A two-level maple tree: busybox's text and data, a heap and a stack.
+        (
+            "linux_maps",
+            "process",
+            introspect::testguest::linux_maps::process().0,
+        ),
         ("timeline_json", "phases", TIMELINE_JSON.as_bytes().to_vec()),
         (
             "profile_json",

@@ -389,7 +389,99 @@ structure! {
         /// `pgd`: the page-table root's direct-map address (inside an anonymous struct in 6.1).
         pgd: "pgd",
     }
+    optional {
+        /// `mm_mt.ma_root`: the root of the maple tree of its VMAs (6.1 and later).
+        mm_mt_root: "mm_mt.ma_root",
+        /// `exe_file`: the executable's `struct file` (what /proc/PID/exe shows).
+        exe_file: "exe_file",
+    }
+}
+
+structure! {
+    /// `vm_area_struct`: one mapping of an address space.
+    VmAreaStruct = "vm_area_struct" {
+        /// `vm_start`: its first address.
+        vm_start: "vm_start",
+        /// `vm_end`: the address after its last.
+        vm_end: "vm_end",
+        /// `vm_flags`: `VM_READ` 1, `VM_WRITE` 2, `VM_EXEC` 4, ...
+        vm_flags: "vm_flags",
+        /// `vm_pgoff`: its offset in the file, in pages.
+        vm_pgoff: "vm_pgoff",
+        /// `vm_file`: the `struct file` mapped (NULL: anonymous memory).
+        vm_file: "vm_file",
+    }
     optional {}
+}
+
+structure! {
+    /// `file`: an open file.
+    FileStruct = "file" {
+        /// `f_path.dentry`: its directory entry.
+        dentry: "f_path.dentry",
+    }
+    optional {}
+}
+
+structure! {
+    /// `dentry`: a name in a file system's tree.
+    Dentry = "dentry" {
+        /// `d_name.name`: the name's bytes (NUL-terminated).
+        name: "d_name.name",
+        /// `d_parent`: the directory holding it (itself at the file system's root).
+        parent: "d_parent",
+    }
+    optional {}
+}
+
+structure! {
+    /// `maple_range_64`: a maple tree node of ranges (leaves use it too).
+    MapleRange64 = "maple_range_64" {
+        /// `pivot[15]`: each slot's last index.
+        pivot: "pivot",
+        /// `slot[16]`: children or entries.
+        slot: "slot",
+    }
+    optional {}
+}
+
+structure! {
+    /// `maple_arange_64`: a maple tree node of ranges that tracks gaps (an allocation tree's
+    /// inner nodes, as an address space's is).
+    MapleArange64 = "maple_arange_64" {
+        /// `pivot[9]`.
+        pivot: "pivot",
+        /// `slot[10]`.
+        slot: "slot",
+    }
+    optional {}
+}
+
+/// What reading an address space's mappings needs (Linux 6.1 and later: the VMAs in the
+/// maple tree `mm_struct.mm_mt`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct VmaLayout {
+    /// `vm_area_struct`.
+    pub vm_area_struct: VmAreaStruct,
+    /// `file`.
+    pub file: FileStruct,
+    /// `dentry`.
+    pub dentry: Dentry,
+    /// `maple_range_64`.
+    pub range_64: MapleRange64,
+    /// `maple_arange_64`.
+    pub arange_64: MapleArange64,
+}
+
+impl VmaLayout {
+    /// Validates every structure.
+    pub fn validate(&self) -> Result<(), LayoutError> {
+        self.vm_area_struct.validate()?;
+        self.file.validate()?;
+        self.dentry.validate()?;
+        self.range_64.validate()?;
+        self.arange_64.validate()
+    }
 }
 
 structure! {
@@ -437,6 +529,9 @@ pub struct LinuxLayout {
     pub mm_struct: MmStruct,
     /// `pcpu_hot`, where the kernel has it.
     pub pcpu_hot: Option<PcpuHot>,
+    /// What reading a process's mappings needs, where the types have it and the address
+    /// space keeps its VMAs in a maple tree.
+    pub vmas: Option<VmaLayout>,
     /// The kernel symbols (all `None` when read from a bare BTF blob).
     pub symbols: LinuxSymbols,
 }
@@ -448,6 +543,9 @@ impl LinuxLayout {
         self.mm_struct.validate()?;
         if let Some(p) = &self.pcpu_hot {
             p.validate()?;
+        }
+        if let Some(v) = &self.vmas {
+            v.validate()?;
         }
         Ok(())
     }

@@ -10,6 +10,8 @@
 //! and tgid are below 2^22 (PID_MAX_LIMIT); the task's tgid is its leader's pid and tgid.
 //! `comm` is at most 15 bytes.
 
+pub mod maps;
+
 use std::ops::ControlFlow;
 
 use super::layout::LinuxLayout;
@@ -136,7 +138,8 @@ pub fn task_fields(
 /// The process of the task `t`: its group leader (read unless it is `t` itself), named by the
 /// leader's comm (in brackets for a kernel thread, [`TaskFields::kernel`]: `[swapper/0]`,
 /// `[kworker/0:1]`), its page-table root from `mm->pgd`
-/// translated by `kmem`'s [`Memory::physical`].
+/// translated by `kmem`'s [`Memory::physical`], and its executable's path from
+/// `mm->exe_file` where the layout has what that takes ([`maps::file_path`]).
 pub fn process_of(
     kmem: &mut dyn Memory,
     layout: &LinuxLayout,
@@ -166,6 +169,14 @@ pub fn process_of(
             cr3s.push(phys & CR3_ADDR_MASK);
         }
     }
+    // The executable's path, as /proc/PID/exe gives it: mm->exe_file's name and its parents'.
+    let path = match (layout.vmas.as_ref(), layout.mm_struct.exe_file) {
+        (Some(v), Some(off)) if !kernel && t.mm != 0 => u64_at(kmem, t.mm, off)
+            .ok()
+            .filter(|f| *f != 0)
+            .and_then(|f| maps::file_path(kmem, v, f)),
+        _ => None,
+    };
     Ok(ProcessFacts {
         key: ProcessKey {
             object: t.leader,
@@ -174,7 +185,7 @@ pub fn process_of(
             space: if kernel { 0 } else { t.mm },
         },
         name,
-        path: None,
+        path,
         cr3s,
         kernel,
         peb: 0,

@@ -86,7 +86,8 @@ pub struct ProcessFacts {
     /// the thread-group leader's comm; `[swapper/N]`-style names for the kernel's own.
     pub name: String,
     /// The executable's full path where the kernel keeps one cheaply (Windows: the first
-    /// loader entry's FullDllName, once the PEB's list has been read), else None.
+    /// loader entry's FullDllName, once the PEB's list has been read; Linux: `mm->exe_file`'s
+    /// path within its file system), else None.
     pub path: Option<String>,
     /// Its page-table roots, page-aligned, PCID bits cleared: Windows DirectoryTableBase and
     /// (KVA shadow) UserDirectoryTableBase; Linux mm->pgd's physical address. Empty for a

@@ -42,6 +42,7 @@ pub fn test_layout(pcpu_hot: bool) -> LinuxLayout {
         task_struct,
         mm_struct,
         pcpu_hot: pcpu_hot.then_some(hot),
+        vmas: None,
         symbols: LinuxSymbols {
             current_task: (!pcpu_hot).then_some(0x1_ac00),
             pcpu_hot: pcpu_hot.then_some(0x2_1c40),

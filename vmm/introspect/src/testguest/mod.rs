@@ -11,6 +11,7 @@ use crate::mem::{Memory, Unreadable};
 use crate::paging::{self, Paging, PhysRead};
 
 pub mod linux;
+pub mod linux_maps;
 pub mod windows;
 
 const PAGE: u64 = 0x1000;

@@ -18,7 +18,10 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use gimli::{AttributeValue, EndianSlice, RunTimeEndian, UnitOffset};
-use introspect::os::layout::{Field, MmStruct, PcpuHot, TaskStruct};
+use introspect::os::layout::{
+    Dentry, Field, FileStruct, MapleArange64, MapleRange64, MmStruct, PcpuHot, TaskStruct,
+    VmAreaStruct,
+};
 use introspect::os::LinuxLayout;
 use object::{Object, ObjectSection};
 
@@ -60,7 +63,21 @@ pub fn linux_layout(file: &object::File<'_>) -> Result<LinuxLayout, TypeError> {
     };
     let sections = gimli::DwarfSections::load(load).map_err(dwarf_err)?;
     let dwarf = sections.borrow(|s| EndianSlice::new(s, endian));
-    let wanted = [TaskStruct::NAME, MmStruct::NAME, PcpuHot::NAME];
+    let wanted = [
+        TaskStruct::NAME,
+        MmStruct::NAME,
+        PcpuHot::NAME,
+        VmAreaStruct::NAME,
+        FileStruct::NAME,
+        Dentry::NAME,
+        MapleRange64::NAME,
+        MapleArange64::NAME,
+        // The types of the named members the paths above go through (`mm_mt.ma_root`,
+        // `f_path.dentry`, `d_name.name`).
+        "maple_tree",
+        "path",
+        "qstr",
+    ];
     let mut found = Found(HashMap::new());
     let mut units = dwarf.units();
     for _ in 0..MAX_UNITS {

@@ -32,8 +32,9 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use introspect::os::layout::{
-    Eprocess, Ethread, Field, Kpcr, Kprcb, Kthread, LayoutError, LdrDataTableEntry, MmStruct,
-    PcpuHot, Peb, PebLdrData, TaskStruct, UnicodeString,
+    Dentry, Eprocess, Ethread, Field, FileStruct, Kpcr, Kprcb, Kthread, LayoutError,
+    LdrDataTableEntry, MapleArange64, MapleRange64, MmStruct, PcpuHot, Peb, PebLdrData, TaskStruct,
+    UnicodeString, VmAreaStruct, VmaLayout,
 };
 use introspect::os::{LinuxLayout, WindowsLayout};
 
@@ -231,11 +232,31 @@ pub fn linux_structures(src: &mut impl Records) -> Result<LinuxLayout, TypeError
         Some(_) => read!(src, PcpuHot).ok(),
         None => None,
     };
+    let task_struct = read!(src, TaskStruct)?;
+    let mm_struct = read!(src, MmStruct)?;
+    // Mappings are read where the address space keeps its VMAs in a maple tree and every
+    // structure on the way to a file's name is described.
+    let vmas = match mm_struct.mm_mt_root {
+        Some(_) => vma_structures(src).ok(),
+        None => None,
+    };
     Ok(LinuxLayout {
-        task_struct: read!(src, TaskStruct)?,
-        mm_struct: read!(src, MmStruct)?,
+        task_struct,
+        mm_struct,
         pcpu_hot,
+        vmas,
         symbols: Default::default(),
+    })
+}
+
+/// The structures of a [`VmaLayout`].
+fn vma_structures(src: &mut impl Records) -> Result<VmaLayout, TypeError> {
+    Ok(VmaLayout {
+        vm_area_struct: read!(src, VmAreaStruct)?,
+        file: read!(src, FileStruct)?,
+        dentry: read!(src, Dentry)?,
+        range_64: read!(src, MapleRange64)?,
+        arange_64: read!(src, MapleArange64)?,
     })
 }
 

@@ -1,0 +1,136 @@
+use super::*;
+use crate::testguest::linux_maps::{layout, process, Heap, HEAP, MM};
+
+#[test]
+fn a_two_level_tree_gives_every_mapping_in_order_with_its_file() {
+    let mut mem = process().mem();
+    let m = mappings(&mut mem, &layout(), MM).unwrap();
+    let got: Vec<(u64, u64, u64, u64, Option<&str>)> = m
+        .mappings
+        .iter()
+        .map(|m| (m.start, m.end, m.flags, m.offset, m.path.as_deref()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (0x40_1000, 0x4a_0000, 5, 0x1000, Some("/bin/busybox")),
+            (0x4a_0000, 0x4a_2000, 3, 0xa_0000, Some("/bin/busybox")),
+            (0x4c_0000, 0x4e_0000, 3, 0, None),
+            (0x7ffc_0000_0000, 0x7ffc_0002_1000, 3, 0, None),
+        ]
+    );
+    assert_eq!(m.skipped, 0);
+    assert!(m.mappings[0].exec() && !m.mappings[1].exec());
+    assert_eq!(m.find(0x40_2345).map(|x| x.start), Some(0x40_1000));
+    assert_eq!(m.find(0x4a_1fff).map(|x| x.start), Some(0x4a_0000));
+    assert_eq!(m.find(0x4b_0000), None);
+    assert_eq!(m.find(0), None);
+}
+
+#[test]
+fn no_tree_or_no_layout_is_no_mappings() {
+    let mut mem = Heap::new().mem();
+    assert_eq!(
+        mappings(&mut mem, &layout(), MM).unwrap(),
+        Mappings::default()
+    );
+    let mut no_vmas = layout();
+    no_vmas.vmas = None;
+    let mut mem = process().mem();
+    assert_eq!(
+        mappings(&mut mem, &no_vmas, MM).unwrap(),
+        Mappings::default()
+    );
+}
+
+#[test]
+fn a_vma_whose_range_disagrees_with_the_tree_is_left_out() {
+    let mut h = process();
+    // The heap's VMA now says it starts a page later than the tree has it.
+    h.u64(HEAP + 0x3200, 0x4c_1000);
+    let m = mappings(&mut h.mem(), &layout(), MM).unwrap();
+    assert_eq!(m.skipped, 1);
+    assert_eq!(m.mappings.len(), 3);
+    assert!(m.find(0x4c_8000).is_none());
+}
+
+#[test]
+fn a_node_that_holds_itself_ends_at_the_bounds() {
+    let mut h = Heap::new();
+    let at = HEAP + 0x1000;
+    let me = at | (ARANGE_64 << 3) | 2;
+    // One slot over the whole range, holding the node itself: consistent at every level.
+    h.node(at, ARANGE_64, &[u64::MAX], &[me]);
+    h.u64(MM + 8, me);
+    let m = mappings(&mut h.mem(), &layout(), MM).unwrap();
+    assert!(m.mappings.is_empty());
+    assert!(m.skipped > 0);
+}
+
+#[test]
+fn decreasing_pivots_and_unknown_node_types_are_refused() {
+    let mut h = Heap::new();
+    let leaf = h.node(HEAP + 0x1000, LEAF_64, &[0x5000, 0x4000], &[0, 0, 0]);
+    h.u64(MM + 8, leaf);
+    assert!(matches!(
+        mappings(&mut h.mem(), &layout(), MM),
+        Err(IdentifyError::Implausible {
+            what: "maple pivot",
+            ..
+        })
+    ));
+    let mut h = Heap::new();
+    h.u64(MM + 8, (HEAP + 0x1000) | (7 << 3) | 2);
+    assert!(matches!(
+        mappings(&mut h.mem(), &layout(), MM),
+        Err(IdentifyError::Implausible {
+            what: "maple node type",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn a_leaf_under_a_range_its_pivots_do_not_fit_is_refused() {
+    let mut h = process();
+    // The inner node's second slot, [0x8000_0000, MAX], holds the first leaf again, whose
+    // pivots all lie below that range.
+    let low = (HEAP + 0x1000) | (LEAF_64 << 3) | 2;
+    let top = h.node(
+        HEAP + 0x1200,
+        ARANGE_64,
+        &[0x7fff_ffff, u64::MAX],
+        &[low, low],
+    );
+    h.u64(MM + 8, top);
+    assert!(matches!(
+        mappings(&mut h.mem(), &layout(), MM),
+        Err(IdentifyError::Implausible {
+            what: "maple pivot",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn paths_that_loop_or_names_without_an_end_are_not_named() {
+    let mut h = process();
+    // bin's parent is busybox: the chain never reaches the root.
+    h.u64(HEAP + 0x2100 + 0x18, HEAP + 0x2200);
+    let m = mappings(&mut h.mem(), &layout(), MM).unwrap();
+    assert_eq!(m.mappings[0].path, None);
+    assert_eq!(m.mappings.len(), 4);
+
+    let mut h = process();
+    // busybox's name runs on for 300 bytes without a NUL.
+    h.bytes(HEAP + 0x2200 + 0x80, &[b'x'; 300]);
+    let m = mappings(&mut h.mem(), &layout(), MM).unwrap();
+    assert_eq!(m.mappings[0].path, None);
+}
+
+#[test]
+fn a_user_address_for_a_node_or_vma_is_refused() {
+    let mut h = process();
+    h.u64(MM + 8, 0x1000 | (LEAF_64 << 3) | 2);
+    assert!(mappings(&mut h.mem(), &layout(), MM).is_err());
+}
