@@ -7,11 +7,20 @@
 #
 #   fuzz/run.sh [SECONDS] [TARGET...]      FUZZ_SEED=N picks libFuzzer's seed (default 1)
 #                                          FUZZ_JOBS=N runs N targets at once (default nproc)
+#   fuzz/run.sh --build-only [TARGET...]   builds the targets and writes the seeds, no fuzzing
+#                                          (CI builds them beside the tests, fuzzes after)
 set -euo pipefail
 cd "$(dirname "$0")"
 
-seconds=${1:-30}
-shift || true
+build_only=false
+if [ "${1:-}" = --build-only ]; then
+    build_only=true
+    shift
+    seconds=0
+else
+    seconds=${1:-30}
+    shift || true
+fi
 host=$(rustc -vV | sed -n 's/^host: //p')
 flags=(
     --cfg fuzzing
@@ -35,6 +44,9 @@ RUSTFLAGS="${flags[*]}" cargo build --quiet --release --target "$host" --target-
     $(printf -- '--bin %s ' "${targets[@]}")
 bin=target/cov/$host/release
 cargo run --quiet --bin seeds -- corpus
+if $build_only; then
+    exit 0
+fi
 # One target at a time per CPU (FUZZ_JOBS, default all of them): each libFuzzer run is a
 # single process, so on two cores two run side by side in the time of one.
 jobs=${FUZZ_JOBS:-$(nproc)}
