@@ -18,10 +18,17 @@ fuzz_target!(|data: &[u8]| {
     let mut last_end = 0;
     for (i, map) in m.mappings.iter().enumerate() {
         assert!(map.start < map.end, "{map:?}");
-        assert!(i == 0 || map.start >= last_end, "{map:?} overlaps the one before");
+        assert!(
+            i == 0 || map.start >= last_end,
+            "{map:?} overlaps the one before"
+        );
         last_end = map.end;
         if let Some(p) = &map.path {
-            assert!(p.len() <= 1 + MAX_PATH_DEPTH * (MAX_NAME * 3 + 1), "{}", p.len());
+            assert!(
+                p.len() <= 1 + MAX_PATH_DEPTH * (MAX_NAME * 3 + 1),
+                "{}",
+                p.len()
+            );
         }
         assert_eq!(m.find(map.start).map(|x| x.start), Some(map.start));
     }

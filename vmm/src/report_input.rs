@@ -398,6 +398,7 @@ mod tests {
                 last_seen_s: 1.5,
                 kernel: false,
                 identified: true,
+                mappings: Vec::new(),
             }],
             threads: vec![report::profile::ThreadInfo {
                 key: 0,

@@ -457,6 +457,7 @@ mod tests {
                 last_seen_s: 0.5,
                 kernel: false,
                 identified: true,
+                mappings: Vec::new(),
             }],
             threads: [1, 2, 3]
                 .map(|key| ThreadInfo {

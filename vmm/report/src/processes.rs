@@ -212,6 +212,7 @@ pub(crate) mod tests {
             last_seen_s: 1.0,
             kernel: false,
             identified: pid.is_some(),
+            mappings: Vec::new(),
         };
         p.processes = vec![
             process(10, Some(57), "awk", 0x3000),

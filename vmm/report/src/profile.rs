@@ -83,6 +83,23 @@ pub struct ProcessInfo {
     pub kernel: bool,
     /// The guest kernel's structures named it; false for a `[cr3 ..]` row.
     pub identified: bool,
+    /// Its executable mappings of files, in address order, as its address space had them when
+    /// hvprof first read it (Linux; absent elsewhere and in older files).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mappings: Vec<MappingInfo>,
+}
+
+/// An executable mapping of a file in a process's address space.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MappingInfo {
+    /// Its first address.
+    pub start: Hex,
+    /// The address after its last.
+    pub end: Hex,
+    /// Where in the file it starts, in bytes.
+    pub offset: Hex,
+    /// The file's path in the guest (within its own file system).
+    pub path: String,
 }
 
 impl ProcessInfo {

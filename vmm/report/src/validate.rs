@@ -251,6 +251,19 @@ fn check_tables(p: &Profile) -> Result<BTreeSet<u32>, Inconsistent> {
                 ));
             }
         }
+        let mut after = 0;
+        for (m, map) in r.mappings.iter().enumerate() {
+            if map.start.0 >= map.end.0 || map.start.0 < after {
+                return Err(bad(
+                    format!("processes[{n}].mappings[{m}]"),
+                    format!(
+                        "{:#x}..{:#x} is empty or not after the mapping before it",
+                        map.start.0, map.end.0
+                    ),
+                ));
+            }
+            after = map.end.0;
+        }
     }
     let mut threads = BTreeSet::new();
     for (n, t) in p.threads.iter().enumerate() {
@@ -381,6 +394,26 @@ mod tests {
         o.counts = vec![(0, 1)];
         o.total = 1;
         check(&p).unwrap();
+    }
+
+    #[test]
+    fn mappings_must_be_ranges_in_address_order() {
+        use crate::profile::MappingInfo;
+        let mut p = crate::processes::tests::tasks_profile();
+        let map = |start: u64, end: u64| MappingInfo {
+            start: Hex(start),
+            end: Hex(end),
+            offset: Hex(0),
+            path: "/bin/busybox".into(),
+        };
+        p.processes[0].mappings = vec![map(0x40_1000, 0x4a_0000), map(0x4a_0000, 0x4b_0000)];
+        check(&p).unwrap();
+        p.processes[0].mappings = vec![map(0x40_1000, 0x4a_0000), map(0x40_2000, 0x4b_0000)];
+        let e = check(&p).unwrap_err().to_string();
+        assert!(e.contains("processes[0].mappings[1]"), "{e}");
+        p.processes[0].mappings = vec![map(0x40_1000, 0x40_1000)];
+        let e = check(&p).unwrap_err().to_string();
+        assert!(e.contains("processes[0].mappings[0]"), "{e}");
     }
 
     #[test]

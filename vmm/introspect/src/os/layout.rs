@@ -441,6 +441,9 @@ structure! {
         pivot: "pivot",
         /// `slot[16]`: children or entries.
         slot: "slot",
+        /// `meta` (`maple_metadata`, over the last slot): `end`, the last slot in use, when
+        /// the node is not full.
+        meta: "meta",
     }
     optional {}
 }
@@ -453,6 +456,8 @@ structure! {
         pivot: "pivot",
         /// `slot[10]`.
         slot: "slot",
+        /// `meta` (`maple_metadata`): `end`, the last slot in use.
+        meta: "meta",
     }
     optional {}
 }

@@ -36,8 +36,16 @@ pub fn layout() -> LinuxLayout {
             .unwrap(),
             file: FileStruct::build(0xe8, by(&[("f_path.dentry", 0x18)])).unwrap(),
             dentry: Dentry::build(0xc0, by(&[("d_name.name", 0x28), ("d_parent", 0x18)])).unwrap(),
-            range_64: MapleRange64::build(0x100, by(&[("pivot", 8), ("slot", 0x80)])).unwrap(),
-            arange_64: MapleArange64::build(0xf8, by(&[("pivot", 8), ("slot", 0x50)])).unwrap(),
+            range_64: MapleRange64::build(
+                0x100,
+                by(&[("pivot", 8), ("slot", 0x80), ("meta", 0xf8)]),
+            )
+            .unwrap(),
+            arange_64: MapleArange64::build(
+                0xf8,
+                by(&[("pivot", 8), ("slot", 0x50), ("meta", 0xf0)]),
+            )
+            .unwrap(),
         }),
         ..Default::default()
     }
@@ -72,12 +80,13 @@ impl Heap {
         Regions::new().with(HEAP, self.0)
     }
 
-    /// A node at `addr` of `kind` with `pivots` and `slots`.
+    /// A node at `addr` of `kind` with `pivots` and `slots`; returns its encoded entry (as a
+    /// parent's slot holds it; [`root`] makes it the tree's root).
     pub fn node(&mut self, addr: u64, kind: u64, pivots: &[u64], slots: &[u64]) -> u64 {
-        let (p, s) = if kind == ARANGE_64 {
-            (8, 0x50)
+        let (p, s, meta) = if kind == ARANGE_64 {
+            (8, 0x50, 0xf0)
         } else {
-            (8, 0x80)
+            (8, 0x80, 0xf8)
         };
         for (i, v) in pivots.iter().enumerate() {
             self.u64(addr + p + 8 * i as u64, *v);
@@ -85,7 +94,11 @@ impl Heap {
         for (i, v) in slots.iter().enumerate() {
             self.u64(addr + s + 8 * i as u64, *v);
         }
-        addr | (kind << 3) | 2
+        // meta.end: the last slot in use.
+        let end = u8::try_from(slots.len().saturating_sub(1)).unwrap_or(0);
+        self.bytes(addr + meta, &[end]);
+        // An encoded node as a parent's slot holds it (`mt_mk_node`: bit 2 set).
+        addr | (kind << 3) | 4
     }
 
     /// A VMA at `addr`; returns its address.
@@ -129,8 +142,8 @@ pub const MM: u64 = HEAP;
 /// leaves) of busybox's text and data, an anonymous heap, and the stack.
 pub fn process() -> Heap {
     let mut h = Heap::new();
-    let root = h.dentry(HEAP + 0x2000, "/", 0);
-    let bin = h.dentry(HEAP + 0x2100, "bin", root);
+    let slash = h.dentry(HEAP + 0x2000, "/", 0);
+    let bin = h.dentry(HEAP + 0x2100, "bin", slash);
     let busybox = h.dentry(HEAP + 0x2200, "busybox", bin);
     let file = h.file(HEAP + 0x2300, busybox);
     let text = h.vma(
@@ -184,6 +197,11 @@ pub fn process() -> Heap {
         &[0x7fff_ffff, u64::MAX],
         &[low, high],
     );
-    h.u64(MM + 8, top);
+    h.u64(MM + 8, root(top));
     h
+}
+
+/// An encoded node as `mm_mt.ma_root` holds it (`MAPLE_ROOT_NODE`, bit 1).
+pub fn root(node: u64) -> u64 {
+    node | 2
 }

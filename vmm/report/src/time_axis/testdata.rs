@@ -122,6 +122,7 @@ fn process(key: u32, pid: u64, name: &str) -> ProcessInfo {
         last_seen_s: 3.0,
         kernel: false,
         identified: true,
+        mappings: Vec::new(),
     }
 }
 

@@ -4,11 +4,13 @@
 //!
 //! The tree is read as the kernel's RCU readers read it, without its lock, while other vCPUs
 //! may be changing it: a node's entry says its type in bits 3-6 and its address in the bits
-//! above 8 (`MAPLE_NODE_MASK`); inner nodes of an address space's tree are `maple_arange_64`
+//! above 8 (`MAPLE_NODE_MASK`), the root's with bit 1 set, a child's with bits 0-1 clear;
+//! inner nodes of an address space's tree are `maple_arange_64`
 //! (10 slots, 9 pivots), leaves `maple_leaf_64` with `maple_range_64`'s layout (16 slots, 15
 //! pivots). Slot `i` covers the indices after pivot `i - 1` (or the node's minimum) up to
-//! pivot `i` (the node's maximum for its last slot); a pivot of 0 after the first slot, or the
-//! node's maximum, ends the node. A leaf's entries are `vm_area_struct` pointers, each
+//! pivot `i` (the node's maximum for the last slot, and where the pivot is 0). The last slot
+//! in use comes from the node's metadata (`meta.end`) as the kernel's `ma_data_end` finds it;
+//! pivots past it are stale and never read. A leaf's entries are `vm_area_struct` pointers, each
 //! checked against the range the tree gives it (`vm_start`, `vm_end - 1`): a VMA that does not
 //! agree (a tree changing under the read) is left out, never given another's range.
 //!
@@ -93,10 +95,17 @@ impl Mappings {
     }
 }
 
-/// A node entry: (address, type).
-fn node(entry: u64) -> Option<(u64, u64)> {
-    // xa_is_node: an internal entry (low bits 0b10) above the first page.
+/// The tree's root entry as a node: (address, type). `ma_root` holds a node with bit 1 set
+/// (`MAPLE_ROOT_NODE`; xa_is_node: low bits 0b10, above the first page); anything else is an
+/// empty tree or a single entry.
+fn root_node(entry: u64) -> Option<(u64, u64)> {
     (entry & 3 == 2 && entry > 4096).then_some((entry & !NODE_MASK, (entry >> 3) & 0xf))
+}
+
+/// An inner node's slot as a child node: (address, type). A child is an encoded node
+/// (`mt_mk_node`: the type in bits 3-6, bit 2 a flag, bits 0-1 clear).
+fn child_node(entry: u64) -> Option<(u64, u64)> {
+    (entry & 3 == 0 && entry > 4096).then_some((entry & !NODE_MASK, (entry >> 3) & 0xf))
 }
 
 /// The mappings of the address space `mm` (a `mm_struct`), read through `kmem`.
@@ -112,7 +121,7 @@ pub fn mappings(
     let root = u64_at(kmem, mm, root_off)?;
     let mut out = Mappings::default();
     let mut vmas = Vec::new();
-    if let Some(n) = node(root) {
+    if let Some(n) = root_node(root) {
         walk_tree(kmem, v, n, &mut vmas, &mut out.skipped)?;
     }
     // An empty tree is NULL; a tree of one entry at index 0 holds it in the root, which an
@@ -166,10 +175,31 @@ fn walk_tree(
             continue;
         }
         kernel_object("maple node", addr)?;
-        let (pivots, slots, piv_off, slot_off, leaf) = match kind {
-            LEAF_64 => (15, 16, v.range_64.pivot, v.range_64.slot, true),
-            RANGE_64 => (15, 16, v.range_64.pivot, v.range_64.slot, false),
-            ARANGE_64 => (9, 10, v.arange_64.pivot, v.arange_64.slot, false),
+        let (pivots, slots, piv_off, slot_off, meta_off, leaf) = match kind {
+            LEAF_64 => (
+                15,
+                16,
+                v.range_64.pivot,
+                v.range_64.slot,
+                v.range_64.meta,
+                true,
+            ),
+            RANGE_64 => (
+                15,
+                16,
+                v.range_64.pivot,
+                v.range_64.slot,
+                v.range_64.meta,
+                false,
+            ),
+            ARANGE_64 => (
+                9,
+                10,
+                v.arange_64.pivot,
+                v.arange_64.slot,
+                v.arange_64.meta,
+                false,
+            ),
             _ => {
                 return Err(IdentifyError::Implausible {
                     what: "maple node type",
@@ -177,22 +207,35 @@ fn walk_tree(
                 })
             }
         };
+        let pivot = |kmem: &mut dyn Memory, i: u32| u64_at(kmem, addr, piv_off + 8 * i);
+        // The last slot in use (ma_data_end): an arange node's metadata says; a range or leaf
+        // node is full when its last pivot is set (the node's maximum: slot 14; else all 16),
+        // and says in its metadata (over slot 15) when it is not. Pivots past it are stale.
+        let meta_end = |kmem: &mut dyn Memory| -> Result<u32, IdentifyError> {
+            let word = u64_at(kmem, addr, meta_off)?;
+            Ok(u32::from(word.to_le_bytes()[0]).min(slots - 1))
+        };
+        let end = match kind {
+            ARANGE_64 => meta_end(kmem)?,
+            _ => match pivot(kmem, pivots - 1)? {
+                0 => meta_end(kmem)?,
+                p if p == max => pivots - 1,
+                _ => slots - 1,
+            },
+        };
         let mut children = Vec::new();
         let mut lo = min;
-        for i in 0..slots {
-            let pivot = if i < pivots {
-                u64_at(kmem, addr, piv_off + 8 * i)?
-            } else {
-                max
+        for i in 0..=end {
+            // A slot's last index: its pivot, or the node's maximum for the last slot and
+            // where the pivot is 0 (mas_logical_pivot).
+            let hi = match if i < pivots { pivot(kmem, i)? } else { 0 } {
+                0 if i > 0 || end == 0 => max,
+                p => p.min(max),
             };
-            if i > 0 && pivot == 0 {
-                break;
-            }
-            let hi = pivot.min(max);
             if hi < lo {
                 return Err(IdentifyError::Implausible {
                     what: "maple pivot",
-                    value: pivot,
+                    value: hi,
                 });
             }
             let slot = u64_at(kmem, addr, slot_off + 8 * i)?;
@@ -206,7 +249,7 @@ fn walk_tree(
                         next = hi.saturating_add(1);
                     }
                 } else {
-                    match node(slot) {
+                    match child_node(slot) {
                         Some((child, child_kind)) => {
                             children.push((child, child_kind, lo, hi, height + 1));
                         }

@@ -27,6 +27,7 @@ use std::time::Instant;
 
 pub mod layout_source;
 pub mod linux_banner;
+pub mod linux_maps;
 pub mod process_list;
 pub mod process_table;
 
@@ -505,9 +506,15 @@ impl GuestAwareness {
                                 self.table.seen(old.at, now);
                             }
                             let found = self.table.identified(id, now);
-                            if let Some(layout) = self.windows_layout() {
-                                let kernel = g.kernel_paging.unwrap_or(cpu.paging);
-                                self.read_user_modules(mem, kernel, &layout, id, found);
+                            let kernel = g.kernel_paging.unwrap_or(cpu.paging);
+                            match self.os().map(|o| o.layout) {
+                                Some(OsLayout::Windows(layout)) => {
+                                    self.read_user_modules(mem, kernel, &layout, id, found);
+                                }
+                                Some(OsLayout::Linux(layout)) => {
+                                    self.read_linux_mappings(mem, kernel, &layout, id, found);
+                                }
+                                None => {}
                             }
                             g.current = Some(Who {
                                 key,

@@ -122,6 +122,7 @@ impl ProcessTable {
                     last_seen_s: now_s,
                     kernel: id.process.kernel,
                     identified: true,
+                    mappings: Vec::new(),
                 });
                 t.by_process.insert(id.process.key, p);
                 (p, true)
@@ -209,6 +210,7 @@ impl ProcessTable {
                         last_seen_s: now_s,
                         kernel: f.kernel,
                         identified: true,
+                        mappings: Vec::new(),
                     });
                     t.by_process.insert(f.key, p);
                     t.unsampled.insert(p);
@@ -256,6 +258,13 @@ impl ProcessTable {
     /// Notes that a vCPU found `at` running at `now_s` (called when a vCPU leaves a thread).
     pub fn seen(&self, at: ThreadRef, now_s: f64) {
         seen(&mut self.lock(), at, now_s);
+    }
+
+    /// Sets the executable file mappings of process row `p`.
+    pub fn set_mappings(&self, p: u32, mappings: Vec<report::profile::MappingInfo>) {
+        if let Some(row) = self.lock().processes.get_mut(p as usize) {
+            row.mappings = mappings;
+        }
     }
 
     /// Sets the full path of process row `p` (from its loader list).
@@ -323,6 +332,7 @@ fn unnamed(t: &mut Tables, name: String, cr3s: Vec<u64>, now_s: f64) -> ThreadRe
         last_seen_s: now_s,
         kernel: false,
         identified: false,
+        mappings: Vec::new(),
     });
     t.threads.push(ThreadInfo {
         key: at.thread,
