@@ -1,8 +1,10 @@
 //! Linux processes' executable mappings of files, read once per process from its address
 //! space's VMA tree ([`introspect::os::linux::maps`]) when a vCPU first switches to it, and
-//! again on its next few switches while no executable file mapping has been found (a process
-//! seen between its exec and the ELF loader's mappings). They go in its row of the process
-//! table, for profile.json.
+//! again on later switches while no executable file mapping has been found: a process is
+//! often first seen inside its exec, before the ELF loader has mapped anything, and where the
+//! host emulates guest-kernel code an exec takes long enough for many switches. The reads
+//! back off (10 ms after the first, doubling, at most [`READS`] reads, about ten minutes in
+//! all). The mappings go in the process's row of the process table, for profile.json.
 
 use introspect::os::linux::maps::mappings;
 use introspect::os::{Identity, LinuxLayout};
@@ -12,11 +14,15 @@ use report::profile::MappingInfo;
 use vm_memory::GuestMemoryMmap;
 
 use super::process_table::Found;
-use super::{GuestAwareness, LDR_TRIES};
+use super::GuestAwareness;
 use crate::profiler::host_profiles::stacks::GuestVirt;
 
 /// Executable file mappings kept per process.
 pub const MAX_PROCESS_MAPPINGS: usize = 1024;
+/// Reads of a process's mappings while none is found.
+pub const READS: u8 = 16;
+/// Seconds from a read that found none to the next.
+const FIRST_WAIT_S: f64 = 0.01;
 
 impl GuestAwareness {
     /// Reads the executable file mappings of the Linux process `id` names (its row: `found`)
@@ -34,11 +40,13 @@ impl GuestAwareness {
             return;
         }
         let row = found.at.process;
+        let now = self.table.now_s();
         let mut user = self.user_modules.lock().unwrap_or_else(|e| e.into_inner());
-        let tries = match user.retry.get(&row) {
-            Some(0) => return,
-            Some(&n) => n,
-            None if found.new_process => LDR_TRIES,
+        let left = match user.linux_retry.get(&row) {
+            Some(&(0, _)) => return,
+            Some(&(_, at)) if now < at => return,
+            Some(&(n, _)) => n,
+            None if found.new_process => READS,
             None => return,
         };
         let list: Vec<MappingInfo> =
@@ -63,10 +71,11 @@ impl GuestAwareness {
                 }
             };
         if list.is_empty() {
-            user.retry.insert(row, tries - 1);
+            let wait = FIRST_WAIT_S * f64::from(1u32 << (READS - left).min(20));
+            user.linux_retry.insert(row, (left - 1, now + wait));
             return;
         }
-        user.retry.insert(row, 0);
+        user.linux_retry.insert(row, (0, 0.0));
         self.table.set_mappings(row, list);
     }
 }

@@ -205,6 +205,9 @@ struct UserModules {
     /// Process row -> walks left: a process whose loader has not run yet is read again when
     /// a vCPU switches to it, a few times.
     retry: HashMap<u32, u8>,
+    /// Linux process row -> (reads left, the run's second from which to read again):
+    /// `linux_maps`' back-off while a process has no executable file mapping yet.
+    linux_retry: HashMap<u32, (u8, f64)>,
 }
 
 /// User-mode modules kept over the run, all processes together.
