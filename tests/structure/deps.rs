@@ -19,6 +19,7 @@ const FUZZ_TARGETS: &[(&str, &[&str])] = &[
     ("abi_request", &["profile_core"]),
     ("abi_round_trip", &["profile_core"]),
     ("nt_modules", &["introspect"]),
+    ("linux_maps", &["introspect"]),
     ("pe_image", &["introspect"]),
     ("stack_walk", &["introspect"]),
     ("page_walk", &["introspect"]),
