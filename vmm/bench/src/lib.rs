@@ -520,6 +520,9 @@ pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
         median(&t.perf)
     };
     let (ub, us) = (median(&u.bare), median(&u.stack));
+    // Each walk's ns per frame, in the sample and repeated alone, medians.
+    let (walk_in, walk_out) = (median_f64(&t.walk_in_sample), median_f64(&t.walk_alone));
+    let (unwind_in, unwind_alone) = (median_f64(&u.walk_in_sample), median_f64(&u.walk_alone));
     let naming = naming::measure(NAMING_SAMPLES);
     let record_ns = timeline_record_ns(TIMELINE_SAMPLES);
     let frames = t.frames as f64 / t.walks.max(1) as f64;
@@ -543,15 +546,15 @@ pub fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
         kick_full_ns: kf,
         kick_stack_ns: ks,
         stack_frames: frames,
-        ns_per_frame: median_f64(&t.walk_in_sample),
-        alone_ns_per_frame: median_f64(&t.walk_alone),
-        walk_ratio: median_f64(&t.walk_in_sample) / median_f64(&t.walk_alone),
+        ns_per_frame: walk_in,
+        alone_ns_per_frame: walk_out,
+        walk_ratio: walk_in / walk_out,
         kick_unwind_bare_ns: ub,
         kick_unwind_ns: us,
         unwind_frames,
-        ns_per_unwind_frame: median_f64(&u.walk_in_sample),
-        alone_ns_per_unwind_frame: median_f64(&u.walk_alone),
-        unwind_walk_ratio: median_f64(&u.walk_in_sample) / median_f64(&u.walk_alone),
+        ns_per_unwind_frame: unwind_in,
+        alone_ns_per_unwind_frame: unwind_alone,
+        unwind_walk_ratio: unwind_in / unwind_alone,
         kick_bare_p90_ns: percentile(&t.bare, 90),
         kick_full_p90_ns: percentile(&t.full, 90),
         io_exit_ns: io_net * ns_per_cycle,

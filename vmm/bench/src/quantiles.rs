@@ -4,12 +4,14 @@
 pub fn percentile(v: &[u64], pct: usize) -> f64 {
     let mut s = v.to_vec();
     s.sort_unstable();
-    let Some(last) = s.len().checked_sub(1) else {
-        return 0.0;
-    };
-    let i = (last * pct.min(100) + 50) / 100;
     // Timing samples in nanoseconds are far below 2^52, where f64 is exact.
-    s[i] as f64
+    rank(s.len(), pct).map_or(0.0, |i| s[i] as f64)
+}
+
+/// The index of the `pct` percentile by nearest rank in `len` sorted values (None: empty).
+fn rank(len: usize, pct: usize) -> Option<usize> {
+    let last = len.checked_sub(1)?;
+    Some((last * pct.min(100) + 50) / 100)
 }
 
 /// The median of `v`.
@@ -21,9 +23,7 @@ pub fn median(v: &[u64]) -> f64 {
 pub fn median_f64(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_unstable_by(f64::total_cmp);
-    s.len()
-        .checked_sub(1)
-        .map_or(f64::NAN, |last| s[(last * 50 + 50) / 100])
+    rank(s.len(), 50).map_or(f64::NAN, |i| s[i])
 }
 
 #[cfg(test)]

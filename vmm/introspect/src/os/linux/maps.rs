@@ -175,30 +175,13 @@ fn walk_tree(
             continue;
         }
         kernel_object("maple node", addr)?;
-        let (pivots, slots, piv_off, slot_off, meta_off, leaf) = match kind {
-            LEAF_64 => (
-                15,
-                16,
-                v.range_64.pivot,
-                v.range_64.slot,
-                v.range_64.meta,
-                true,
-            ),
-            RANGE_64 => (
-                15,
-                16,
-                v.range_64.pivot,
-                v.range_64.slot,
-                v.range_64.meta,
-                false,
-            ),
+        // Leaves use maple_range_64's layout.
+        let (pivots, slots, shape) = match kind {
+            LEAF_64 | RANGE_64 => (15, 16, (v.range_64.pivot, v.range_64.slot, v.range_64.meta)),
             ARANGE_64 => (
                 9,
                 10,
-                v.arange_64.pivot,
-                v.arange_64.slot,
-                v.arange_64.meta,
-                false,
+                (v.arange_64.pivot, v.arange_64.slot, v.arange_64.meta),
             ),
             _ => {
                 return Err(IdentifyError::Implausible {
@@ -207,6 +190,8 @@ fn walk_tree(
                 })
             }
         };
+        let (piv_off, slot_off, meta_off) = shape;
+        let leaf = kind == LEAF_64;
         let pivot = |kmem: &mut dyn Memory, i: u32| u64_at(kmem, addr, piv_off + 8 * i);
         // The last slot in use (ma_data_end): an arange node's metadata says; a range or leaf
         // node is full when its last pivot is set (the node's maximum: slot 14; else all 16),
@@ -286,8 +271,9 @@ pub fn file_path(kmem: &mut dyn Memory, v: &VmaLayout, file: u64) -> Option<Stri
     None
 }
 
-/// The NUL-terminated name at `addr`, at most [`MAX_NAME`] bytes, read a chunk at a time; None
-/// for an empty or unterminated one.
+/// The NUL-terminated name at `addr`, at most [`MAX_NAME`] bytes, read a chunk at a time and
+/// cleaned as every guest name is ([`text::fixed`](super::super::text::fixed)); None for an
+/// empty or unterminated one.
 fn c_name(kmem: &mut dyn Memory, addr: u64) -> Option<String> {
     let mut bytes = Vec::new();
     let mut chunk = [0u8; 32];
@@ -301,7 +287,7 @@ fn c_name(kmem: &mut dyn Memory, addr: u64) -> Option<String> {
             Some(end) => {
                 bytes.extend_from_slice(&chunk[..end]);
                 return (!bytes.is_empty() && bytes.len() <= MAX_NAME)
-                    .then(|| String::from_utf8_lossy(&bytes).into_owned());
+                    .then(|| super::super::text::fixed(&bytes));
             }
             None => bytes.extend_from_slice(&chunk[..n]),
         }

@@ -179,3 +179,15 @@ fn pivots_past_the_last_slot_in_use_are_not_read() {
     assert_eq!(m.mappings.len(), 1, "{m:?}");
     assert_eq!(m.skipped, 0);
 }
+
+#[test]
+fn control_characters_in_a_name_are_replaced_as_in_every_guest_name() {
+    let mut h = process();
+    // busybox's name with an escape sequence in it.
+    h.bytes(HEAP + 0x2200 + 0x80, b"busy\x1b[2Jbox\0");
+    let m = mappings(&mut h.mem(), &layout(), MM).unwrap();
+    assert_eq!(
+        m.mappings[0].path.as_deref(),
+        Some("/bin/busy\u{fffd}[2Jbox")
+    );
+}
