@@ -3,7 +3,7 @@
 # sancov pass and --cfg fuzzing, no sanitizer), writes the scripted seeds, and fuzzes each
 # target for SECONDS (default 30) from corpus/<target>. A crash, panic, leak of time past
 # 10 s on one input or failed assertion fails the run (non-zero status) and leaves the input
-# in artifacts/<target>/; replay it with target/cov/<host>/release/<target> FILE.
+# in artifacts/<target>/; replay it with target/cov/<host>/fuzz/<target> FILE.
 #
 #   fuzz/run.sh [SECONDS] [TARGET...]      FUZZ_SEED=N picks libFuzzer's seed (default 1)
 #                                          FUZZ_JOBS=N runs N targets at once (default nproc)
@@ -40,9 +40,9 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 # --target keeps the flags off build scripts and proc macros; the seed writer is built
 # without them (it has no libFuzzer to link against).
-RUSTFLAGS="${flags[*]}" cargo build --quiet --release --target "$host" --target-dir target/cov \
+RUSTFLAGS="${flags[*]}" cargo build --quiet --profile fuzz --target "$host" --target-dir target/cov \
     $(printf -- '--bin %s ' "${targets[@]}")
-bin=target/cov/$host/release
+bin=target/cov/$host/fuzz
 cargo run --quiet --bin seeds -- corpus
 if $build_only; then
     exit 0

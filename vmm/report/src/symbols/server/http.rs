@@ -1,103 +1,11 @@
-//! Downloads from HTTP(S) symbol servers: `GET URL/<name>/<key>/<name>` into a store.
-//!
-//! A download goes to a temporary file beside its place in the store and is renamed into
-//! place only once complete and checked (GUID and age of a PDB, TimeDateStamp and
-//! SizeOfImage of an image): a file of another build is deleted and reported. Connecting and
-//! each read are bounded by timeouts; a connection error or a 5xx answer is retried a few
-//! times with growing pauses, a 404 is "not there" at once; a body over the size limit is
-//! abandoned. The library prints nothing: progress goes to a [`DownloadProgress`].
+//! The HTTP(S) client for symbol servers (ureq with rustls): retries, limits, and a
+//! download staged beside its place in the store and renamed in once checked.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use super::store::{CheckError, Wanted};
-
-/// Timeouts, retries and limits of downloads.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServerOptions {
-    /// Resolving and connecting, each.
-    pub connect_timeout: Duration,
-    /// Each read of the answer (a stalled server fails after this long without a byte).
-    pub read_timeout: Duration,
-    /// Tries after the first on a connection error or a 5xx answer.
-    pub retries: u32,
-    /// The pause before the first retry; it doubles before each next one.
-    pub backoff: Duration,
-    /// The largest file downloaded, in bytes.
-    pub max_bytes: u64,
-}
-
-impl Default for ServerOptions {
-    fn default() -> Self {
-        ServerOptions {
-            connect_timeout: Duration::from_secs(10),
-            read_timeout: Duration::from_secs(30),
-            retries: 3,
-            backoff: Duration::from_millis(500),
-            max_bytes: 2 << 30,
-        }
-    }
-}
-
-/// Told how downloads progress (the binary draws a bar; the library prints nothing).
-pub trait DownloadProgress {
-    /// `done` bytes of `url` have arrived, of `total` when the server said how many.
-    fn progress(&mut self, url: &str, done: u64, total: Option<u64>);
-    /// The download of `url` ended, complete or not.
-    fn finished(&mut self, url: &str);
-}
-
-/// Progress that goes nowhere.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoProgress;
-
-impl DownloadProgress for NoProgress {
-    fn progress(&mut self, _url: &str, _done: u64, _total: Option<u64>) {}
-    fn finished(&mut self, _url: &str) {}
-}
-
-/// Why a download failed (a 404 is not a failure: the server does not have the file).
-#[derive(Debug, thiserror::Error)]
-pub enum ServerError {
-    /// The server answered with an error status (after the retries, for a 5xx).
-    #[error("{url}: HTTP status {status}")]
-    Status {
-        /// The URL.
-        url: String,
-        /// The last status.
-        status: u16,
-    },
-    /// No connection, a timeout, or a broken transfer (after the retries).
-    #[error("{url}: download failed")]
-    Transport {
-        /// The URL.
-        url: String,
-        /// The last error.
-        #[source]
-        source: ureq::Error,
-    },
-    /// The file is larger than [`ServerOptions::max_bytes`].
-    #[error("{url}: larger than the limit of {limit} bytes")]
-    TooLarge {
-        /// The URL.
-        url: String,
-        /// The limit.
-        limit: u64,
-    },
-    /// The download could not be written into the store.
-    #[error("cannot write {}", .0.display())]
-    Write(PathBuf, #[source] std::io::Error),
-    /// The server sent another build, or not a PDB or image at all; it was deleted.
-    #[error("{url}: the file downloaded was deleted")]
-    Rejected {
-        /// The URL.
-        url: String,
-        /// What was wrong with it.
-        #[source]
-        source: CheckError,
-    },
-}
+use super::{DownloadProgress, ServerError, ServerOptions};
+use crate::symbols::store::Wanted;
 
 /// How one try ended.
 enum Try {
@@ -173,9 +81,9 @@ impl Client {
         store: &Path,
         progress: &mut dyn DownloadProgress,
     ) -> Try {
-        let transport = |source| ServerError::Transport {
+        let transport = |source: ureq::Error| ServerError::Transport {
             url: url.to_string(),
-            source,
+            source: Box::new(source),
         };
         let response = match self.agent.get(url).call() {
             Ok(r) => r,
@@ -286,8 +194,11 @@ fn save(
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::symbols::pdb::PdbId;
+    use crate::symbols::server::NoProgress;
     use crate::symbols::testdata::{fake_pdb, temp_dir, Loopback};
 
     fn id() -> PdbId {
