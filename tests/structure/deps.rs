@@ -29,6 +29,7 @@ const FUZZ_TARGETS: &[(&str, &[&str])] = &[
     ("symbol_files", &["report"]),
     ("guest_types", &["report"]),
     ("isf", &["report"]),
+    ("initramfs", &["report"]),
     // The control API's HTTP parser, and the kernel loaders, are the VMM library's.
     ("api_http", &["vmm"]),
     // The in-kernel sampler's perf ring records.

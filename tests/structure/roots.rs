@@ -171,6 +171,8 @@ const REPORT: Root = Root {
         ("hex", 0),
         ("chain", 0),
         ("sanitize", 0),
+        // Bounded decompression (xz, gzip, zstd) of ISF tables and initramfs archives.
+        ("unpack", 0),
         ("symbols", 1),
         ("profile", 2),
         // A profile's processes and threads, and their totals (what input and validate fill

@@ -407,6 +407,35 @@ fn qcow2_small() -> Vec<u8> {
     f
 }
 
+/// A newc archive with a file, links in a path and at its end, a link to itself and a hard
+/// link, as the initramfs target reads it.
+fn initramfs() -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut entry = |name: &str, mode: u32, data: &[u8], ino: u32, nlink: u32| {
+        let size = u32::try_from(data.len()).unwrap();
+        let namesize = u32::try_from(name.len() + 1).unwrap();
+        let fields = [ino, mode, 0, 0, nlink, 0, size, 0, 0, 0, 0, namesize, 0];
+        out.extend_from_slice(b"070701");
+        for f in fields {
+            out.extend_from_slice(format!("{f:08x}").as_bytes());
+        }
+        out.extend_from_slice(name.as_bytes());
+        out.push(0);
+        out.resize(out.len().next_multiple_of(4), 0);
+        out.extend_from_slice(data);
+        out.resize(out.len().next_multiple_of(4), 0);
+    };
+    entry("bin", 0o040_755, b"", 1, 2);
+    entry("bin/prog", 0o100_755, b"\x7fELF", 2, 1);
+    entry("lib", 0o120_777, b"usr/lib", 3, 1);
+    entry("usr/lib/libc.so.6", 0o100_755, b"libc", 4, 2);
+    entry("usr/lib/libc-2.36.so", 0o100_755, b"", 4, 2);
+    entry("loop", 0o120_777, b"loop", 5, 1);
+    entry("TRAILER!!!", 0, b"", 0, 1);
+    out.resize(out.len().next_multiple_of(512), 0);
+    out
+}
+
 /// A small Windows ISF table (after the isf target's selector byte 0): every structure and
 /// symbol the layout needs, at made-up offsets.
 fn isf_windows() -> Vec<u8> {
@@ -547,7 +576,7 @@ fn perf_records() -> Vec<u8> {
 
 fn main() -> std::io::Result<()> {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
-    let seeds: [(&str, &str, Vec<u8>); 21] = [
+    let seeds: [(&str, &str, Vec<u8>); 22] = [
         ("platform_io", "virtio-ioeventfd", virtio(true, false)),
         ("platform_io", "virtio-exits", virtio(false, false)),
         ("platform_io", "virtio-ring", virtio(true, true)),
@@ -582,6 +611,7 @@ fn main() -> std::io::Result<()> {
         ("qcow2_refcounts", "small", qcow2_small()),
         ("guest_types", "btf", guest_types_btf()),
         ("isf", "windows", isf_windows()),
+        ("initramfs", "links", initramfs()),
         ("perf_records", "guest-host-lost", perf_records()),
     ];
     for (target, name, bytes) in seeds {

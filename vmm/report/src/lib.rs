@@ -38,6 +38,7 @@ pub mod symbols;
 pub mod text;
 pub mod time_axis;
 pub mod timeline;
+pub mod unpack;
 pub mod validate;
 
 use std::fs::File;
@@ -132,7 +133,7 @@ pub fn write_all(
 ) -> Result<WrittenFiles, ReportError> {
     std::fs::create_dir_all(dir).map_err(|e| ReportError::CreateDir(dir.to_path_buf(), e))?;
     let symbolized;
-    let profile = if symbols.modules().is_empty() || profile.symbolized_with(symbols) {
+    let profile = if symbols.all_modules().next().is_none() || profile.symbolized_with(symbols) {
         profile
     } else {
         let mut p = profile.clone();

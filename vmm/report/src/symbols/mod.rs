@@ -16,6 +16,7 @@
 
 pub mod elf;
 pub mod find;
+pub mod guest_files;
 pub mod lines;
 pub mod packs;
 pub mod path;
@@ -205,10 +206,19 @@ impl Module {
 }
 
 /// A set of placed modules, and the PDBs that were looked for and not found.
+///
+/// Most modules are seen from every address space (a kernel, its drivers, the Windows images
+/// found in guest memory, which Windows maps at one base across processes). A Linux process's
+/// files are seen only from the processes that map them there ([`Symbols::push_in`]): two
+/// programs linked at the same address are told apart by the process a sample came from.
 #[derive(Debug, Clone, Default)]
 pub struct Symbols {
     modules: Vec<Module>,
+    /// Modules mapped by some processes only, with those processes' keys (sorted).
+    mapped: Vec<(Vec<u32>, Module)>,
     missing: Vec<MissingPdb>,
+    /// Guest files that processes mapped and that were not found or not readable.
+    unmapped: Vec<String>,
 }
 
 impl Symbols {
@@ -216,7 +226,7 @@ impl Symbols {
     pub fn from_module(module: Module) -> Self {
         Symbols {
             modules: vec![module],
-            missing: Vec::new(),
+            ..Symbols::default()
         }
     }
 
@@ -242,6 +252,18 @@ impl Symbols {
         }
     }
 
+    /// The guest files processes mapped that were looked for and not found (or not ELF).
+    pub fn unmapped(&self) -> &[String] {
+        &self.unmapped
+    }
+
+    /// Records a guest file that was looked for and not found (once).
+    pub fn add_unmapped(&mut self, path: String) {
+        if !self.unmapped.contains(&path) {
+            self.unmapped.push(path);
+        }
+    }
+
     /// Records the PDBs `finder` did not find.
     pub fn note_missing(&mut self, finder: &Finder) {
         for m in finder.missing() {
@@ -261,14 +283,39 @@ impl Symbols {
         self.modules.sort_by_key(|m| m.base);
     }
 
-    /// The modules, by base address.
+    /// Adds a module that only the processes with these keys map (at its base).
+    pub fn push_in(&mut self, mut processes: Vec<u32>, module: Module) {
+        processes.sort_unstable();
+        processes.dedup();
+        self.mapped.push((processes, module));
+        self.mapped.sort_by_key(|(_, m)| m.base);
+    }
+
+    /// The modules seen from every address space, by base address.
     pub fn modules(&self) -> &[Module] {
         &self.modules
     }
 
+    /// Every module: those every address space sees, then those some processes map (each
+    /// once, however many processes map it).
+    pub fn all_modules(&self) -> impl Iterator<Item = &Module> {
+        self.modules
+            .iter()
+            .chain(self.mapped.iter().map(|(_, m)| m))
+    }
+
+    /// The modules some processes map, with their keys, by base address.
+    pub fn mapped(&self) -> impl Iterator<Item = (&[u32], &Module)> {
+        self.mapped.iter().map(|(p, m)| (p.as_slice(), m))
+    }
+
     /// Number of symbols over all modules.
     pub fn len(&self) -> usize {
-        self.modules.iter().map(|m| m.symbols.len()).sum()
+        self.modules
+            .iter()
+            .chain(self.mapped.iter().map(|(_, m)| m))
+            .map(|m| m.symbols.len())
+            .sum()
     }
 
     /// True when there are no symbols.
@@ -281,9 +328,29 @@ impl Symbols {
         self.modules.iter().rev().find(|m| m.contains(addr))
     }
 
-    /// The module and symbol at `addr`.
+    /// The module at `addr` as the process with key `process` sees it: one it maps there,
+    /// else one every address space sees ([`Symbols::module_at`]).
+    pub fn module_in(&self, process: Option<u32>, addr: u64) -> Option<&Module> {
+        process
+            .and_then(|p| {
+                self.mapped
+                    .iter()
+                    .rev()
+                    .find(|(ps, m)| m.contains(addr) && ps.binary_search(&p).is_ok())
+                    .map(|(_, m)| m)
+            })
+            .or_else(|| self.module_at(addr))
+    }
+
+    /// The module and symbol at `addr`, in no process in particular: only the modules every
+    /// address space sees.
     pub fn resolve(&self, addr: u64) -> Option<Hit<'_>> {
-        let module = self.module_at(addr)?;
+        self.resolve_in(None, addr)
+    }
+
+    /// The module and symbol at `addr` as the process with key `process` sees it.
+    pub fn resolve_in(&self, process: Option<u32>, addr: u64) -> Option<Hit<'_>> {
+        let module = self.module_in(process, addr)?;
         let rva = addr - module.base;
         Some(match module.lookup_rva(rva) {
             Some((symbol, offset)) => Hit {

@@ -1,0 +1,156 @@
+//! A Linux guest's files, found on the host by the paths the guest's kernel gives them: in the
+//! initramfs hvprof booted ([`initrd`]) and in sysroots (`--sysroot DIR`, the guest's root
+//! tree, as perf's `--symfs`). The files mapped by a guest's processes are read from here
+//! for their symbols.
+//!
+//! A sysroot's symbolic links are followed inside the sysroot: an absolute target means the
+//! sysroot's root, never the host's, and `..` stops at that root.
+
+pub mod initrd;
+
+use std::path::{Path, PathBuf};
+
+pub use initrd::{Initrd, InitrdError};
+
+/// Where a file was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// In the initramfs at this host path.
+    Initrd(PathBuf),
+    /// This file on the host, under a sysroot.
+    Host(PathBuf),
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Initrd(p) => write!(f, "the initramfs {}", p.display()),
+            Origin::Host(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// The places a guest's files are looked for, in order: the sysroots first (the user named
+/// them), then the initramfs.
+#[derive(Debug, Default)]
+pub struct GuestFiles {
+    sysroots: Vec<PathBuf>,
+    initrds: Vec<(PathBuf, Initrd)>,
+}
+
+impl GuestFiles {
+    /// No places.
+    pub fn new() -> Self {
+        GuestFiles::default()
+    }
+
+    /// Looks in the tree under `dir` too.
+    pub fn with_sysroot(mut self, dir: PathBuf) -> Self {
+        self.sysroots.push(dir);
+        self
+    }
+
+    /// Looks in the initramfs read from `path` too.
+    pub fn with_initrd(mut self, path: PathBuf, initrd: Initrd) -> Self {
+        self.initrds.push((path, initrd));
+        self
+    }
+
+    /// True when there is nowhere to look.
+    pub fn is_empty(&self) -> bool {
+        self.sysroots.is_empty() && self.initrds.is_empty()
+    }
+
+    /// The bytes of the guest's file `path` (absolute), at most `limit` of them from a
+    /// sysroot, and where they came from; None when no place has it.
+    pub fn read(&self, path: &str, limit: files::bounded::Limit) -> Option<(Vec<u8>, Origin)> {
+        for root in &self.sysroots {
+            let Some(host) = in_sysroot(root, path) else {
+                continue;
+            };
+            match files::bounded::read(&host, limit) {
+                Ok(bytes) => return Some((bytes, Origin::Host(host))),
+                Err(e) => log::warn!("{e}"),
+            }
+        }
+        self.initrds.iter().find_map(|(p, i)| {
+            let bytes = i.read(path)?;
+            Some((bytes.to_vec(), Origin::Initrd(p.clone())))
+        })
+    }
+}
+
+/// The host path of the regular file the guest calls `path` in the tree under `root`, its
+/// symbolic links resolved inside that tree (at most [`initrd::MAX_LINKS`] of them).
+pub fn in_sysroot(root: &Path, path: &str) -> Option<PathBuf> {
+    let mut done: Vec<String> = Vec::new();
+    let mut todo: Vec<String> = path.split('/').rev().map(String::from).collect();
+    let mut links = 0;
+    while let Some(c) = todo.pop() {
+        match c.as_str() {
+            "" | "." => continue,
+            ".." => {
+                done.pop();
+                continue;
+            }
+            _ => done.push(c),
+        }
+        let host = done.iter().fold(root.to_path_buf(), |p, c| p.join(c));
+        let meta = std::fs::symlink_metadata(&host).ok()?;
+        if meta.file_type().is_symlink() {
+            links += 1;
+            if links > initrd::MAX_LINKS {
+                return None;
+            }
+            let target = std::fs::read_link(&host).ok()?;
+            let target = target.to_str()?;
+            done.pop();
+            if target.starts_with('/') {
+                done.clear();
+            }
+            todo.extend(target.split('/').rev().map(String::from));
+        }
+    }
+    let host = done.iter().fold(root.to_path_buf(), |p, c| p.join(c));
+    std::fs::metadata(&host)
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|_| host)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sysroot_links_resolve_inside_the_sysroot() {
+        let d = crate::symbols::testdata::temp_dir("sysroot");
+        std::fs::create_dir_all(d.join("usr/lib")).unwrap();
+        std::fs::create_dir_all(d.join("bin")).unwrap();
+        std::fs::write(d.join("usr/lib/libc.so.6"), b"libc").unwrap();
+        std::fs::write(d.join("bin/prog"), b"prog").unwrap();
+        std::os::unix::fs::symlink("/usr/lib", d.join("lib")).unwrap();
+        std::os::unix::fs::symlink("../../bin/prog", d.join("usr/lib/up")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", d.join("bin/host")).unwrap();
+        std::os::unix::fs::symlink("../../../../../../etc/passwd", d.join("bin/out")).unwrap();
+        std::os::unix::fs::symlink("self", d.join("self")).unwrap();
+        let found = |p: &str| in_sysroot(&d, p);
+        assert_eq!(found("/lib/libc.so.6"), Some(d.join("usr/lib/libc.so.6")));
+        assert_eq!(found("/usr/lib/up"), Some(d.join("bin/prog")));
+        assert_eq!(
+            found("/bin/host"),
+            None,
+            "an absolute link stays in the sysroot"
+        );
+        assert_eq!(found("/bin/out"), None, "`..` stops at the sysroot's root");
+        assert_eq!(found("/self"), None);
+        assert_eq!(found("/usr/lib"), None, "a directory is no file");
+        let files = GuestFiles::new().with_sysroot(d.clone());
+        let (bytes, origin) = files
+            .read("/lib/libc.so.6", files::bounded::SYMBOLS)
+            .unwrap();
+        assert_eq!(bytes, b"libc");
+        assert_eq!(origin, Origin::Host(d.join("usr/lib/libc.so.6")));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
