@@ -6,6 +6,7 @@
 use report::hex::{Hex, OptHex};
 use report::input::{GuestObject, HostObject, RunInput};
 use report::profile::{GuestModule, GuestPdb, StackCount};
+use report::symbols::guest_files::GuestFiles;
 use report::symbols::{elf, Finder};
 use report::{KernelImage, Module, Profile, ReportError, RunInfo, SymbolSpec, Symbols, VcpuStats};
 
@@ -206,14 +207,20 @@ pub fn config_symbols(config: &VmConfig) -> Symbols {
     config.kernel().map(kernel_symbols).unwrap_or_default()
 }
 
-/// The symbols of a run just ended: its kernel's, and with a finder (a symbol path) the
-/// PDBs of the modules it found in guest memory; those not found are in
-/// [`Symbols::missing`].
-pub fn run_symbols(config: &VmConfig, profile: &Profile, finder: Option<&mut Finder>) -> Symbols {
+/// The symbols of a run just ended: its kernel's, with a finder (a symbol path) the PDBs of
+/// the modules it found in guest memory, and the ELF files its Linux processes mapped that
+/// `files` holds; those not found are in [`Symbols::missing`] and [`Symbols::unmapped`].
+pub fn run_symbols(
+    config: &VmConfig,
+    profile: &Profile,
+    finder: Option<&mut Finder>,
+    files: &GuestFiles,
+) -> Symbols {
     let mut symbols = config_symbols(config);
     if let Some(finder) = finder {
         report::load::add_guest_modules(&mut symbols, profile, finder);
     }
+    report::load::add_mapped_files(&mut symbols, profile, files);
     symbols
 }
 
@@ -226,6 +233,7 @@ pub fn saved_profile_symbols(
     profile: &Profile,
     specs: &[SymbolSpec],
     finder: Option<&mut Finder>,
+    files: &GuestFiles,
 ) -> Result<Symbols, ReportError> {
     // A profile records the kernel by the name RunMetadata gave it; the built-in one's name
     // is not a path, so its bytes come from this binary.
@@ -237,7 +245,9 @@ pub fn saved_profile_symbols(
         }
         _ => KernelImage::None,
     };
-    report::load::for_profile(profile, kernel, specs, finder)
+    let mut symbols = report::load::for_profile(profile, kernel, specs, finder)?;
+    report::load::add_mapped_files(&mut symbols, profile, files);
+    Ok(symbols)
 }
 
 #[cfg(test)]
@@ -303,10 +313,16 @@ mod tests {
             .kernel
             .display()
             .to_string();
-        let s = saved_profile_symbols(&saved(&builtin), &[], None).unwrap();
+        let s = saved_profile_symbols(&saved(&builtin), &[], None, &GuestFiles::new()).unwrap();
         assert_eq!(s.modules()[0].name, "refguest");
         assert!(s.len() > 10);
-        let s = saved_profile_symbols(&saved("/nonexistent/vmlinux"), &[], None).unwrap();
+        let s = saved_profile_symbols(
+            &saved("/nonexistent/vmlinux"),
+            &[],
+            None,
+            &GuestFiles::new(),
+        )
+        .unwrap();
         assert!(s.modules().is_empty());
     }
 
@@ -316,13 +332,78 @@ mod tests {
         // profile it is still not read; named by the user it is.
         let exe = std::env::current_exe().unwrap();
         let p = saved(exe.to_str().unwrap());
-        assert!(saved_profile_symbols(&p, &[], None)
+        assert!(saved_profile_symbols(&p, &[], None, &GuestFiles::new())
             .unwrap()
             .modules()
             .is_empty());
         let spec: SymbolSpec = exe.to_str().unwrap().parse().unwrap();
-        let s = saved_profile_symbols(&p, &[spec], None).unwrap();
+        let s = saved_profile_symbols(&p, &[spec], None, &GuestFiles::new()).unwrap();
         assert_eq!(s.modules().len(), 1);
+    }
+
+    #[test]
+    fn files_linux_processes_mapped_are_named_for_those_processes_only() {
+        use report::hex::Hex;
+        use report::profile::{MappingInfo, ProcessInfo};
+        use report::symbols::guest_files::GuestFiles;
+        // The reference guest's ELF as a guest program, /bin/prog in a sysroot.
+        let elf = crate::refguest::kernel_spec("").embedded.unwrap();
+        let root = std::env::temp_dir().join(format!("hvprof-mapped-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("bin")).unwrap();
+        std::fs::write(root.join("bin/prog"), elf).unwrap();
+        // Its first loadable byte, and a function in it.
+        let offset = (0..elf.len() as u64)
+            .step_by(0x1000)
+            .find(|&o| report::symbols::elf::linked_address(elf, o).is_some())
+            .unwrap();
+        let linked = report::symbols::elf::linked_address(elf, offset).unwrap();
+        let m = report::symbols::elf::read("prog", elf).unwrap();
+        let f4 = m.symbols.iter().find(|s| s.name == "shares_f4").unwrap();
+        let at = m.base + f4.rva;
+        let process = |key: u32, bias: u64, path: &str| ProcessInfo {
+            key,
+            pid: Some(u64::from(key) + 100),
+            name: format!("p{key}"),
+            path: None,
+            cr3s: Vec::new(),
+            first_seen_s: 0.0,
+            last_seen_s: 0.0,
+            kernel: false,
+            identified: true,
+            mappings: vec![MappingInfo {
+                start: Hex(linked + bias),
+                end: Hex(linked + bias + 0x10_0000),
+                offset: Hex(offset),
+                path: path.into(),
+            }],
+        };
+        let mut p = saved("/nonexistent/vmlinux");
+        p.processes = vec![
+            process(1, 0, "/bin/prog"),
+            process(2, 0x4000_0000, "/bin/prog"),
+            process(3, 0, "/bin/elsewhere"),
+            process(4, 0, "/bin/prog"),
+        ];
+        let files = GuestFiles::new().with_sysroot(root.clone());
+        let s = saved_profile_symbols(&p, &[], None, &files).unwrap();
+        std::fs::remove_dir_all(&root).unwrap();
+        let name = |key, addr| {
+            s.resolve_in(Some(key), addr)
+                .map(|h| h.describe())
+                .unwrap_or_default()
+        };
+        assert_eq!(name(1, at), "prog!shares_f4");
+        assert_eq!(
+            name(4, at),
+            "prog!shares_f4",
+            "one placement, two processes"
+        );
+        assert_eq!(name(2, at + 0x4000_0000), "prog!shares_f4");
+        assert_eq!(name(2, at), "", "process 2 maps it elsewhere");
+        assert_eq!(name(3, at), "", "process 3 maps another file");
+        assert!(s.resolve(at).is_none(), "no process, no mapped file");
+        assert_eq!(s.mapped().count(), 2);
+        assert_eq!(s.unmapped(), ["/bin/elsewhere"]);
     }
 
     fn meta() -> RunMetadata {

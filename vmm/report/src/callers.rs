@@ -31,7 +31,7 @@ pub fn named(o: &ProfileObject, symbols: &Symbols) -> Vec<NamedStack> {
                 .pcs
                 .iter()
                 .enumerate()
-                .map(|(i, pc)| frame_name(symbols, pc.0, i > 0))
+                .map(|(i, pc)| frame_name(symbols, None, pc.0, i > 0))
                 .collect(),
             truncated: s.truncated,
             count: s.count,

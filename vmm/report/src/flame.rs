@@ -41,12 +41,12 @@ use super::profile::{Profile, ProfileObject};
 use super::symbols::Symbols;
 use super::ReportError;
 
-/// The flame-graph frame of `pc`: `module!function`, `module+0xrva` without a symbol, the
-/// bare address outside every module. A return address (`ret`) is named by the call before
-/// it.
-pub fn frame_name(symbols: &Symbols, pc: u64, ret: bool) -> String {
+/// The flame-graph frame of `pc` in the process with key `process` (when known):
+/// `module!function`, `module+0xrva` without a symbol, the bare address outside every module.
+/// A return address (`ret`) is named by the call before it.
+pub fn frame_name(symbols: &Symbols, process: Option<u32>, pc: u64, ret: bool) -> String {
     let lookup = if ret { pc.wrapping_sub(1) } else { pc };
-    match symbols.resolve(lookup) {
+    match symbols.resolve_in(process, lookup) {
         Some(hit) => match hit.symbol {
             Some(s) => format!("{}!{}", hit.module.name, s.name),
             None => format!("{}+{:#x}", hit.module.name, hit.offset),
@@ -71,9 +71,10 @@ pub fn folded(profile: &Profile, symbols: &Symbols) -> Vec<String> {
     folded_with(profile, symbols, ProcessFrame::WithPid)
 }
 
-/// The module, function and bucket frames of a bucket starting at `start`.
-fn bucket_frames(symbols: &Symbols, start: u64) -> [String; 3] {
-    let (module, function, bucket) = match symbols.resolve(start) {
+/// The module, function and bucket frames of a bucket starting at `start`, in the process
+/// with key `process` when known.
+fn bucket_frames(symbols: &Symbols, process: Option<u32>, start: u64) -> [String; 3] {
+    let (module, function, bucket) = match symbols.resolve_in(process, start) {
         Some(hit) => (hit.module.name.clone(), hit.function(), hit.describe()),
         None => (
             "[unknown]".to_string(),
@@ -107,6 +108,10 @@ pub fn folded_with(profile: &Profile, symbols: &Symbols, names: ProcessFrame) ->
             for stack in &o.stacks {
                 let mut frames = vec![root.clone()];
                 frames.extend(process(stack.thread));
+                let key = stack
+                    .thread
+                    .and_then(|t| tasks.process_of(t))
+                    .map(|p| p.key);
                 if stack.truncated {
                     frames.push("[truncated]".to_string());
                 }
@@ -117,7 +122,7 @@ pub fn folded_with(profile: &Profile, symbols: &Symbols, names: ProcessFrame) ->
                         .iter()
                         .rev()
                         .enumerate()
-                        .map(|(i, pc)| clean(&frame_name(symbols, pc.0, i + 1 < n))),
+                        .map(|(i, pc)| clean(&frame_name(symbols, key, pc.0, i + 1 < n))),
                 );
                 lines.push(format!("{} {}", frames.join(";"), stack.count));
             }
@@ -127,11 +132,13 @@ pub fn folded_with(profile: &Profile, symbols: &Symbols, names: ProcessFrame) ->
             continue;
         }
         if !o.threads.is_empty() {
-            lines.extend(thread_buckets(o, &root, symbols, |t| process(Some(t))));
+            lines.extend(thread_buckets(o, &root, symbols, &tasks, |t| {
+                process(Some(t))
+            }));
             continue;
         }
         for b in o.nonzero() {
-            let [module, function, bucket] = bucket_frames(symbols, b.start);
+            let [module, function, bucket] = bucket_frames(symbols, None, b.start);
             lines.push(format!(
                 "{root};{};{};{} {}",
                 clean(&module),
@@ -145,12 +152,13 @@ pub fn folded_with(profile: &Profile, symbols: &Symbols, names: ProcessFrame) ->
 }
 
 /// The buckets of an object with per-thread counts, each under its thread's process frame
-/// (`process` of the thread's key), the same stacks of several threads added up; in frame
-/// order.
+/// (`process` of the thread's key) and named as that process sees its addresses, the same
+/// stacks of several threads added up; in frame order.
 fn thread_buckets(
     o: &ProfileObject,
     root: &str,
     symbols: &Symbols,
+    tasks: &Tasks,
     process: impl Fn(u32) -> Option<String>,
 ) -> Vec<String> {
     let clean = |s: &str| crate::sanitize::flame_frame(s);
@@ -158,10 +166,11 @@ fn thread_buckets(
     for t in &o.threads {
         let mut frames = vec![root.to_string()];
         frames.extend(process(t.thread));
+        let key = tasks.process_of(t.thread).map(|p| p.key);
         for &(index, count) in &t.counts {
             let (start, _) = o.bucket_range(index);
             let mut f = frames.clone();
-            f.extend(bucket_frames(symbols, start).iter().map(|x| clean(x)));
+            f.extend(bucket_frames(symbols, key, start).iter().map(|x| clean(x)));
             // A checked profile's per-thread counts add up to the object's total.
             *stacks.entry(f.join(";")).or_default() += count;
         }

@@ -9,11 +9,15 @@
 //! bare PDB needs `@BASE` (it knows only RVAs) and is placed at 0 without one.
 //!
 //! With a [`Finder`], a PE's PDB is found through its symbol path, and so are the PDBs (and,
-//! when the finder wants them, the images) of the modules found in guest memory.
+//! when the finder wants them, the images) of the modules found in guest memory. With
+//! [`GuestFiles`] (an initramfs, sysroots), so are the ELF files a Linux guest's processes
+//! mapped ([`add_mapped_files`]).
 
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use super::profile::{GuestModule, Profile};
+use super::symbols::guest_files::GuestFiles;
 use super::symbols::{elf, pdb, pe, Finder, Module, SymbolError, Symbols};
 use super::ReportError;
 use files::bounded;
@@ -157,6 +161,67 @@ pub fn add_guest_modules(symbols: &mut Symbols, profile: &Profile, finder: &mut 
         symbols.push(m);
     }
     symbols.note_missing(finder);
+}
+
+/// Adds the ELF files a Linux guest's processes mapped (profile.json's
+/// `processes[].mappings`) that `files` has, each placed where its mapping put it and seen
+/// only from the processes that map it there ([`Symbols::push_in`]). A file is read once
+/// however many processes map it. The guest paths not found or not readable as ELF are
+/// recorded ([`Symbols::unmapped`]).
+pub fn add_mapped_files(symbols: &mut Symbols, profile: &Profile, files: &GuestFiles) {
+    if files.is_empty() {
+        return;
+    }
+    // Each file once: its module as linked and its bytes' segments, or None.
+    let mut read: HashMap<&str, Option<(Module, Vec<u8>)>> = HashMap::new();
+    let mut missing: Vec<String> = Vec::new();
+    // (path, placed base) -> the processes that map it there.
+    let mut placed: BTreeMap<(&str, u64), Vec<u32>> = BTreeMap::new();
+    for p in &profile.processes {
+        for m in &p.mappings {
+            let path = m.path.as_str();
+            let entry = read.entry(path).or_insert_with(|| {
+                let (bytes, origin) = files.read(path, bounded::SYMBOLS)?;
+                match elf::read(super::symbols::base_name(path), &bytes) {
+                    Ok(module) => Some((
+                        Module {
+                            path: Some(PathBuf::from(origin.to_string())),
+                            ..module
+                        },
+                        bytes,
+                    )),
+                    Err(e) => {
+                        log::warn!("{path} (in {origin}): {e}");
+                        None
+                    }
+                }
+            });
+            let Some((module, bytes)) = entry else {
+                if !missing.iter().any(|x| x == path) {
+                    missing.push(path.to_string());
+                }
+                continue;
+            };
+            let Some(linked) = elf::linked_address(bytes, m.offset.0) else {
+                log::warn!(
+                    "{path}: no loadable segment holds offset {:#x} (mapped at {:#x})",
+                    m.offset.0,
+                    m.start.0
+                );
+                continue;
+            };
+            let base = module.base.wrapping_add(m.start.0.wrapping_sub(linked));
+            placed.entry((path, base)).or_default().push(p.key);
+        }
+    }
+    for ((path, base), processes) in placed {
+        if let Some(Some((module, _))) = read.get(path) {
+            symbols.push_in(processes, module.clone().placed_at(base));
+        }
+    }
+    for path in missing {
+        symbols.add_unmapped(path);
+    }
 }
 
 /// The modules found in guest memory that `finder` finds symbols for, each placed at its

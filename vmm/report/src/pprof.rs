@@ -207,26 +207,37 @@ fn id(n: usize) -> u64 {
 struct Locations<'a> {
     symbols: &'a Symbols,
     functions: HashMap<String, u64>,
-    /// (address, is a return address) -> location id.
-    ids: HashMap<(u64, bool), u64>,
+    /// (process key, address, is a return address) -> location id.
+    ids: HashMap<(Option<u32>, u64, bool), u64>,
 }
 
 impl Locations<'_> {
     /// The location of `addr`: a sampled PC, or with `ret` a return address, which is named
     /// by the call before it (the return address itself may already lie past the caller's
-    /// last byte, after a call that never returns).
-    fn get(&mut self, out: &mut PprofProfile, strings: &mut Strings, addr: u64, ret: bool) -> u64 {
-        if let Some(l) = self.ids.get(&(addr, ret)) {
+    /// last byte, after a call that never returns). In the process with key `process`, when
+    /// known: its mapped files name its addresses.
+    fn get(
+        &mut self,
+        out: &mut PprofProfile,
+        strings: &mut Strings,
+        process: Option<u32>,
+        addr: u64,
+        ret: bool,
+    ) -> u64 {
+        if let Some(l) = self.ids.get(&(process, addr, ret)) {
             return *l;
         }
         let lookup = if ret { addr.wrapping_sub(1) } else { addr };
-        let modules = self.symbols.modules();
-        let hit = self.symbols.resolve(lookup);
+        let hit = self.symbols.resolve_in(process, lookup);
         let name = hit.map_or_else(|| format!("{addr:#x}"), |h| h.function());
         // The address's source line, when its module has lines.
         let source = hit.and_then(|h| h.source());
         let mapping_id = hit
-            .and_then(|h| modules.iter().position(|m| std::ptr::eq(m, h.module)))
+            .and_then(|h| {
+                self.symbols
+                    .all_modules()
+                    .position(|m| std::ptr::eq(m, h.module))
+            })
             .map_or(0, id);
         let function_id = match self.functions.get(&name) {
             Some(f) => {
@@ -264,7 +275,7 @@ impl Locations<'_> {
                 line: source.map_or(0, |l| i64::from(l.line)),
             }],
         });
-        self.ids.insert((addr, ret), l);
+        self.ids.insert((process, addr, ret), l);
         l
     }
 }
@@ -300,7 +311,7 @@ pub fn build(profile: &Profile, symbols: &Symbols) -> PprofProfile {
     ] {
         out.comment.push(strings.get(&c));
     }
-    for (i, m) in symbols.modules().iter().enumerate() {
+    for (i, m) in symbols.all_modules().enumerate() {
         let file = m
             .path
             .as_ref()
@@ -349,9 +360,10 @@ pub fn build(profile: &Profile, symbols: &Symbols) -> PprofProfile {
             for t in &o.threads {
                 let mut label = labels.clone();
                 label.extend(task_labels.of(Some(t.thread), &mut strings));
+                let process = tasks.process_of(t.thread).map(|p| p.key);
                 for &(index, count) in &t.counts {
                     let (start, _) = o.bucket_range(index);
-                    let loc = locations.get(&mut out, &mut strings, start, false);
+                    let loc = locations.get(&mut out, &mut strings, process, start, false);
                     out.sample.push(Sample {
                         location_id: vec![loc],
                         value: value(count),
@@ -363,7 +375,7 @@ pub fn build(profile: &Profile, symbols: &Symbols) -> PprofProfile {
         }
         if o.stacks.is_empty() {
             for b in o.nonzero() {
-                let loc = locations.get(&mut out, &mut strings, b.start, false);
+                let loc = locations.get(&mut out, &mut strings, None, b.start, false);
                 out.sample.push(Sample {
                     location_id: vec![loc],
                     value: value(b.count),
@@ -373,11 +385,15 @@ pub fn build(profile: &Profile, symbols: &Symbols) -> PprofProfile {
             continue;
         }
         for stack in &o.stacks {
+            let process = stack
+                .thread
+                .and_then(|t| tasks.process_of(t))
+                .map(|p| p.key);
             let location_id = stack
                 .pcs
                 .iter()
                 .enumerate()
-                .map(|(i, pc)| locations.get(&mut out, &mut strings, pc.0, i > 0))
+                .map(|(i, pc)| locations.get(&mut out, &mut strings, process, pc.0, i > 0))
                 .collect();
             let mut label = labels.clone();
             label.extend(task_labels.of(stack.thread, &mut strings));

@@ -159,17 +159,19 @@ pub fn process_buckets(tasks: &Tasks, o: &ProfileObject, process: u32) -> BTreeM
     out
 }
 
-/// Per-function totals of `buckets` (index -> samples) of `o`, named by `symbols` as
+/// Per-function totals of `buckets` (index -> samples) of `o` in the process with key
+/// `process` (its mapped files' symbols too), named by `symbols` as
 /// [`ProfileObject::function_counts`] names them; largest first.
 pub fn function_counts(
     o: &ProfileObject,
     buckets: &BTreeMap<u64, u64>,
     symbols: &Symbols,
+    process: Option<u32>,
 ) -> Vec<FunctionCount> {
     let mut totals = FunctionTotals::new();
     for (&index, &count) in buckets {
         let (start, _) = o.bucket_range(index);
-        let key = match symbols.resolve(start) {
+        let key = match symbols.resolve_in(process, start) {
             Some(hit) => (Some(hit.module.name.clone()), hit.function()),
             None => (None, format!("{start:#x}")),
         };
@@ -298,10 +300,11 @@ pub(crate) mod tests {
         let tasks = Tasks::new(&p);
         let o = &p.objects[0];
         let symbols = crate::profile::tests::call_site_symbols();
-        let f: Vec<(String, u64)> = function_counts(o, &process_buckets(&tasks, o, 10), &symbols)
-            .iter()
-            .map(|f| (f.qualified(), f.samples))
-            .collect();
+        let f: Vec<(String, u64)> =
+            function_counts(o, &process_buckets(&tasks, o, 10), &symbols, Some(10))
+                .iter()
+                .map(|f| (f.qualified(), f.samples))
+                .collect();
         assert_eq!(
             f,
             [

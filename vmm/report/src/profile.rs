@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::hex::{Hex, OptHex};
-use super::symbols::{ImageKind, Symbols};
+use super::symbols::{ImageKind, Module, Symbols};
 
 /// The value of `format` in every profile.json.
 pub const FORMAT_NAME: &str = "hvprof-profile";
@@ -517,13 +517,37 @@ impl ProfileObject {
 
     /// Per-function totals from `symbols`, largest first (ties by module and name).
     pub fn function_counts(&self, symbols: &Symbols) -> Vec<FunctionCount> {
+        self.function_counts_in(symbols, |_| None)
+    }
+
+    /// [`ProfileObject::function_counts`], with the buckets of an object with per-thread
+    /// counts named as their thread's process sees them (`process_of` a thread key: its
+    /// process's key), so that a process's mapped files name its samples.
+    pub fn function_counts_in(
+        &self,
+        symbols: &Symbols,
+        process_of: impl Fn(u32) -> Option<u32>,
+    ) -> Vec<FunctionCount> {
         let mut totals = FunctionTotals::new();
-        for b in self.nonzero() {
-            let key = match symbols.resolve(b.start) {
+        let mut add = |process: Option<u32>, start: u64, count: u64| {
+            let key = match symbols.resolve_in(process, start) {
                 Some(hit) => (Some(hit.module.name.clone()), hit.function()),
-                None => (None, format!("{:#x}", b.start)),
+                None => (None, format!("{start:#x}")),
             };
-            *totals.entry(key).or_default() += b.count;
+            *totals.entry(key).or_default() += count;
+        };
+        if self.threads.is_empty() || symbols.mapped().next().is_none() {
+            for b in self.nonzero() {
+                add(None, b.start, b.count);
+            }
+        } else {
+            // A checked profile's per-thread counts add up to the object's total.
+            for t in &self.threads {
+                let process = process_of(t.thread);
+                for &(index, count) in &t.counts {
+                    add(process, self.bucket_range(index).0, count);
+                }
+            }
         }
         FunctionCount::ranked(totals)
     }
@@ -533,7 +557,7 @@ impl Profile {
     /// True if this profile was symbolized with `symbols`' modules (same names, ranges and
     /// debug ids), so its stored per-function totals are what `symbols` would give.
     pub fn symbolized_with(&self, symbols: &Symbols) -> bool {
-        let theirs = symbols.modules();
+        let theirs: Vec<&Module> = symbols.all_modules().collect();
         !theirs.is_empty()
             && self.modules.len() == theirs.len()
             && self.modules.iter().zip(theirs).all(|(a, m)| {
@@ -547,8 +571,7 @@ impl Profile {
     /// Records `symbols`' modules and fills every object's per-function totals from them.
     pub fn symbolize(&mut self, symbols: &Symbols) {
         self.modules = symbols
-            .modules()
-            .iter()
+            .all_modules()
             .map(|m| ModuleInfo {
                 name: m.name.clone(),
                 kind: m.kind,
@@ -558,11 +581,14 @@ impl Profile {
                 debug_id: m.debug_id.clone(),
             })
             .collect();
+        let process_of: std::collections::HashMap<u32, u32> =
+            self.threads.iter().map(|t| (t.key, t.process)).collect();
+        let any = symbols.all_modules().next().is_some();
         for o in &mut self.objects {
-            o.functions = if symbols.modules().is_empty() {
-                Vec::new()
+            o.functions = if any {
+                o.function_counts_in(symbols, |t| process_of.get(&t).copied())
             } else {
-                o.function_counts(symbols)
+                Vec::new()
             };
         }
     }

@@ -37,11 +37,17 @@ pub fn hottest(o: &ProfileObject, n: usize) -> Vec<Bucket> {
 
 /// Per-function totals: those stored in the object when `symbols` has no modules or is what
 /// the profile was symbolized with (`stored`), else computed from `symbols`.
-pub fn functions(o: &ProfileObject, symbols: &Symbols, stored: bool) -> Vec<FunctionCount> {
-    if stored || symbols.modules().is_empty() {
+/// A thread's samples are named as its process (from `tasks`) sees them.
+pub fn functions(
+    o: &ProfileObject,
+    tasks: &Tasks,
+    symbols: &Symbols,
+    stored: bool,
+) -> Vec<FunctionCount> {
+    if stored || symbols.all_modules().next().is_none() {
         o.functions.clone()
     } else {
-        o.function_counts(symbols)
+        o.function_counts_in(symbols, |t| tasks.process_of(t).map(|p| p.key))
     }
 }
 
@@ -146,7 +152,7 @@ fn object(
     if total == 0 {
         return;
     }
-    let funcs = functions(o, symbols, stored);
+    let funcs = functions(o, tasks, symbols, stored);
     if !funcs.is_empty() {
         let rows: Vec<(String, u64)> = modules(&funcs).into_iter().take(top).collect();
         table(out, "Module", &rows, total);
@@ -334,11 +340,12 @@ fn process_tables(
             continue;
         };
         let buckets = processes::process_buckets(tasks, o, r.process);
-        let functions: Vec<(String, u64)> = processes::function_counts(o, &buckets, symbols)
-            .iter()
-            .take(top)
-            .map(|f| (f.qualified(), f.samples))
-            .collect();
+        let functions: Vec<(String, u64)> =
+            processes::function_counts(o, &buckets, symbols, Some(r.process))
+                .iter()
+                .take(top)
+                .map(|f| (f.qualified(), f.samples))
+                .collect();
         shares_table(
             out,
             &format!("Functions in {}", one_line(&p.label())),

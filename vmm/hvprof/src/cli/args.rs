@@ -24,6 +24,15 @@ pub struct SymbolArgs {
     /// Deprecated: the same as --symbol-path DIR.
     #[arg(long, value_name = "DIR", hide = true, conflicts_with = "symbol_path")]
     pub symbol_dir: Option<PathBuf>,
+    /// A Linux guest's root tree on the host (as perf's --symfs), where the ELF files its
+    /// processes mapped are found for their symbols; its absolute symbolic links resolve
+    /// inside it. Repeatable; searched before the initramfs.
+    #[arg(long, value_name = "DIR")]
+    pub sysroot: Vec<PathBuf>,
+    /// An initramfs (cpio, plain or gzip, xz or zstd) holding the files a Linux guest's
+    /// processes mapped, for their symbols. A run also looks in the --initrd it booted.
+    #[arg(long, value_name = "FILE")]
+    pub initramfs: Option<PathBuf>,
 }
 
 /// The system-call filter of the subcommands that read saved profiles.

@@ -4,6 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use profile_core::source::ProfileSource;
+use report::symbols::guest_files::GuestFiles;
 use report::symbols::Finder;
 use report::Symbols;
 use vmm::config::VmConfig;
@@ -12,7 +13,7 @@ use vmm::report_input::RunMetadata;
 use vmm::session::{Progress, SessionOptions, Span};
 use vmm::vm::{RunHooks, RunReport};
 
-use super::args::{seconds, BootArgs, DemoArgs, ProfileArgs, RunArgs, VmArgs};
+use super::args::{seconds, BootArgs, DemoArgs, ProfileArgs, RunArgs, SymbolArgs, VmArgs};
 use super::progress::Bar;
 use super::stdout::{err, errln, out};
 use super::{exit_code, fail, results_filter};
@@ -69,6 +70,25 @@ fn summarize(report: &RunReport) {
     }
 }
 
+/// Where the files a Linux guest's processes mapped are found after its run: the
+/// `--sysroot` trees, `--initramfs` and the initrd it booted, read only when some process
+/// mapped a file. A place that cannot be read is a warning: the run's results are still
+/// written.
+fn mapped_files(
+    config: &VmConfig,
+    profile: &report::Profile,
+    a: Option<&SymbolArgs>,
+) -> GuestFiles {
+    if profile.processes.iter().all(|p| p.mappings.is_empty()) {
+        return GuestFiles::new();
+    }
+    let booted = config.kernel().and_then(|k| k.initrd.as_deref());
+    super::symbols::guest_files(a, booted).unwrap_or_else(|e| {
+        errln!("hvprof: warning: {e}; the files the guest's processes mapped are not symbolized");
+        GuestFiles::new()
+    })
+}
+
 /// Finishes a run: the text report of its profile objects (the same as report.txt), the
 /// summary, and the four report files when `out` is given. With a finder, the PDBs of the
 /// modules found in guest memory are looked up, and those not found listed on stderr.
@@ -77,6 +97,7 @@ fn finish(
     result: Result<RunReport, vmm::vm::VmError>,
     out: Option<&Path>,
     finder: Option<&mut Finder>,
+    symbol_args: Option<&SymbolArgs>,
     status_of: impl Fn(&RunReport) -> i32,
 ) -> ExitCode {
     let report = match result {
@@ -99,10 +120,11 @@ fn finish(
     let symbols = if profile.objects.is_empty() && out.is_none() {
         Symbols::default()
     } else {
-        vmm::report_input::run_symbols(config, &profile, finder)
+        let files = mapped_files(config, &profile, symbol_args);
+        vmm::report_input::run_symbols(config, &profile, finder, &files)
     };
     // Once: the printed report and every file written below use these per-function totals.
-    if !symbols.modules().is_empty() {
+    if symbols.all_modules().next().is_some() {
         profile.symbolize(&symbols);
     }
     if !profile.objects.is_empty() {
@@ -110,6 +132,7 @@ fn finish(
     }
     summarize(&report);
     super::symbols::report_missing(&symbols);
+    super::symbols::report_unmapped(symbols.unmapped());
     if let Some(dir) = out {
         match report::write_all(dir, &profile, &symbols) {
             Ok(files) => {
@@ -130,7 +153,9 @@ pub fn run(a: RunArgs) -> ExitCode {
         Err(code) => return code,
     };
     let result = vmm::vm::run_with(&config, hooks);
-    finish(&config, result, None, None, |r| r.outcome.exit_status())
+    finish(&config, result, None, None, None, |r| {
+        r.outcome.exit_status()
+    })
 }
 
 /// `hvprof demo`.
@@ -147,7 +172,7 @@ pub fn demo(a: DemoArgs) -> ExitCode {
         Err(code) => return code,
     };
     let result = vmm::vm::run_with(&config, hooks);
-    finish(&config, result, a.out.as_deref(), None, |r| {
+    finish(&config, result, a.out.as_deref(), None, None, |r| {
         vmm::refguest::exit_status(&r.outcome)
     })
 }
@@ -175,6 +200,10 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         Ok(f) => f,
         Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
     };
+    // So is a --sysroot that is no directory, or an --initramfs that is no archive.
+    if let Err(e) = super::symbols::guest_files(Some(&a.symbol_path), None) {
+        return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR);
+    }
     let embedded = a.boot.is_empty();
     let mut boot = a.boot;
     // The built-in guest's scenario sets ProfileTime's interval itself once it starts, after
@@ -224,11 +253,18 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         Some(Box::new(Bar::new(span)))
     };
     let result = vmm::session::run(&config, &opts, hooks, progress);
-    finish(&config, result, Some(&a.out), finder.as_mut(), |r| {
-        if embedded {
-            vmm::refguest::exit_status(&r.outcome)
-        } else {
-            r.outcome.exit_status()
-        }
-    })
+    finish(
+        &config,
+        result,
+        Some(&a.out),
+        finder.as_mut(),
+        Some(&a.symbol_path),
+        |r| {
+            if embedded {
+                vmm::refguest::exit_status(&r.outcome)
+            } else {
+                r.outcome.exit_status()
+            }
+        },
+    )
 }

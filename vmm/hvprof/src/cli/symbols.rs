@@ -1,6 +1,9 @@
 //! `--symbol-path` (and the deprecated `--symbol-dir`): the finder the report library looks
 //! PDBs up with, and what the binary prints about it.
 
+use std::path::Path;
+
+use report::symbols::guest_files::{GuestFiles, Initrd};
 use report::symbols::path::SymbolPath;
 use report::symbols::Finder;
 use report::Symbols;
@@ -38,6 +41,55 @@ pub fn finder(a: &SymbolArgs, quiet: bool) -> Result<Option<Finder>, String> {
     } else {
         finder.with_progress(Box::new(DownloadBar::default()))
     }))
+}
+
+/// Checks that each `--sysroot` is a directory (before a run, not after it).
+pub fn check_sysroots(a: &SymbolArgs) -> Result<(), String> {
+    match a.sysroot.iter().find(|d| !d.is_dir()) {
+        Some(d) => Err(format!("--sysroot {}: not a directory", d.display())),
+        None => Ok(()),
+    }
+}
+
+/// Where a Linux guest's mapped files are looked for: the `--sysroot` trees, then the
+/// `--initramfs` archive, then `booted` (the initrd a run booted).
+pub fn guest_files(a: Option<&SymbolArgs>, booted: Option<&Path>) -> Result<GuestFiles, String> {
+    let mut files = GuestFiles::new();
+    if let Some(a) = a {
+        check_sysroots(a)?;
+        files = a
+            .sysroot
+            .iter()
+            .fold(files, |f, d| f.with_sysroot(d.clone()));
+    }
+    let given = a.and_then(|a| a.initramfs.as_deref());
+    for path in given.into_iter().chain(booted) {
+        let bytes =
+            files::bounded::read(path, files::bounded::INITRD).map_err(|e| e.to_string())?;
+        let initrd = Initrd::parse(&bytes).map_err(|e| {
+            format!(
+                "{}: not an initramfs: {}",
+                path.display(),
+                report::chain::with_causes(&e)
+            )
+        })?;
+        files = files.with_initrd(path.to_path_buf(), initrd);
+    }
+    Ok(files)
+}
+
+/// Prints the guest files mapped by processes that no sysroot or initramfs had, on stderr.
+pub fn report_unmapped(paths: &[String]) {
+    if paths.is_empty() {
+        return;
+    }
+    errln!(
+        "hvprof: no symbols for {} file(s) the guest's processes mapped (not in --sysroot, --initramfs or the initrd, or not ELF):",
+        paths.len()
+    );
+    for p in paths {
+        errln!("hvprof:   {}", report::sanitize::terminal(p));
+    }
 }
 
 /// Prints the PDBs the symbol path did not have, one a line, on stderr.

@@ -46,10 +46,18 @@ pub fn report(a: &ReportArgs) -> ExitCode {
         Ok(f) => f.map(|f| f.with_images(a.annotate)),
         Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
     };
+    let files = match symbols::guest_files(Some(&a.symbol_path), None) {
+        Ok(f) => f,
+        Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
+    };
     let mut read = || -> Result<_, report::ReportError> {
         let profile = report::read_profile(&a.profile)?;
-        let symbols =
-            vmm::report_input::saved_profile_symbols(&profile, &a.symbols, finder.as_mut())?;
+        let symbols = vmm::report_input::saved_profile_symbols(
+            &profile,
+            &a.symbols,
+            finder.as_mut(),
+            &files,
+        )?;
         Ok((profile, symbols))
     };
     let (profile, symbols) = match read() {
@@ -57,6 +65,7 @@ pub fn report(a: &ReportArgs) -> ExitCode {
         Err(e) => return fail(e, STATUS_CONFIG_ERROR),
     };
     symbols::report_missing(&symbols);
+    symbols::report_unmapped(symbols.unmapped());
     let timeline_asked = a.timeline || a.perf_script.is_some() || a.fxprof.is_some();
     if timeline_asked && profile.timelines.is_empty() {
         return fail(
@@ -228,8 +237,12 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
     // Stack frames are named with the built-in guest's kernel when a profile ran it, with
     // the --symbols images (a kernel file: the path a profile records is never opened) and
     // with a symbol path, the guest modules' PDBs; anything else by address.
+    let files = match symbols::guest_files(Some(&a.symbol_path), None) {
+        Ok(f) => f,
+        Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
+    };
     let mut symbols_of = |p: &report::Profile| {
-        vmm::report_input::saved_profile_symbols(p, &a.symbols, finder.as_mut())
+        vmm::report_input::saved_profile_symbols(p, &a.symbols, finder.as_mut(), &files)
     };
     let symbols = match (symbols_of(&base), symbols_of(&new)) {
         (Ok(b), Ok(n)) => [b, n],

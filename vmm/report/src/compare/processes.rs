@@ -40,30 +40,41 @@ pub fn process_rows(tasks: &Tasks, o: &ProfileObject) -> Option<Rows> {
 /// with `symbols` None, `NAME: start..end` per bucket (so both sides name rows alike).
 /// Threads of one process name are gathered first, in one pass over the threads.
 pub fn process_function_rows(tasks: &Tasks, o: &ProfileObject, symbols: Option<&Symbols>) -> Rows {
-    let mut by_name: BTreeMap<&str, BTreeMap<u64, u64>> = BTreeMap::new();
+    // By name, then by process key: each process sees its own mapped files.
+    let mut by_name: BTreeMap<&str, BTreeMap<u32, BTreeMap<u64, u64>>> = BTreeMap::new();
     for t in &o.threads {
         let Some(p) = tasks.process_of(t.thread) else {
             continue;
         };
-        let buckets = by_name.entry(p.name.as_str()).or_default();
+        let buckets = by_name
+            .entry(p.name.as_str())
+            .or_default()
+            .entry(p.key)
+            .or_default();
         for &(index, count) in &t.counts {
             // A checked profile's per-thread counts add up to the object's total.
             *buckets.entry(index).or_default() += count;
         }
     }
     let mut rows = Rows::new();
-    for (name, buckets) in by_name {
-        match symbols {
-            Some(s) => rows.extend(
-                processes::function_counts(o, &buckets, s)
-                    .into_iter()
-                    .map(|f| (format!("{name}: {}", f.qualified()), f.samples)),
-            ),
-            None => rows.extend(buckets.into_iter().map(|(index, count)| {
-                let (start, end) = o.bucket_range(index);
-                (format!("{name}: {start:#x}..{end:#x}"), count)
-            })),
+    for (name, by_key) in by_name {
+        let mut named: BTreeMap<String, u64> = BTreeMap::new();
+        for (key, buckets) in by_key {
+            match symbols {
+                Some(s) => {
+                    for f in processes::function_counts(o, &buckets, s, Some(key)) {
+                        *named.entry(f.qualified()).or_default() += f.samples;
+                    }
+                }
+                None => {
+                    for (index, count) in buckets {
+                        let (start, end) = o.bucket_range(index);
+                        *named.entry(format!("{start:#x}..{end:#x}")).or_default() += count;
+                    }
+                }
+            }
         }
+        rows.extend(named.into_iter().map(|(f, n)| (format!("{name}: {f}"), n)));
     }
     rows
 }

@@ -95,6 +95,18 @@ pub fn read(name: &str, bytes: &[u8]) -> Result<Module, SymbolError> {
     })
 }
 
+/// The address where an ELF file's loadable segments put its byte at file offset `offset`
+/// (what a mapping of the file from that offset was linked to run at); None when no loadable
+/// segment holds that byte or the file does not parse.
+pub fn linked_address(bytes: &[u8], offset: u64) -> Option<u64> {
+    let file = object::File::parse(bytes).ok()?;
+    file.segments().find_map(|s| {
+        let (start, size) = s.file_range();
+        let into = offset.checked_sub(start).filter(|&d| d < size)?;
+        s.address().checked_add(into)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,5 +125,16 @@ mod tests {
     #[test]
     fn garbage_is_an_error() {
         assert!(read("x", b"not an image").is_err());
+        assert_eq!(linked_address(b"not an image", 0), None);
+    }
+
+    #[test]
+    fn a_file_offset_has_the_address_its_segment_was_linked_at() {
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let file = object::File::parse(&exe[..]).unwrap();
+        let text = file.section_by_name(".text").unwrap();
+        let (offset, _) = text.file_range().unwrap();
+        assert_eq!(linked_address(&exe, offset), Some(text.address()));
+        assert_eq!(linked_address(&exe, u64::MAX), None);
     }
 }

@@ -110,9 +110,12 @@ impl Builder<'_> {
             let name = match self.names.get(&(pc, ret)) {
                 Some(h) => *h,
                 None => {
-                    let h = self
-                        .fx
-                        .intern_string(&flame_frame(&frame_name(self.symbols, pc, ret)));
+                    let h = self.fx.intern_string(&flame_frame(&frame_name(
+                        self.symbols,
+                        None,
+                        pc,
+                        ret,
+                    )));
                     self.names.insert((pc, ret), h);
                     h
                 }

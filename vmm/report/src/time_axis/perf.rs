@@ -93,7 +93,7 @@ pub fn frame_line(symbols: &Symbols, pc: u64, ret: bool) -> String {
     };
     format!(
         "{pc:x} {}+{offset:#x} ({module})",
-        word(&frame_name(symbols, pc, ret))
+        word(&frame_name(symbols, None, pc, ret))
     )
 }
 

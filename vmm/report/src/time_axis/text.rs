@@ -201,7 +201,7 @@ fn render_one(
                 .and_then(|k| t.stacks.get(k))
                 .and_then(|st| st.first())
             {
-                *e.1.entry(one_line(&frame_name(symbols, pc, false)))
+                *e.1.entry(one_line(&frame_name(symbols, None, pc, false)))
                     .or_default() += 1;
             }
             if let Some(p) = s.thread.and_then(|k| tasks.process_of(k)) {
