@@ -197,7 +197,18 @@ impl ProcessTable {
         let mut owner: HashMap<u64, Option<u32>> = HashMap::new();
         for f in facts {
             let p = match t.by_process.get(&f.key) {
-                Some(&p) => p,
+                Some(&p) => {
+                    // A kernel thread starts under its creator's name (Linux: kthreadd's)
+                    // and is renamed after: a row a sample named in that window takes the
+                    // name the kernel's list gives it now.
+                    match t.processes.get_mut(p as usize) {
+                        Some(r) if f.kernel && r.kernel && r.name != f.name => {
+                            r.name.clone_from(&f.name);
+                        }
+                        _ => {}
+                    }
+                    p
+                }
                 None if t.processes.len() < MAX_PROCESSES => {
                     let p = row(t.processes.len());
                     t.processes.push(ProcessInfo {
@@ -446,6 +457,27 @@ mod tests {
         a.name = "a.exe".into();
         assert_eq!(t.listed(&[a], 2.0), Listed::default());
         assert_ne!(t.unidentified(0x1000, 2.1), early);
+    }
+
+    #[test]
+    fn a_kernel_thread_sampled_before_its_rename_takes_its_listed_name() {
+        let t = ProcessTable::new(Instant::now());
+        let mut early = id(0xffff_8000_0000_5000, 16, 1, 16, "[kthreadd]");
+        early.process.kernel = true;
+        early.process.cr3s = Vec::new();
+        let found = t.identified(&early, 0.5);
+        let mut now = early.process.clone();
+        now.name = "[oom_reaper]".into();
+        assert_eq!(t.listed(&[now], 1.0), Listed::default());
+        let (p, _) = t.rows();
+        assert_eq!(p[found.at.process as usize].name, "[oom_reaper]");
+        // A user process keeps the name its samples gave it (an exec is a new row).
+        let user = id(0xffff_8000_0000_6000, 20, 1, 20, "sh");
+        let u = t.identified(&user, 1.1);
+        let mut renamed = user.process.clone();
+        renamed.name = "other".into();
+        t.listed(&[renamed], 1.2);
+        assert_eq!(t.rows().0[u.at.process as usize].name, "sh");
     }
 
     #[test]
