@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds hvprof's Linux test guest from Debian's linux-source-6.1 into OUT (default
 # target/linux): OUT/vmlinux (a PVH ELF with symbols, DWARF and a .BTF section),
-# OUT/vmlinux.btf (its types as raw BTF) and OUT/initramfs.cpio (busybox and
-# images/linux/init, uncompressed). tinyconfig plus hvprof.config, and pvm-host-quirks.patch,
+# OUT/vmlinux.btf (its types as raw BTF) and OUT/initramfs.cpio (busybox, images/linux/init
+# and the burn workload, built twice from burn.c: without and with frame pointers,
+# uncompressed). tinyconfig plus hvprof.config, and pvm-host-quirks.patch,
 # which changes nothing unless the kernel is booted with "pvm_host_quirks".
 #
 # Needs: linux-source-6.1, busybox-static, gcc, make, bc, bison, flex, libelf-dev, xz-utils,
@@ -62,15 +63,20 @@ add_btf() {
 }
 
 tree="$out/linux-source-6.1"
-# The kernel is rebuilt when its recipe (this script, the config, the patch, the source)
-# changes; the initramfs is cheap and always rebuilt.
-recipe=$(cat "$0" "$here/hvprof.config" "$here/pvm-host-quirks.patch" "$src_tar" | sha256sum | cut -d' ' -f1)
+# The kernel is rebuilt when its recipe (the two functions above, the config, the patch, the
+# source) changes; the initramfs is cheap and always rebuilt.
+recipe=$( (declare -f build_kernel add_btf; cat "$here/hvprof.config" "$here/pvm-host-quirks.patch" "$src_tar") | sha256sum | cut -d' ' -f1)
 if [ -f "$out/vmlinux" ] && [ -f "$out/vmlinux.btf" ] && [ -x "$tree/usr/gen_init_cpio" ] && [ "$(cat "$out/recipe" 2>/dev/null)" = "$recipe" ]; then
     echo "build.sh: $out/vmlinux is up to date"
 else
     build_kernel
     echo "$recipe" >"$out/recipe"
 fi
+
+# The workload whose user-mode functions the tests name: static and unstripped, so that
+# hvprof finds its symbols in this initramfs; once without frame pointers, once with them.
+gcc -static -O2 -g -fomit-frame-pointer -o "$out/burn" "$here/burn.c"
+gcc -static -O2 -g -fno-omit-frame-pointer -o "$out/burn-fp" "$here/burn.c"
 
 cat >"$out/initramfs.list" <<LIST
 dir /bin 755 0 0
@@ -85,6 +91,8 @@ slink /bin/sh busybox 777 0 0
 slink /bin/awk busybox 777 0 0
 slink /bin/seq busybox 777 0 0
 file /init $here/init 755 0 0
+file /bin/burn $out/burn 755 0 0
+file /bin/burn-fp $out/burn-fp 755 0 0
 LIST
 "$tree/usr/gen_init_cpio" "$out/initramfs.list" >"$out/initramfs.cpio"
 echo "build.sh: $out/vmlinux and $out/initramfs.cpio"
