@@ -412,18 +412,7 @@ fn qcow2_small() -> Vec<u8> {
 fn initramfs() -> Vec<u8> {
     let mut out = Vec::new();
     let mut entry = |name: &str, mode: u32, data: &[u8], ino: u32, nlink: u32| {
-        let size = u32::try_from(data.len()).unwrap();
-        let namesize = u32::try_from(name.len() + 1).unwrap();
-        let fields = [ino, mode, 0, 0, nlink, 0, size, 0, 0, 0, 0, namesize, 0];
-        out.extend_from_slice(b"070701");
-        for f in fields {
-            out.extend_from_slice(format!("{f:08x}").as_bytes());
-        }
-        out.extend_from_slice(name.as_bytes());
-        out.push(0);
-        out.resize(out.len().next_multiple_of(4), 0);
-        out.extend_from_slice(data);
-        out.resize(out.len().next_multiple_of(4), 0);
+        report::symbols::guest_files::initrd::push_entry(&mut out, name, mode, data, ino, nlink);
     };
     entry("bin", 0o040_755, b"", 1, 2);
     entry("bin/prog", 0o100_755, b"\x7fELF", 2, 1);

@@ -299,6 +299,26 @@ impl Initrd {
     }
 }
 
+/// Appends one newc entry to `out`, an archive being built from its first byte: the header,
+/// the name and the data, each padded to 4 bytes as the format wants (the trailer is an entry
+/// named `TRAILER!!!`). For tests and tools that make archives.
+///
+/// # Panics
+/// If the name or the data is 4 GiB or more.
+pub fn push_entry(out: &mut Vec<u8>, name: &str, mode: u32, data: &[u8], ino: u32, nlink: u32) {
+    let size = u32::try_from(data.len()).expect("newc data under 4 GiB");
+    let namesize = u32::try_from(name.len() + 1).expect("newc name under 4 GiB");
+    out.extend_from_slice(b"070701");
+    for f in [ino, mode, 0, 0, nlink, 0, size, 0, 0, 0, 0, namesize, 0] {
+        out.extend_from_slice(format!("{f:08x}").as_bytes());
+    }
+    out.extend_from_slice(name.as_bytes());
+    out.push(0);
+    out.resize(out.len().next_multiple_of(4), 0);
+    out.extend_from_slice(data);
+    out.resize(out.len().next_multiple_of(4), 0);
+}
+
 /// How many bytes of `bytes` are plain newc archives (through the last trailer and the zero
 /// padding after it) before compressed data or the end.
 fn plain_archives(bytes: &[u8]) -> usize {

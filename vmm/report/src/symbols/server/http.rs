@@ -4,7 +4,7 @@
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use super::{DownloadProgress, ServerError, ServerOptions};
+use super::{Client, DownloadProgress, ServerError, ServerOptions};
 use crate::symbols::store::Wanted;
 
 /// How one try ended.
@@ -16,34 +16,19 @@ enum Try {
     Failed(ServerError),
 }
 
-/// An HTTP(S) client for symbol servers.
-#[derive(Debug)]
-pub struct Client {
-    agent: ureq::Agent,
-    options: ServerOptions,
+/// The agent every download of a [`Client`] goes through.
+pub(super) fn agent(options: &ServerOptions) -> ureq::Agent {
+    let config = ureq::Agent::config_builder()
+        .timeout_resolve(Some(options.connect_timeout))
+        .timeout_connect(Some(options.connect_timeout))
+        .timeout_per_read(Some(options.read_timeout))
+        .http_status_as_error(false)
+        .user_agent(concat!("hvprof/", env!("CARGO_PKG_VERSION")))
+        .build();
+    ureq::Agent::new_with_config(config)
 }
 
 impl Client {
-    /// A client with these options.
-    pub fn new(options: ServerOptions) -> Self {
-        let config = ureq::Agent::config_builder()
-            .timeout_resolve(Some(options.connect_timeout))
-            .timeout_connect(Some(options.connect_timeout))
-            .timeout_per_read(Some(options.read_timeout))
-            .http_status_as_error(false)
-            .user_agent(concat!("hvprof/", env!("CARGO_PKG_VERSION")))
-            .build();
-        Client {
-            agent: ureq::Agent::new_with_config(config),
-            options,
-        }
-    }
-
-    /// The options.
-    pub fn options(&self) -> &ServerOptions {
-        &self.options
-    }
-
     /// Downloads `wanted` from the server at `base` (a URL without a trailing `/`) into
     /// `store` in symbol-server layout. `Ok(None)` when the server does not have it (404).
     pub fn fetch(

@@ -16,14 +16,11 @@ use std::time::Duration;
 
 use super::store::CheckError;
 
+// Client::fetch: downloads, or the error of a build without them.
 #[cfg(feature = "symbol-server")]
 mod http;
-#[cfg(feature = "symbol-server")]
-pub use http::Client;
 #[cfg(not(feature = "symbol-server"))]
 mod offline;
-#[cfg(not(feature = "symbol-server"))]
-pub use offline::Client;
 
 /// Timeouts, retries and limits of downloads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +46,30 @@ impl Default for ServerOptions {
             backoff: Duration::from_millis(500),
             max_bytes: 2 << 30,
         }
+    }
+}
+
+/// An HTTP(S) client for symbol servers ([`Client::fetch`]).
+#[derive(Debug)]
+pub struct Client {
+    #[cfg(feature = "symbol-server")]
+    agent: ureq::Agent,
+    options: ServerOptions,
+}
+
+impl Client {
+    /// A client with these options.
+    pub fn new(options: ServerOptions) -> Self {
+        Client {
+            #[cfg(feature = "symbol-server")]
+            agent: http::agent(&options),
+            options,
+        }
+    }
+
+    /// The options.
+    pub fn options(&self) -> &ServerOptions {
+        &self.options
     }
 }
 

@@ -3,26 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{DownloadProgress, ServerError, ServerOptions};
+use super::{Client, DownloadProgress, ServerError};
 use crate::symbols::store::Wanted;
 
-/// A symbol-server client that cannot download.
-#[derive(Debug)]
-pub struct Client {
-    options: ServerOptions,
-}
-
 impl Client {
-    /// A client with these options.
-    pub fn new(options: ServerOptions) -> Self {
-        Client { options }
-    }
-
-    /// The options.
-    pub fn options(&self) -> &ServerOptions {
-        &self.options
-    }
-
     /// Fails: this build has no HTTP client.
     pub fn fetch(
         &self,

@@ -2,32 +2,8 @@ use std::io::Write;
 
 use super::*;
 
-/// One newc entry: header, name, data, each padded to 4 from the archive's start (`at`).
 fn entry(out: &mut Vec<u8>, name: &str, mode: u32, data: &[u8], ino: u32, nlink: u32) {
-    let fields = [
-        ino,
-        mode,
-        0,
-        0,
-        nlink,
-        0,
-        u32::try_from(data.len()).unwrap(),
-        0,
-        0,
-        0,
-        0,
-        u32::try_from(name.len() + 1).unwrap(),
-        0,
-    ];
-    out.extend_from_slice(b"070701");
-    for f in fields {
-        out.extend_from_slice(format!("{f:08x}").as_bytes());
-    }
-    out.extend_from_slice(name.as_bytes());
-    out.push(0);
-    out.resize(out.len().next_multiple_of(4), 0);
-    out.extend_from_slice(data);
-    out.resize(out.len().next_multiple_of(4), 0);
+    push_entry(out, name, mode, data, ino, nlink);
 }
 
 fn trailer(out: &mut Vec<u8>) {
