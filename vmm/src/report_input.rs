@@ -352,11 +352,12 @@ mod tests {
         std::fs::create_dir_all(root.join("bin")).unwrap();
         std::fs::write(root.join("bin/prog"), elf).unwrap();
         // Its first loadable byte, and a function in it.
+        let segments = report::symbols::elf::Segments::of(elf).unwrap();
         let offset = (0..elf.len() as u64)
             .step_by(0x1000)
-            .find(|&o| report::symbols::elf::linked_address(elf, o).is_some())
+            .find(|&o| segments.linked_address(o).is_some())
             .unwrap();
-        let linked = report::symbols::elf::linked_address(elf, offset).unwrap();
+        let linked = segments.linked_address(offset).unwrap();
         let m = report::symbols::elf::read("prog", elf).unwrap();
         let f4 = m.symbols.iter().find(|s| s.name == "shares_f4").unwrap();
         let at = m.base + f4.rva;

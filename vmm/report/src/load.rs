@@ -172,8 +172,8 @@ pub fn add_mapped_files(symbols: &mut Symbols, profile: &Profile, files: &GuestF
     if files.is_empty() {
         return;
     }
-    // Each file once: its module as linked and its bytes' segments, or None.
-    let mut read: HashMap<&str, Option<(Module, Vec<u8>)>> = HashMap::new();
+    // Each file once: its module as linked and its loadable segments, or None.
+    let mut read: HashMap<&str, Option<(Module, elf::Segments)>> = HashMap::new();
     let mut missing: Vec<String> = Vec::new();
     // (path, placed base) -> the processes that map it there.
     let mut placed: BTreeMap<(&str, u64), Vec<u32>> = BTreeMap::new();
@@ -188,7 +188,7 @@ pub fn add_mapped_files(symbols: &mut Symbols, profile: &Profile, files: &GuestF
                             path: Some(PathBuf::from(origin.to_string())),
                             ..module
                         },
-                        bytes,
+                        elf::Segments::of(&bytes)?,
                     )),
                     Err(e) => {
                         log::warn!("{path} (in {origin}): {e}");
@@ -196,13 +196,13 @@ pub fn add_mapped_files(symbols: &mut Symbols, profile: &Profile, files: &GuestF
                     }
                 }
             });
-            let Some((module, bytes)) = entry else {
+            let Some((module, segments)) = entry else {
                 if !missing.iter().any(|x| x == path) {
                     missing.push(path.to_string());
                 }
                 continue;
             };
-            let Some(linked) = elf::linked_address(bytes, m.offset.0) else {
+            let Some(linked) = segments.linked_address(m.offset.0) else {
                 log::warn!(
                     "{path}: no loadable segment holds offset {:#x} (mapped at {:#x})",
                     m.offset.0,

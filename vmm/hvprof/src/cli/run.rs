@@ -13,7 +13,7 @@ use vmm::report_input::RunMetadata;
 use vmm::session::{Progress, SessionOptions, Span};
 use vmm::vm::{RunHooks, RunReport};
 
-use super::args::{seconds, BootArgs, DemoArgs, ProfileArgs, RunArgs, SymbolArgs, VmArgs};
+use super::args::{seconds, BootArgs, DemoArgs, ProfileArgs, RunArgs, VmArgs};
 use super::progress::Bar;
 use super::stdout::{err, errln, out};
 use super::{exit_code, fail, results_filter};
@@ -70,23 +70,26 @@ fn summarize(report: &RunReport) {
     }
 }
 
-/// Where the files a Linux guest's processes mapped are found after its run: the
-/// `--sysroot` trees, `--initramfs` and the initrd it booted, read only when some process
-/// mapped a file. A place that cannot be read is a warning: the run's results are still
-/// written.
-fn mapped_files(
-    config: &VmConfig,
-    profile: &report::Profile,
-    a: Option<&SymbolArgs>,
-) -> GuestFiles {
-    if profile.processes.iter().all(|p| p.mappings.is_empty()) {
-        return GuestFiles::new();
-    }
+/// Where the files a Linux guest's processes mapped are found after its run: `given` (the
+/// `--sysroot` trees and `--initramfs`, read before the run), then the initrd it booted,
+/// read only when some process mapped a file. An initrd that cannot be read is a warning:
+/// the run's results are still written.
+fn mapped_files(config: &VmConfig, profile: &report::Profile, given: GuestFiles) -> GuestFiles {
     let booted = config.kernel().and_then(|k| k.initrd.as_deref());
-    super::symbols::guest_files(a, booted).unwrap_or_else(|e| {
-        errln!("hvprof: warning: {e}; the files the guest's processes mapped are not symbolized");
-        GuestFiles::new()
-    })
+    match booted {
+        Some(path) if profile.processes.iter().any(|p| !p.mappings.is_empty()) => {
+            match super::symbols::read_initramfs(path) {
+                Ok(initrd) => given.with_initrd(path.to_path_buf(), initrd),
+                Err(e) => {
+                    errln!(
+                        "hvprof: warning: {e}; the files the guest's processes mapped are looked for only in --sysroot and --initramfs"
+                    );
+                    given
+                }
+            }
+        }
+        _ => given,
+    }
 }
 
 /// Finishes a run: the text report of its profile objects (the same as report.txt), the
@@ -97,7 +100,7 @@ fn finish(
     result: Result<RunReport, vmm::vm::VmError>,
     out: Option<&Path>,
     finder: Option<&mut Finder>,
-    symbol_args: Option<&SymbolArgs>,
+    files: GuestFiles,
     status_of: impl Fn(&RunReport) -> i32,
 ) -> ExitCode {
     let report = match result {
@@ -120,7 +123,7 @@ fn finish(
     let symbols = if profile.objects.is_empty() && out.is_none() {
         Symbols::default()
     } else {
-        let files = mapped_files(config, &profile, symbol_args);
+        let files = mapped_files(config, &profile, files);
         vmm::report_input::run_symbols(config, &profile, finder, &files)
     };
     // Once: the printed report and every file written below use these per-function totals.
@@ -153,7 +156,7 @@ pub fn run(a: RunArgs) -> ExitCode {
         Err(code) => return code,
     };
     let result = vmm::vm::run_with(&config, hooks);
-    finish(&config, result, None, None, None, |r| {
+    finish(&config, result, None, None, GuestFiles::new(), |r| {
         r.outcome.exit_status()
     })
 }
@@ -172,9 +175,14 @@ pub fn demo(a: DemoArgs) -> ExitCode {
         Err(code) => return code,
     };
     let result = vmm::vm::run_with(&config, hooks);
-    finish(&config, result, a.out.as_deref(), None, None, |r| {
-        vmm::refguest::exit_status(&r.outcome)
-    })
+    finish(
+        &config,
+        result,
+        a.out.as_deref(),
+        None,
+        GuestFiles::new(),
+        |r| vmm::refguest::exit_status(&r.outcome),
+    )
 }
 
 /// `hvprof profile`.
@@ -201,9 +209,10 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
     };
     // So is a --sysroot that is no directory, or an --initramfs that is no archive.
-    if let Err(e) = super::symbols::guest_files(Some(&a.symbol_path), None) {
-        return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR);
-    }
+    let files = match super::symbols::guest_files(&a.symbol_path) {
+        Ok(f) => f,
+        Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
+    };
     let embedded = a.boot.is_empty();
     let mut boot = a.boot;
     // The built-in guest's scenario sets ProfileTime's interval itself once it starts, after
@@ -253,18 +262,11 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         Some(Box::new(Bar::new(span)))
     };
     let result = vmm::session::run(&config, &opts, hooks, progress);
-    finish(
-        &config,
-        result,
-        Some(&a.out),
-        finder.as_mut(),
-        Some(&a.symbol_path),
-        |r| {
-            if embedded {
-                vmm::refguest::exit_status(&r.outcome)
-            } else {
-                r.outcome.exit_status()
-            }
-        },
-    )
+    finish(&config, result, Some(&a.out), finder.as_mut(), files, |r| {
+        if embedded {
+            vmm::refguest::exit_status(&r.outcome)
+        } else {
+            r.outcome.exit_status()
+        }
+    })
 }

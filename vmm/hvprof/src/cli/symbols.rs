@@ -52,30 +52,29 @@ pub fn check_sysroots(a: &SymbolArgs) -> Result<(), String> {
 }
 
 /// Where a Linux guest's mapped files are looked for: the `--sysroot` trees, then the
-/// `--initramfs` archive, then `booted` (the initrd a run booted).
-pub fn guest_files(a: Option<&SymbolArgs>, booted: Option<&Path>) -> Result<GuestFiles, String> {
-    let mut files = GuestFiles::new();
-    if let Some(a) = a {
-        check_sysroots(a)?;
-        files = a
-            .sysroot
-            .iter()
-            .fold(files, |f, d| f.with_sysroot(d.clone()));
-    }
-    let given = a.and_then(|a| a.initramfs.as_deref());
-    for path in given.into_iter().chain(booted) {
-        let bytes =
-            files::bounded::read(path, files::bounded::INITRD).map_err(|e| e.to_string())?;
-        let initrd = Initrd::parse(&bytes).map_err(|e| {
-            format!(
-                "{}: not an initramfs: {}",
-                path.display(),
-                report::chain::with_causes(&e)
-            )
-        })?;
-        files = files.with_initrd(path.to_path_buf(), initrd);
-    }
-    Ok(files)
+/// `--initramfs` archive (a run adds the initrd it booted after these, [`read_initramfs`]).
+pub fn guest_files(a: &SymbolArgs) -> Result<GuestFiles, String> {
+    check_sysroots(a)?;
+    let files = a
+        .sysroot
+        .iter()
+        .fold(GuestFiles::new(), |f, d| f.with_sysroot(d.clone()));
+    Ok(match &a.initramfs {
+        Some(path) => files.with_initrd(path.clone(), read_initramfs(path)?),
+        None => files,
+    })
+}
+
+/// The initramfs at `path`, read and checked.
+pub fn read_initramfs(path: &Path) -> Result<Initrd, String> {
+    let bytes = files::bounded::read(path, files::bounded::INITRD).map_err(|e| e.to_string())?;
+    Initrd::parse(&bytes).map_err(|e| {
+        format!(
+            "{}: not an initramfs: {}",
+            path.display(),
+            report::chain::with_causes(&e)
+        )
+    })
 }
 
 /// Prints the guest files mapped by processes that no sysroot or initramfs had, on stderr.

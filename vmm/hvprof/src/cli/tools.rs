@@ -46,7 +46,7 @@ pub fn report(a: &ReportArgs) -> ExitCode {
         Ok(f) => f.map(|f| f.with_images(a.annotate)),
         Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
     };
-    let files = match symbols::guest_files(Some(&a.symbol_path), None) {
+    let files = match symbols::guest_files(&a.symbol_path) {
         Ok(f) => f,
         Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
     };
@@ -237,7 +237,7 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
     // Stack frames are named with the built-in guest's kernel when a profile ran it, with
     // the --symbols images (a kernel file: the path a profile records is never opened) and
     // with a symbol path, the guest modules' PDBs; anything else by address.
-    let files = match symbols::guest_files(Some(&a.symbol_path), None) {
+    let files = match symbols::guest_files(&a.symbol_path) {
         Ok(f) => f,
         Err(e) => return fail(anyhow::anyhow!(e), STATUS_CONFIG_ERROR),
     };

@@ -95,16 +95,33 @@ pub fn read(name: &str, bytes: &[u8]) -> Result<Module, SymbolError> {
     })
 }
 
-/// The address where an ELF file's loadable segments put its byte at file offset `offset`
-/// (what a mapping of the file from that offset was linked to run at); None when no loadable
-/// segment holds that byte or the file does not parse.
-pub fn linked_address(bytes: &[u8], offset: u64) -> Option<u64> {
-    let file = object::File::parse(bytes).ok()?;
-    file.segments().find_map(|s| {
-        let (start, size) = s.file_range();
-        let into = offset.checked_sub(start).filter(|&d| d < size)?;
-        s.address().checked_add(into)
-    })
+/// Where an ELF file's loadable segments put its bytes: each segment's file range and the
+/// address it was linked at, read once to place every mapping of the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segments(Vec<(u64, u64, u64)>);
+
+impl Segments {
+    /// The loadable segments of the ELF file `bytes`; None when it does not parse.
+    pub fn of(bytes: &[u8]) -> Option<Segments> {
+        let file = object::File::parse(bytes).ok()?;
+        Some(Segments(
+            file.segments()
+                .map(|s| {
+                    let (start, size) = s.file_range();
+                    (start, size, s.address())
+                })
+                .collect(),
+        ))
+    }
+
+    /// The address the byte at file offset `offset` was linked at (what a mapping of the file
+    /// from that offset was linked to run at); None when no loadable segment holds it.
+    pub fn linked_address(&self, offset: u64) -> Option<u64> {
+        self.0.iter().find_map(|&(start, size, address)| {
+            let into = offset.checked_sub(start).filter(|&d| d < size)?;
+            address.checked_add(into)
+        })
+    }
 }
 
 #[cfg(test)]
@@ -125,7 +142,7 @@ mod tests {
     #[test]
     fn garbage_is_an_error() {
         assert!(read("x", b"not an image").is_err());
-        assert_eq!(linked_address(b"not an image", 0), None);
+        assert_eq!(Segments::of(b"not an image"), None);
     }
 
     #[test]
@@ -134,7 +151,8 @@ mod tests {
         let file = object::File::parse(&exe[..]).unwrap();
         let text = file.section_by_name(".text").unwrap();
         let (offset, _) = text.file_range().unwrap();
-        assert_eq!(linked_address(&exe, offset), Some(text.address()));
-        assert_eq!(linked_address(&exe, u64::MAX), None);
+        let segments = Segments::of(&exe).unwrap();
+        assert_eq!(segments.linked_address(offset), Some(text.address()));
+        assert_eq!(segments.linked_address(u64::MAX), None);
     }
 }

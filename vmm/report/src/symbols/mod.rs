@@ -311,11 +311,7 @@ impl Symbols {
 
     /// Number of symbols over all modules.
     pub fn len(&self) -> usize {
-        self.modules
-            .iter()
-            .chain(self.mapped.iter().map(|(_, m)| m))
-            .map(|m| m.symbols.len())
-            .sum()
+        self.all_modules().map(|m| m.symbols.len()).sum()
     }
 
     /// True when there are no symbols.

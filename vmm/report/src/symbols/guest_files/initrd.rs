@@ -107,6 +107,49 @@ fn parse_header(h: &[u8]) -> Option<Header> {
     })
 }
 
+/// One entry of an archive: its header, its name and its data's range, and where the next
+/// entry's header begins.
+struct Entry<'a> {
+    header: Header,
+    name: &'a [u8],
+    start: usize,
+    end: usize,
+    next: usize,
+}
+
+/// The entry whose header is at `at` in `data`, every length checked against `data`'s end.
+fn entry_at(data: &[u8], at: usize) -> Result<Entry<'_>, InitrdError> {
+    let damaged = |what| InitrdError::Damaged { at, what };
+    let header = parse_header(&data[at..]).ok_or_else(|| {
+        if data[at..].starts_with(b"0707") {
+            damaged("not a newc header")
+        } else {
+            InitrdError::NotAnArchive { at }
+        }
+    })?;
+    let namesize = header.namesize as usize;
+    if namesize == 0 || namesize > MAX_NAME {
+        return Err(damaged("a name longer than PATH_MAX, or none"));
+    }
+    let name_end = at + HEADER + namesize;
+    let name = data
+        .get(at + HEADER..name_end - 1)
+        .ok_or_else(|| damaged("its name runs past the end"))?;
+    let start = pad4(name_end).ok_or_else(|| damaged("too long"))?;
+    let end = start
+        .checked_add(header.filesize as usize)
+        .filter(|&e| e <= data.len())
+        .ok_or_else(|| damaged("its data runs past the end"))?;
+    let next = pad4(end).ok_or_else(|| damaged("too long"))?;
+    Ok(Entry {
+        header,
+        name,
+        start,
+        end,
+        next,
+    })
+}
+
 /// `n` rounded up to a multiple of 4.
 fn pad4(n: usize) -> Option<usize> {
     n.checked_add(3).map(|n| n & !3)
@@ -186,37 +229,18 @@ impl Initrd {
                 at += 1;
                 continue;
             }
-            let damaged = |what| InitrdError::Damaged { at, what };
-            let h = parse_header(&data[at..]).ok_or_else(|| {
-                if data[at..].starts_with(b"0707") {
-                    damaged("not a newc header")
-                } else {
-                    InitrdError::NotAnArchive { at }
-                }
-            })?;
+            let e = entry_at(data, at)?;
             entries += 1;
             if entries > MAX_ENTRIES {
                 return Err(InitrdError::TooManyEntries);
             }
-            let namesize = h.namesize as usize;
-            if namesize == 0 || namesize > MAX_NAME {
-                return Err(damaged("a name longer than PATH_MAX, or none"));
-            }
-            let name_end = at + HEADER + namesize;
-            let name = data
-                .get(at + HEADER..name_end - 1)
-                .ok_or_else(|| damaged("its name runs past the end"))?;
-            let name = String::from_utf8_lossy(name).into_owned();
-            let start = pad4(name_end).ok_or_else(|| damaged("too long"))?;
-            let len = h.filesize as usize;
-            let end = start
-                .checked_add(len)
-                .filter(|&e| e <= data.len())
-                .ok_or_else(|| damaged("its data runs past the end"))?;
-            at = pad4(end).ok_or_else(|| damaged("too long"))?;
-            if name == TRAILER {
+            at = e.next;
+            if e.name == TRAILER.as_bytes() {
                 continue;
             }
+            let (h, start, end) = (e.header, e.start, e.end);
+            let len = end - start;
+            let name = String::from_utf8_lossy(e.name);
             let path = clean(&name);
             let inode = (h.ino, h.devmajor, h.devminor);
             let node = match h.mode & 0o170_000 {
@@ -265,37 +289,13 @@ impl Initrd {
 
     /// `path` with every symbolic link replaced by its target, at most [`MAX_LINKS`] of them.
     fn resolve(&self, path: &str) -> Option<String> {
-        let mut done: Vec<String> = Vec::new();
-        let mut todo: Vec<String> = clean(path).split('/').rev().map(String::from).collect();
-        let mut links = 0;
-        while let Some(c) = todo.pop() {
-            if c.is_empty() {
-                continue;
-            }
-            if c == ".." {
-                done.pop();
-                continue;
-            }
-            done.push(c);
-            if let Some(Node::Link(target)) = self.nodes.get(&done.join("/")) {
-                links += 1;
-                if links > MAX_LINKS {
-                    return None;
-                }
-                done.pop();
-                if target.starts_with('/') {
-                    done.clear();
-                }
-                todo.extend(
-                    target
-                        .split('/')
-                        .filter(|c| !c.is_empty() && *c != ".")
-                        .rev()
-                        .map(String::from),
-                );
-            }
-        }
-        Some(done.join("/"))
+        let parts = super::resolve_links(path, |parts| {
+            Ok(match self.nodes.get(&parts.join("/")) {
+                Some(Node::Link(target)) => Some(target.clone()),
+                _ => None,
+            })
+        })?;
+        Some(parts.join("/"))
     }
 }
 
@@ -320,31 +320,26 @@ pub fn push_entry(out: &mut Vec<u8>, name: &str, mode: u32, data: &[u8], ino: u3
 }
 
 /// How many bytes of `bytes` are plain newc archives (through the last trailer and the zero
-/// padding after it) before compressed data or the end.
+/// padding after it) before compressed data or the end. Damaged or unfinished archives count
+/// to the end, for the indexer to name the entry.
 fn plain_archives(bytes: &[u8]) -> usize {
     let mut at = 0;
     let mut end = 0;
-    while let Some(h) = bytes.get(at..).and_then(parse_header) {
-        let namesize = h.namesize as usize;
-        let name_end = at + HEADER + namesize;
-        let Some(data_end) = pad4(name_end).and_then(|s| s.checked_add(h.filesize as usize)) else {
+    while at < bytes.len() && bytes[at..].starts_with(b"0707") {
+        let Ok(e) = entry_at(bytes, at) else {
             return bytes.len();
         };
-        let is_trailer = bytes
-            .get(at + HEADER..name_end.saturating_sub(1))
-            .is_some_and(|n| n == TRAILER.as_bytes());
-        at = pad4(data_end).unwrap_or(usize::MAX);
+        at = e.next;
         if at >= bytes.len() {
             return bytes.len();
         }
-        if is_trailer {
+        if e.name == TRAILER.as_bytes() {
             while bytes.get(at) == Some(&0) {
                 at += 1;
             }
             end = at;
         }
     }
-    // Damaged or unfinished: let the indexer name the entry.
     if end == 0 {
         bytes.len()
     } else {

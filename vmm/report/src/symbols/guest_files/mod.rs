@@ -83,6 +83,31 @@ impl GuestFiles {
 /// The host path of the regular file the guest calls `path` in the tree under `root`, its
 /// symbolic links resolved inside that tree (at most [`initrd::MAX_LINKS`] of them).
 pub fn in_sysroot(root: &Path, path: &str) -> Option<PathBuf> {
+    let host = |parts: &[String]| parts.iter().fold(root.to_path_buf(), |p, c| p.join(c));
+    let parts = resolve_links(path, |parts| {
+        let at = host(parts);
+        let meta = std::fs::symlink_metadata(&at).map_err(drop)?;
+        if !meta.file_type().is_symlink() {
+            return Ok(None);
+        }
+        let target = std::fs::read_link(&at).map_err(drop)?;
+        target.to_str().map(|t| Some(t.to_string())).ok_or(())
+    })?;
+    let at = host(&parts);
+    std::fs::metadata(&at)
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|_| at)
+}
+
+/// The components of `path` (from the root) with every symbolic link replaced by its target:
+/// an absolute target restarts from the root, `..` drops a component and stops at the root, at
+/// most [`initrd::MAX_LINKS`] links are followed. `link` says what the components so far name:
+/// `Ok(Some(target))` a link, `Ok(None)` anything else, `Err(())` that the lookup fails.
+fn resolve_links(
+    path: &str,
+    mut link: impl FnMut(&[String]) -> Result<Option<String>, ()>,
+) -> Option<Vec<String>> {
     let mut done: Vec<String> = Vec::new();
     let mut todo: Vec<String> = path.split('/').rev().map(String::from).collect();
     let mut links = 0;
@@ -95,15 +120,11 @@ pub fn in_sysroot(root: &Path, path: &str) -> Option<PathBuf> {
             }
             _ => done.push(c),
         }
-        let host = done.iter().fold(root.to_path_buf(), |p, c| p.join(c));
-        let meta = std::fs::symlink_metadata(&host).ok()?;
-        if meta.file_type().is_symlink() {
+        if let Some(target) = link(&done).ok()? {
             links += 1;
             if links > initrd::MAX_LINKS {
                 return None;
             }
-            let target = std::fs::read_link(&host).ok()?;
-            let target = target.to_str()?;
             done.pop();
             if target.starts_with('/') {
                 done.clear();
@@ -111,11 +132,7 @@ pub fn in_sysroot(root: &Path, path: &str) -> Option<PathBuf> {
             todo.extend(target.split('/').rev().map(String::from));
         }
     }
-    let host = done.iter().fold(root.to_path_buf(), |p, c| p.join(c));
-    std::fs::metadata(&host)
-        .ok()
-        .filter(|m| m.is_file())
-        .map(|_| host)
+    Some(done)
 }
 
 #[cfg(test)]
