@@ -4,6 +4,7 @@
 //! flat counts only, cannot.
 
 use super::flame::frame_name;
+use super::processes::Tasks;
 use super::profile::ProfileObject;
 use super::symbols::Symbols;
 
@@ -22,16 +23,21 @@ pub struct NamedStack {
     pub count: u64,
 }
 
-/// The object's stacks with their frames named by `symbols`.
-pub fn named(o: &ProfileObject, symbols: &Symbols) -> Vec<NamedStack> {
+/// The object's stacks with their frames named by `symbols`, each as the process it ran in
+/// (from `tasks`) sees its addresses.
+pub fn named(o: &ProfileObject, tasks: &Tasks, symbols: &Symbols) -> Vec<NamedStack> {
     o.stacks
         .iter()
-        .map(|s| NamedStack {
+        .map(|s| {
+            let process = s.thread.and_then(|t| tasks.process_of(t)).map(|p| p.key);
+            (s, process)
+        })
+        .map(|(s, process)| NamedStack {
             frames: s
                 .pcs
                 .iter()
                 .enumerate()
-                .map(|(i, pc)| frame_name(symbols, None, pc.0, i > 0))
+                .map(|(i, pc)| frame_name(symbols, process, pc.0, i > 0))
                 .collect(),
             truncated: s.truncated,
             count: s.count,

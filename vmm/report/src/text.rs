@@ -180,15 +180,15 @@ fn object(
         })
         .collect();
     table(out, "Hottest buckets", &rows, total);
-    call_graph(out, o, symbols, top.min(5));
+    call_graph(out, o, tasks, symbols, top.min(5));
 }
 
 /// Callers and callees of the `n` functions with the most samples taken in them.
-fn call_graph(out: &mut String, o: &ProfileObject, symbols: &Symbols, n: usize) {
+fn call_graph(out: &mut String, o: &ProfileObject, tasks: &Tasks, symbols: &Symbols, n: usize) {
     if o.stacks.is_empty() {
         return;
     }
-    let stacks = callers::named(o, symbols);
+    let stacks = callers::named(o, tasks, symbols);
     let truncated: u64 = o
         .stacks
         .iter()

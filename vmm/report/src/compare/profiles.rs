@@ -69,10 +69,11 @@ impl ObjectComparison {
 }
 
 /// (stack name, samples) rows of an object's call stacks: frames outermost first, joined by
-/// `;` as in a folded flame graph, named with `symbols`.
-pub fn stack_rows(o: &ProfileObject, symbols: &Symbols) -> Vec<(String, u64)> {
+/// `;` as in a folded flame graph, named with `symbols` as each stack's process (from
+/// `tasks`) sees them.
+pub fn stack_rows(o: &ProfileObject, tasks: &Tasks, symbols: &Symbols) -> Vec<(String, u64)> {
     let mut rows: BTreeMap<String, u64> = BTreeMap::new();
-    for s in named(o, symbols) {
+    for s in named(o, tasks, symbols) {
         let mut frames: Vec<&str> = s.frames.iter().rev().map(String::as_str).collect();
         if s.truncated {
             frames.insert(0, "[truncated]");
@@ -169,7 +170,10 @@ pub fn compare_profiles(
                     ..*opts
                 };
                 let stacks = if with_stacks {
-                    let (bs, ns) = (stack_rows(b, symbols[0]), stack_rows(n, symbols[1]));
+                    let (bs, ns) = (
+                        stack_rows(b, &tasks[0], symbols[0]),
+                        stack_rows(n, &tasks[1], symbols[1]),
+                    );
                     compare(&bs, &ns, &family)
                 } else {
                     Vec::new()
@@ -570,7 +574,7 @@ mod tests {
                 (0x70, 0x30, "hot"),
             ],
         ));
-        let rows = stack_rows(&new.objects[0], &symbols);
+        let rows = stack_rows(&new.objects[0], &Tasks::new(&new), &symbols);
         assert_eq!(
             rows,
             [

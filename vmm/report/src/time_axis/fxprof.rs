@@ -30,6 +30,7 @@ use fxprof_processed_profile as fx;
 use super::text::kind_name;
 use crate::flame::frame_name;
 use crate::processes::is_kernel_address;
+use crate::processes::Tasks;
 use crate::profile::Profile;
 use crate::sanitize::flame_frame;
 use crate::symbols::Symbols;
@@ -86,37 +87,40 @@ struct Builder<'a> {
     symbols: &'a Symbols,
     kernel: CategoryHandle,
     user: CategoryHandle,
-    names: HashMap<(u64, bool), StringHandle>,
-    stacks: HashMap<(ThreadHandle, u32, bool), StackHandle>,
+    /// Frame names by (PC, return address, process): a process's mapped files name its
+    /// user-mode addresses.
+    names: HashMap<(u64, bool, Option<u32>), StringHandle>,
+    stacks: HashMap<(ThreadHandle, u32, bool, Option<u32>), StackHandle>,
 }
 
 impl Builder<'_> {
     /// The stack handle on `thread` of stack `index` of `t`, its innermost frame sampled at
-    /// `user` mode or not.
+    /// `user` mode or not, in the process with key `process`.
     fn stack(
         &mut self,
         thread: ThreadHandle,
         t: &Timeline,
         index: u32,
         user: bool,
+        process: Option<u32>,
     ) -> Option<StackHandle> {
-        if let Some(h) = self.stacks.get(&(thread, index, user)) {
+        if let Some(h) = self.stacks.get(&(thread, index, user, process)) {
             return Some(*h);
         }
         let pcs = t.stacks.get(usize::try_from(index).ok()?)?;
         let mut frames = Vec::with_capacity(pcs.len());
         for (i, &pc) in pcs.iter().enumerate().rev() {
             let ret = i > 0;
-            let name = match self.names.get(&(pc, ret)) {
+            let name = match self.names.get(&(pc, ret, process)) {
                 Some(h) => *h,
                 None => {
                     let h = self.fx.intern_string(&flame_frame(&frame_name(
                         self.symbols,
-                        None,
+                        process,
                         pc,
                         ret,
                     )));
-                    self.names.insert((pc, ret), h);
+                    self.names.insert((pc, ret, process), h);
                     h
                 }
             };
@@ -128,7 +132,7 @@ impl Builder<'_> {
             });
         }
         let h = self.fx.intern_stack_frames(thread, frames.into_iter())?;
-        self.stacks.insert((thread, index, user), h);
+        self.stacks.insert((thread, index, user, process), h);
         Some(h)
     }
 }
@@ -206,8 +210,10 @@ pub fn build(profile: &Profile, timeline: &Timeline, symbols: &Symbols) -> fx::P
         names: HashMap::new(),
         stacks: HashMap::new(),
     };
+    let tasks = Tasks::new(profile);
     for s in &timeline.samples {
         let user_mode = s.cpl == 3;
+        let process = s.thread.and_then(|t| tasks.process_of(t)).map(|p| p.key);
         let tracks = usize::try_from(s.vcpu)
             .ok()
             .and_then(|v| vcpus.get(v))
@@ -215,7 +221,7 @@ pub fn build(profile: &Profile, timeline: &Timeline, symbols: &Symbols) -> fx::P
             .into_iter()
             .chain(s.thread.and_then(|k| guest.get(&k).copied()));
         for th in tracks {
-            let stack = b.stack(th, timeline, s.stack, user_mode);
+            let stack = b.stack(th, timeline, s.stack, user_mode, process);
             b.fx.add_sample(th, at(s.t_ns), stack, CpuDelta::ZERO, 1);
         }
     }

@@ -22,6 +22,7 @@
 //! samply's `--per-cpu-threads` gives), where a viewer that opens one thread at a time
 //! (speedscope) would otherwise show one guest thread.
 
+use std::collections::HashMap;
 use std::io::Write;
 
 use crate::flame::frame_name;
@@ -77,10 +78,11 @@ fn task(tasks: &Tasks, thread: Option<u32>, vcpu: u32) -> (String, u64, u64) {
     )
 }
 
-/// The frame line of `pc` (`ret`: a return address), without its tab.
-pub fn frame_line(symbols: &Symbols, pc: u64, ret: bool) -> String {
+/// The frame line of `pc` (`ret`: a return address) as the process with key `process` sees
+/// it, without its tab.
+pub fn frame_line(symbols: &Symbols, process: Option<u32>, pc: u64, ret: bool) -> String {
     let lookup = if ret { pc.wrapping_sub(1) } else { pc };
-    let (offset, module) = match symbols.resolve(lookup) {
+    let (offset, module) = match symbols.resolve_in(process, lookup) {
         Some(hit) => (
             if hit.symbol.is_some() {
                 pc.wrapping_sub(lookup) + hit.offset
@@ -93,7 +95,7 @@ pub fn frame_line(symbols: &Symbols, pc: u64, ret: bool) -> String {
     };
     format!(
         "{pc:x} {}+{offset:#x} ({module})",
-        word(&frame_name(symbols, None, pc, ret))
+        word(&frame_name(symbols, process, pc, ret))
     )
 }
 
@@ -110,6 +112,11 @@ fn event_line(tasks: &Tasks, s: &TimelineSample, tracks: Tracks) -> String {
         s.t_ns / 1_000_000_000,
         s.t_ns % 1_000_000_000 / 1000
     )
+}
+
+/// The process sample `s` ran in (by its thread, whatever the tracks).
+fn process_of(tasks: &Tasks, s: &TimelineSample) -> Option<u32> {
+    s.thread.and_then(|t| tasks.process_of(t)).map(|p| p.key)
 }
 
 /// The stack of sample `s` (none if its index is past the table).
@@ -130,25 +137,20 @@ pub fn size(
     stop: u64,
 ) -> u64 {
     let len = |s: &str| u64::try_from(s.len()).unwrap_or(u64::MAX);
-    // Each frame line is a tab, the line and a newline.
-    let stacks: Vec<u64> = timeline
-        .stacks
-        .iter()
-        .map(|st| {
-            st.iter()
-                .enumerate()
-                .map(|(i, pc)| len(&frame_line(symbols, *pc, i > 0)) + 2)
-                .sum()
-        })
-        .collect();
     let tasks = Tasks::new(profile);
+    // Each frame line is a tab, the line and a newline; a stack's lines are counted once per
+    // process it was sampled in (its frames may be named differently in each).
+    let mut stacks: HashMap<(u32, Option<u32>), u64> = HashMap::new();
     let mut total = 0u64;
     for s in &timeline.samples {
-        let frames = usize::try_from(s.stack)
-            .ok()
-            .and_then(|k| stacks.get(k))
-            .copied()
-            .unwrap_or(0);
+        let process = process_of(&tasks, s);
+        let frames = *stacks.entry((s.stack, process)).or_insert_with(|| {
+            stack_of(timeline, s)
+                .iter()
+                .enumerate()
+                .map(|(i, pc)| len(&frame_line(symbols, process, *pc, i > 0)) + 2)
+                .sum()
+        });
         // The event line, its newline, the frames and the blank line.
         total = total
             .saturating_add(len(&event_line(&tasks, s, tracks)) + 2)
@@ -187,8 +189,9 @@ fn write_within(
     let tasks = Tasks::new(profile);
     for s in &timeline.samples {
         writeln!(w, "{}", event_line(&tasks, s, tracks))?;
+        let process = process_of(&tasks, s);
         for (i, pc) in stack_of(timeline, s).iter().enumerate() {
-            writeln!(w, "\t{}", frame_line(symbols, *pc, i > 0))?;
+            writeln!(w, "\t{}", frame_line(symbols, process, *pc, i > 0))?;
         }
         writeln!(w)?;
     }

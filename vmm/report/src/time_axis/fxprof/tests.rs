@@ -214,3 +214,25 @@ fn a_firefox_file_past_its_limit_is_refused_before_a_byte_is_written() {
     assert!(e.is_too_large(), "{e}");
     assert!(e.to_string().contains("Firefox Profiler file"), "{e}");
 }
+
+/// A file a process mapped names that process's addresses: init's samples at 0x5000 by init's
+/// own file, on init's track and on the vCPU tracks alike.
+#[test]
+fn a_processs_own_files_name_its_frames() {
+    let p = profile();
+    let init = p.processes.iter().find(|r| r.name == "init").unwrap().key;
+    let mut symbols = call_site_symbols();
+    symbols.push_in(
+        vec![init],
+        crate::symbols::tests::module("sh", 0x5000, &[(0, 0x100, "main")]),
+    );
+    let mut out = Vec::new();
+    write(&p, &symbols, &mut out).unwrap();
+    let d: Value = serde_json::from_slice(&out).unwrap();
+    let threads = d["threads"].as_array().unwrap();
+    assert_eq!(
+        functions_in_order(&threads[0]),
+        ["m!caller", "m!hot", "sh!main", "m!next", "sh!main", "m!next"]
+    );
+    assert!(functions_in_order(&threads[3]).contains(&"sh!main".to_string()));
+}

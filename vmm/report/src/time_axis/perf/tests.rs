@@ -180,3 +180,30 @@ fn perf_text_past_its_limit_is_refused_before_a_byte_is_written() {
         "{e}"
     );
 }
+
+/// A file a process mapped names that process's addresses, and only its: init's samples at
+/// 0x5000 by init's own file, in perf script text and in the Firefox Profiler's export alike.
+#[test]
+fn a_processs_own_files_name_its_frames() {
+    let p = profile();
+    let init = p.processes.iter().find(|r| r.name == "init").unwrap().key;
+    let mut symbols = call_site_symbols();
+    symbols.push_in(
+        vec![init],
+        crate::symbols::tests::module("sh", 0x5000, &[(0, 0x100, "main")]),
+    );
+    let mut out = Vec::new();
+    write(&p, &symbols, Tracks::Threads, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let events: Vec<&str> = text.split("\n\n").collect();
+    assert_eq!(
+        events[61],
+        "init 1/1 [001] 2.010000: 1 cpu-clock:\n\t5000 sh!main+0x0 (sh)"
+    );
+    // Counted as written: the size check sees the same names.
+    let t = &p.timelines[0];
+    assert_eq!(
+        size(&p, t, &symbols, Tracks::Threads, u64::MAX),
+        text.len() as u64
+    );
+}
