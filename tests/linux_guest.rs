@@ -15,7 +15,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::harness::host::Budget;
-use crate::harness::{hvprof, hvprof_run, phase_spans, pprof, status, tool, Output, TempDir};
+use crate::harness::{
+    hvprof, hvprof_run, phase_spans, pprof, pprof_traces, status, tool, Output, TempDir, Trace,
+};
 
 /// Guest memory: enough for busybox, the disk's page cache and the workload. Where kernel code
 /// is emulated, setting up and freeing memory costs time in proportion (256 MiB took twice as
@@ -239,8 +241,13 @@ fn check_kernel_functions(g: &Guest, out_dir: &Path) {
         "go tool pprof -top names no vmlinux function\n{top}"
     );
     // User-mode samples fall in the files the processes mapped, found in the initramfs the
-    // run booted: busybox's (stripped: named by offset) and the burn programs'.
-    for module in ["busybox", "burn", "burn-fp"] {
+    // run booted: busybox's (stripped: named by offset), the burn programs' and burn-dyn's
+    // libc (ld.so maps it after the process's first read of its mappings: read again).
+    for module in BURN_PROGRAMS
+        .iter()
+        .copied()
+        .chain(["busybox", "libc.so.6"])
+    {
         let samples: u64 = report
             .lines()
             .find_map(|l| {
@@ -509,12 +516,14 @@ fn kernel_symbols(vmlinux: &Path) -> Vec<(String, u64)> {
 
 /// How long the `procs` step runs its two processes after starting them, in guest seconds.
 /// At ProfileTime's default interval (3.9 ms) that and their forks and execs are thousands of
-/// samples between the two where guest-kernel code is emulated. (A faster rate costs more
-/// than its samples there: every sample is an exit, and the guest's memory-heavy kernel code
-/// pays for each re-entry.)
-const PROCS_SECONDS: u64 = 8;
+/// samples between the two where guest-kernel code is emulated: 8 s gave 8,066 on
+/// 2026-11-29, over 31 s of the host's time, as the guest's timer interrupts cost more than
+/// their period; 4 s gives about half, still a standard deviation of about a point in the
+/// shares. (A faster rate costs more than its samples there: every sample is an exit, and
+/// the guest's memory-heavy kernel code pays for each re-entry.)
+const PROCS_SECONDS: u64 = 4;
 
-/// The rounds each of the burn step's two programs runs: a fixed amount of user-mode work
+/// The rounds each of the burn step's programs runs: a fixed amount of user-mode work
 /// (100 rounds took 0.3 s natively here), so about 77 samples a program at 256 Hz on every
 /// host, however slow its emulated kernel. A run of so many seconds instead had 2 to 24
 /// user-mode samples on a slow day (timer interrupts took most of each second), and one of so
@@ -522,8 +531,11 @@ const PROCS_SECONDS: u64 = 8;
 /// interrupted microseconds of it). The step's kernel work is covered by the host-derived BOOT
 /// limit; its user time is added below.
 const BURN_ROUNDS: u32 = 100;
-/// What [`BURN_ROUNDS`] rounds take in user mode, with room: 3 ms a round here.
+/// What [`BURN_ROUNDS`] rounds take in user mode, with room: 4 ms a round here.
 const BURN_USER_TIME: Duration = Duration::from_secs(1);
+/// The burn step's programs: static without frame pointers, static with them, and a dynamic
+/// PIE without them (its memset in libc.so.6).
+const BURN_PROGRAMS: [&str; 3] = ["burn", "burn-fp", "burn-dyn"];
 
 /// A process the guest reported: "hvtest: proc NAME pid=PID ticks=T utime=U stime=S".
 #[derive(Debug)]
@@ -669,22 +681,46 @@ fn profiled_boot_names_kernel_functions_and_processes_with_the_guests_shares() {
     let out_dir = dir.join("out");
     let mut limit = BOOT.limit();
     // The step's own seconds are guest wall-clock time, the same on every host.
-    let own = Duration::from_secs(PROCS_SECONDS) + 2 * BURN_USER_TIME;
+    let own = Duration::from_secs(PROCS_SECONDS) + 3 * BURN_USER_TIME;
     limit.timeout += own;
     limit.harness += own;
     let timeout = limit.timeout_arg();
     let words = format!(
-        "hvtest=facts,disk,procs,burn,tasks hvprocs={PROCS_SECONDS} hvburn={BURN_ROUNDS} \
+        "hvtest=facts,disk,burn,procs,tasks hvprocs={PROCS_SECONDS} hvburn={BURN_ROUNDS} \
          hvend=poweroff"
     );
     let mut args: Vec<String> = ["profile", "--kernel", g.vmlinux.to_str().unwrap()]
         .map(String::from)
         .into();
     args.extend(boot_args(&g, &words, 1, &img, &timeout));
-    args.extend(["--quiet", "--timeline", "--out", out_dir.to_str().unwrap()].map(String::from));
+    // Stacks of 16 frames (the burn programs' are 7 deep): each vCPU's table of stacks holds
+    // 2^20 frames, and where guest-kernel code is emulated a run's distinct kernel stacks can
+    // fill it before the last steps (a 1,716 s run did); the burn step runs early for the same
+    // reason.
+    args.extend(
+        [
+            "--quiet",
+            "--timeline",
+            "--stack-depth",
+            "16",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ]
+        .map(String::from),
+    );
     let out = hvprof(args).host_limit(&limit).run();
     out.assert_status(status::CLEAN)
         .assert_stderr_contains("guest powered off");
+    // Where the guest's time went: its uptime after the boot and after each step.
+    let uptimes: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("hvtest: uptime "))
+        .collect();
+    eprintln!(
+        "the guest's uptime after each step (s): {}",
+        uptimes.join(", ")
+    );
     check_platform(&out, 1, &img);
     check_kernel_functions(&g, &out_dir);
     assert_eq!(fact(&out, "procs"), "done", "{out}");
@@ -694,12 +730,84 @@ fn profiled_boot_names_kernel_functions_and_processes_with_the_guests_shares() {
     check_process_shares(&out, &out_dir, &profile);
     check_executables(&out, &profile);
     check_user_functions(&out, &profile);
+    let dropped: Vec<u64> = profile["objects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|o| o["stacks_dropped"].as_u64().unwrap_or(0))
+        .collect();
+    eprintln!("samples whose stack did not fit the table, per object: {dropped:?}");
+    check_user_stacks(&out_dir);
     check_every_task_is_listed(&out, &profile);
 }
 
-/// The burn step's two programs (images/linux/burn.c, static and unstripped in the initramfs
-/// the run booted, both linked at the same addresses): their user-mode functions named from
-/// that initramfs alone, each process by its own file (`burn!leaf_c`, `burn-fp!leaf_c`), and
+/// The burn programs' user-mode call stacks, unwound at sample time from the call-frame
+/// information of the files the initramfs holds (`burn` and `burn-dyn` keep no frame
+/// pointers, `burn-fp` keeps them; `burn-dyn` is a PIE whose memset is libc.so.6's): in
+/// pprof's traces every sample in a leaf is `leaf_x <- work <- main`, and every sample whose
+/// caller is `fill` (memset, in libc for burn-dyn) is `.. <- fill <- work <- main`, in each
+/// program; the flame graph has each program's callers. gcc's tables describe every
+/// instruction (x86-64's asynchronous unwind tables) and glibc's assembly has its own, so
+/// this holds for any sample.
+fn check_user_stacks(out_dir: &Path) {
+    let (text, _) = pprof(out_dir, "-traces", &[]);
+    let traces = pprof_traces(&text);
+    let callers = |names: &[&str]| -> Vec<String> { names.iter().map(|n| n.to_string()).collect() };
+    for program in BURN_PROGRAMS {
+        let mine: Vec<_> = traces
+            .iter()
+            .filter(|t| t.label("process") == Some(program))
+            .collect();
+        let in_leaves: Vec<_> = mine
+            .iter()
+            .filter(|t| t.frames.first().is_some_and(|f| f.starts_with("leaf_")))
+            .collect();
+        let in_fill: Vec<_> = mine
+            .iter()
+            .filter(|t| t.frames.get(1).is_some_and(|f| f == "fill"))
+            .collect();
+        assert!(
+            !in_leaves.is_empty() && !in_fill.is_empty(),
+            "no trace of {program} in its leaves, or none under fill\n{text}"
+        );
+        for t in &in_leaves {
+            assert_eq!(
+                t.frames.get(1..3),
+                Some(&callers(&["work", "main"])[..]),
+                "{program}: a leaf's trace is not leaf <- work <- main: {t:?}"
+            );
+        }
+        for t in &in_fill {
+            assert_eq!(
+                t.frames.get(2..4),
+                Some(&callers(&["work", "main"])[..]),
+                "{program}: a trace under fill is not .. <- fill <- work <- main: {t:?}"
+            );
+        }
+        let n = |ts: &[&&Trace]| ts.iter().map(|t| t.count).sum::<u64>();
+        eprintln!(
+            "{program}: {} samples in its leaves and {} under fill ({}), each with work and main \
+             as callers",
+            n(&in_leaves),
+            n(&in_fill),
+            in_fill[0].frames[0]
+        );
+    }
+    let svg = std::fs::read_to_string(out_dir.join("flamegraph.svg")).unwrap();
+    for program in BURN_PROGRAMS {
+        for f in ["main", "work", "fill"] {
+            assert!(
+                svg.contains(&format!("{program}!{f}")),
+                "flamegraph.svg names {program}!{f}"
+            );
+        }
+    }
+}
+
+/// The burn step's programs (images/linux/burn.c, unstripped in the initramfs the run booted:
+/// two static ones linked at the same addresses, and a PIE): their user-mode functions named
+/// from that initramfs alone, each process by its own file (`burn!leaf_c`, `burn-fp!leaf_c`,
+/// `burn-dyn!leaf_c`), and
 /// the three leaves' shares of each program's leaf samples close to the program's own count
 /// of the iterations each ran (one loop body, 1:2:4). The split is a proportion of the
 /// samples drawn: five points, as issue 43 asks, plus five standard deviations of it. Each
@@ -708,7 +816,7 @@ fn profiled_boot_names_kernel_functions_and_processes_with_the_guests_shares() {
 fn check_user_functions(out: &Output, profile: &serde_json::Value) {
     assert_eq!(fact(out, "burn"), "done", "{out}");
     let leaves = ["leaf_a", "leaf_b", "leaf_c"];
-    for program in ["burn", "burn-fp"] {
+    for program in BURN_PROGRAMS {
         let line = out
             .stdout_field(&format!("hvtest: burn {program} "))
             .unwrap_or_else(|| panic!("{program} printed no measurement\n{out}"));

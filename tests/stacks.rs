@@ -18,7 +18,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::harness::{hvprof, pprof, TempDir};
+use crate::harness::{hvprof, pprof, pprof_traces, TempDir};
 
 /// A caller->leaf path (leaf first, up to the round function) and its cost weight.
 type Path3 = (&'static [&'static str], u64);
@@ -40,28 +40,10 @@ const PE_PATHS: [Path3; 3] = [
 
 /// `go tool pprof -traces` as (function names innermost first, samples), one per trace.
 fn traces(text: &str) -> Vec<(Vec<String>, u64)> {
-    let mut out = Vec::new();
-    for block in text.split("-----------+") {
-        let mut names = Vec::new();
-        let mut count = None;
-        for line in block.lines() {
-            let words: Vec<&str> = line.split_whitespace().collect();
-            match words.as_slice() {
-                // Labels (`object: 1`) and the header.
-                [first, ..] if first.ends_with(':') => {}
-                [n, name] if count.is_none() && n.parse::<u64>().is_ok() => {
-                    count = n.parse().ok();
-                    names.push(name.to_string());
-                }
-                [name] if count.is_some() => names.push(name.to_string()),
-                _ => {}
-            }
-        }
-        if let Some(n) = count {
-            out.push((names, n));
-        }
-    }
-    out
+    pprof_traces(text)
+        .into_iter()
+        .map(|t| (t.frames, t.count))
+        .collect()
 }
 
 /// Profiles the reference guest running `cmdline` (with `--initrd module` if given) for its

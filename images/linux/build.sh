@@ -2,8 +2,8 @@
 # Builds hvprof's Linux test guest from Debian's linux-source-6.1 into OUT (default
 # target/linux): OUT/vmlinux (a PVH ELF with symbols, DWARF and a .BTF section),
 # OUT/vmlinux.btf (its types as raw BTF) and OUT/initramfs.cpio (busybox, images/linux/init
-# and the burn workload, built twice from burn.c: without and with frame pointers,
-# uncompressed). tinyconfig plus hvprof.config, and pvm-host-quirks.patch,
+# and the burn workload, built three times from burn.c: static without and with frame
+# pointers, and dynamic with the host's ld.so and libc.so.6; uncompressed). tinyconfig plus hvprof.config, and pvm-host-quirks.patch,
 # which changes nothing unless the kernel is booted with "pvm_host_quirks".
 #
 # Needs: linux-source-6.1, busybox-static, gcc, make, bc, bison, flex, libelf-dev, xz-utils,
@@ -77,6 +77,14 @@ fi
 # hvprof finds its symbols in this initramfs; once without frame pointers, once with them.
 gcc -static -O2 -g -fomit-frame-pointer -o "$out/burn" "$here/burn.c"
 gcc -static -O2 -g -fno-omit-frame-pointer -o "$out/burn-fp" "$here/burn.c"
+# And a dynamic PIE, with the host's ld.so (the program's PT_INTERP path) and libc.so.6 at
+# the paths the guest's ld.so looks them up at.
+gcc -O2 -g -fomit-frame-pointer -o "$out/burn-dyn" "$here/burn.c"
+interp=$(readelf -lW "$out/burn-dyn" | sed -n 's/.*Requesting program interpreter: \(.*\)]$/\1/p')
+libc=$(gcc -print-file-name=libc.so.6)
+for f in "$interp" "$libc"; do
+    [ -f "$f" ] || { echo "build.sh: no $f for the dynamic workload (apt-get install libc6-dev)" >&2; exit 2; }
+done
 
 cat >"$out/initramfs.list" <<LIST
 dir /bin 755 0 0
@@ -93,6 +101,12 @@ slink /bin/seq busybox 777 0 0
 file /init $here/init 755 0 0
 file /bin/burn $out/burn 755 0 0
 file /bin/burn-fp $out/burn-fp 755 0 0
+file /bin/burn-dyn $out/burn-dyn 755 0 0
+dir /lib 755 0 0
+dir /lib/x86_64-linux-gnu 755 0 0
+dir $(dirname "$interp") 755 0 0
+file $interp $interp 755 0 0
+file /lib/x86_64-linux-gnu/libc.so.6 $libc 755 0 0
 LIST
 "$tree/usr/gen_init_cpio" "$out/initramfs.list" >"$out/initramfs.cpio"
 echo "build.sh: $out/vmlinux and $out/initramfs.cpio"

@@ -772,6 +772,60 @@ pub fn pprof(dir: &Path, report: &str, options: &[&str]) -> (String, String) {
     (text, err)
 }
 
+/// One trace of `go tool pprof -traces`.
+#[derive(Debug)]
+pub struct Trace {
+    /// Its labels (`process`, `pid`, ...), as printed.
+    pub labels: Vec<(String, String)>,
+    /// Function names, innermost first.
+    pub frames: Vec<String>,
+    /// Samples.
+    pub count: u64,
+}
+
+impl Trace {
+    /// The value of label `key`.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The traces `go tool pprof -traces` printed as `text`.
+pub fn pprof_traces(text: &str) -> Vec<Trace> {
+    let mut out = Vec::new();
+    for block in text.split("-----------+") {
+        let mut t = Trace {
+            labels: Vec::new(),
+            frames: Vec::new(),
+            count: 0,
+        };
+        let mut counted = false;
+        for line in block.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                // Labels (`process: burn`) and the header.
+                [first, rest @ ..] if first.ends_with(':') => t
+                    .labels
+                    .push((first.trim_end_matches(':').to_string(), rest.join(" "))),
+                [n, name] if !counted && n.parse::<u64>().is_ok() => {
+                    t.count = n.parse().unwrap_or(0);
+                    counted = true;
+                    t.frames.push(name.to_string());
+                }
+                [name] if counted => t.frames.push(name.to_string()),
+                _ => {}
+            }
+        }
+        if counted {
+            out.push(t);
+        }
+    }
+    out
+}
+
 /// The `[start, end)` of every phase marker named `name` on timeline `t`, in order (ns from the
 /// run's start).
 pub fn phase_spans(t: &report::timeline::Timeline, name: &str) -> Vec<(u64, u64)> {

@@ -563,9 +563,38 @@ fn perf_records() -> Vec<u8> {
     v
 }
 
+/// A cfi_walk input: `.eh_frame` for three functions at 0x1000, 0x1100 (a push) and 0x1200
+/// (a push), no `.eh_frame_hdr`, and a stack that goes from the first through the other two
+/// to a return address of 0.
+fn cfi_frames() -> Vec<u8> {
+    use introspect::cfi::build::{eh_frame, Function};
+    let function = |start, pushes| Function {
+        start,
+        len: 0x100,
+        pushes,
+    };
+    let eh = eh_frame(
+        0x4000,
+        &[
+            function(0x1000, false),
+            function(0x1100, true),
+            function(0x1200, true),
+        ],
+    );
+    let mut v = vec![0u8; 12];
+    v[..2].copy_from_slice(&u16::try_from(eh.len()).unwrap().to_le_bytes());
+    v[5..7].copy_from_slice(&0x10u16.to_le_bytes()); // rip 0x1010, in the first
+    v[9] = 16; // depth
+    v.extend(eh);
+    for word in [0x1150u64, 1, 0x1280, 2, 0] {
+        v.extend(word.to_le_bytes());
+    }
+    v
+}
+
 fn main() -> std::io::Result<()> {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
-    let seeds: [(&str, &str, Vec<u8>); 22] = [
+    let seeds: [(&str, &str, Vec<u8>); 23] = [
         ("platform_io", "virtio-ioeventfd", virtio(true, false)),
         ("platform_io", "virtio-exits", virtio(false, false)),
         ("platform_io", "virtio-ring", virtio(true, true)),
@@ -575,6 +604,7 @@ fn main() -> std::io::Result<()> {
         ("kernel_load", "pvh-elf", pvh_elf()),
         ("kernel_elf", "pvh-elf", pvh_elf()[1..].to_vec()),
         ("stack_walk", "pe-frames", pe_frames()),
+        ("cfi_walk", "three-frames", cfi_frames()),
         ("pe_image", "named", pe_image(false)),
         ("pe_image", "x86", pe_image(true)),
         ("nt_modules", "three", nt_modules()),

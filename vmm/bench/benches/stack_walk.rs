@@ -12,6 +12,11 @@
 //!   unwind info.
 //! * `x64_16_cold`: the same with a new walker (empty caches) for every walk: what the first
 //!   sample of a stack costs.
+//! * `cfi16`: 16 frames of 16 different functions of an ELF file without frame pointers, in
+//!   user space at a load bias, unwound by the file's DWARF call-frame information (2,000
+//!   FDEs found through `.eh_frame_hdr`, every other function pushing a register), as a
+//!   Linux process's are: the file's sections on the host, the stack in guest memory.
+//! * `cfi16_cold`: the same with a new walker for every walk.
 //!
 //! `cargo bench -p bench --bench stack_walk`.
 
@@ -21,6 +26,8 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use introspect::cfi::build::{eh_frame_with_hdr, Function};
+use introspect::cfi::{ElfUnwindInfo, Section, SpaceUnwinder};
 use introspect::testguest::{long_mode, PhysMem};
 use introspect::testimage::{code, unwind_info, ImageBuilder};
 use introspect::{End, Regs};
@@ -45,6 +52,13 @@ const CALL_SITE: u32 = 0x30;
 const X64_STACK_TOP: u64 = 0x7ff0_0000_0000;
 const FP_STACK_TOP: u64 = 0x7fe0_0000_0000;
 const FP_CODE: u64 = 0x40_0000;
+/// The ELF file: its code linked from `ELF_TEXT`, loaded `ELF_BIAS` higher (a PIE); its
+/// stack grown down from `CFI_STACK_TOP`.
+const ELF_TEXT: u64 = 0x1000;
+const ELF_EH_FRAME_HDR: u64 = 0x10_0000;
+const ELF_EH_FRAME: u64 = 0x20_0000;
+const ELF_BIAS: u64 = 0x5555_5555_0000;
+const CFI_STACK_TOP: u64 = 0x7fd0_0000_0000;
 
 /// UNWIND_CODE operations and register numbers.
 const PUSH_NONVOL: u8 = 0;
@@ -146,6 +160,40 @@ struct Guest {
     mem: GuestMemoryMmap,
     x64: CpuState,
     fp: CpuState,
+    cfi: CpuState,
+    /// The ELF file's unwinder, for `cfi`'s address space.
+    files: SpaceUnwinder,
+}
+
+/// The ELF file's functions: `FUNCTIONS` of `FUNCTION_LEN` bytes, every other one pushing a
+/// register first.
+fn elf_functions() -> Vec<Function> {
+    (0..u64::from(FUNCTIONS))
+        .map(|i| Function {
+            start: ELF_TEXT + i * u64::from(FUNCTION_LEN),
+            len: u64::from(FUNCTION_LEN),
+            pushes: i % 2 == 1,
+        })
+        .collect()
+}
+
+/// The ELF file's unwinder: its sections at their linked addresses, its code mapped at the
+/// bias.
+fn elf_unwinder() -> SpaceUnwinder {
+    let (eh, hdr) = eh_frame_with_hdr(ELF_EH_FRAME, ELF_EH_FRAME_HDR, &elf_functions());
+    let section = |at: u64, bytes: Vec<u8>| Section {
+        addresses: at..at + bytes.len() as u64,
+        bytes: bytes.into(),
+    };
+    let info = ElfUnwindInfo {
+        eh_frame: Some(section(ELF_EH_FRAME, eh)),
+        eh_frame_hdr: Some(section(ELF_EH_FRAME_HDR, hdr)),
+        ..Default::default()
+    };
+    let mut space = SpaceUnwinder::new();
+    let code = ELF_BIAS + ELF_TEXT..ELF_BIAS + ELF_TEXT + u64::from(FUNCTIONS * FUNCTION_LEN);
+    assert!(space.add("elf", code, ELF_BIAS, &info));
+    space
 }
 
 /// The function of the image that frame `i` (0 innermost) runs in: spread over the image, so
@@ -215,6 +263,24 @@ fn record() -> Guest {
     }
     phys_write(&mut phys, root, fp_rsp, &stack_bytes(&fp_words));
 
+    // The ELF stack: frame i runs in function_of(i) at its call site; a pushing function's
+    // frame holds the pushed register above the return address.
+    let mut cfi_words = Vec::new();
+    for i in 0..FRAMES {
+        if function_of(i) % 2 == 1 {
+            cfi_words.push(0xb0b);
+        }
+        let ret = match i + 1 {
+            n if n < FRAMES => {
+                ELF_BIAS + ELF_TEXT + u64::from(function_of(n) * FUNCTION_LEN + CALL_SITE)
+            }
+            _ => 0,
+        };
+        cfi_words.push(ret);
+    }
+    let cfi_rsp = CFI_STACK_TOP - 8 * cfi_words.len() as u64;
+    phys_write(&mut phys, root, cfi_rsp, &stack_bytes(&cfi_words));
+
     let bytes = phys.bytes();
     let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), bytes.len())])
         .expect("guest memory of the recorded image's size");
@@ -240,6 +306,12 @@ fn record() -> Guest {
             0,
         ),
         fp: cpu(FP_CODE + 0x10, fp_rsp, fp_rsp + 0x30),
+        cfi: cpu(
+            ELF_BIAS + ELF_TEXT + u64::from(function_of(0) * FUNCTION_LEN + CALL_SITE + 2),
+            cfi_rsp,
+            0,
+        ),
+        files: elf_unwinder(),
     }
 }
 
@@ -258,6 +330,8 @@ fn bench(c: &mut Criterion) {
         let s = StackWalker::default().walk(&g.mem, cpu, 64);
         assert_eq!((s.pcs.len(), s.end), (FRAMES, End::Complete), "{s:x?}");
     }
+    let s = StackWalker::default().walk_with_files(&g.mem, &g.cfi, 64, Some(&g.files));
+    assert_eq!((s.pcs.len(), s.end), (FRAMES, End::Complete), "{s:x?}");
     let mut group = c.benchmark_group("walk");
     group.throughput(Throughput::Elements(FRAMES as u64));
     let mut walker = StackWalker::default();
@@ -270,6 +344,16 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("x64_16_cold", |b| {
         b.iter(|| black_box(StackWalker::default().walk(&g.mem, black_box(&g.x64), 64)))
+    });
+    let mut walker = StackWalker::default();
+    let files = Some(&g.files);
+    group.bench_function("cfi16", |b| {
+        b.iter(|| black_box(walker.walk_with_files(&g.mem, black_box(&g.cfi), 64, files)))
+    });
+    group.bench_function("cfi16_cold", |b| {
+        b.iter(|| {
+            black_box(StackWalker::default().walk_with_files(&g.mem, black_box(&g.cfi), 64, files))
+        })
     });
     group.finish();
 }

@@ -6,6 +6,8 @@
 //!
 //! - inside a PE32+ image mapped in the guest ([`pe`], found and cached by [`ImageCache`]),
 //!   the image's own unwind data, interpreted as the Windows x64 unwinder does ([`x64`]);
+//! - inside an ELF file the caller maps in that address space (a Linux process's program and
+//!   libraries, read on the host), the file's DWARF call-frame information ([`cfi`]);
 //! - anywhere else, the frame-pointer chain ([`fp`]).
 //!
 //! Windows kernels: [`nt`] finds ntoskrnl in guest memory and walks its loaded-module list.
@@ -23,6 +25,7 @@
 //! fixed bound, nothing is allocated by a size the guest chose, and a walk that cannot go on
 //! ends with the frames it has and the reason it stopped ([`End`]).
 
+pub mod cfi;
 pub mod fp;
 mod images;
 pub mod mem;
@@ -42,4 +45,4 @@ pub mod testimage;
 pub use images::{space_of, ImageCache, KERNEL_SPACE};
 pub use mem::{Memory, Regions, Unreadable};
 pub use regs::Regs;
-pub use walk::{walk, End, Options, Stack, WalkCache};
+pub use walk::{walk, walk_with_files, End, Options, Stack, WalkCache};

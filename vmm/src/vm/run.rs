@@ -20,6 +20,7 @@ use crate::signals::{self, StopSignals};
 use crate::vcpu::exit_counters::{ExitCounters, ExitKind};
 use crate::vcpu::observer::VcpuObserver;
 use crate::vcpu::{Request, VcpuRequester};
+use report::symbols::guest_files::GuestFiles;
 
 /// One vCPU's exits.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -217,6 +218,9 @@ pub struct RunHooks {
     /// Where the guest kernel's structure layout comes from, to name the processes and
     /// threads host-side samples ran in.
     pub guest_types: GuestTypes,
+    /// Where a Linux guest's mapped files are found: the archives among them unwind its
+    /// processes' user-mode stacks at sample time.
+    pub guest_files: GuestFiles,
 }
 
 /// Builds the VM for `config`, runs it until it ends, and reports how it went.
@@ -249,6 +253,7 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
     // Before any vCPU runs: the layout, or the thread that will look it up once a sample has
     // found the guest's kernel (it reads symbol files and servers, so it is filtered as the
     // results thread is).
+    profiler.guest().set_unwind_files(&hooks.guest_files);
     let lookup = profiler
         .guest()
         .set_types(hooks.guest_types)

@@ -70,24 +70,21 @@ fn summarize(report: &RunReport) {
     }
 }
 
-/// Where the files a Linux guest's processes mapped are found after its run: `given` (the
-/// `--sysroot` trees and `--initramfs`, read before the run), then the initrd it booted,
-/// read only when some process mapped a file. An initrd that cannot be read is a warning:
-/// the run's results are still written.
-fn mapped_files(config: &VmConfig, profile: &report::Profile, given: GuestFiles) -> GuestFiles {
+/// `given` and the initrd the guest boots, if it boots one that `given` does not hold yet. An
+/// initrd that cannot be read as an archive is a warning: the run goes on, and its results are
+/// still written.
+fn with_booted_initrd(config: &VmConfig, given: GuestFiles) -> GuestFiles {
     let booted = config.kernel().and_then(|k| k.initrd.as_deref());
     match booted {
-        Some(path) if profile.processes.iter().any(|p| !p.mappings.is_empty()) => {
-            match super::symbols::read_initramfs(path) {
-                Ok(initrd) => given.with_initrd(path.to_path_buf(), initrd),
-                Err(e) => {
-                    errln!(
-                        "hvprof: warning: {e}; the files the guest's processes mapped are looked for only in --sysroot and --initramfs"
-                    );
-                    given
-                }
+        Some(path) if !given.has_initrd(path) => match super::symbols::read_initramfs(path) {
+            Ok(initrd) => given.with_initrd(path.to_path_buf(), initrd),
+            Err(e) => {
+                errln!(
+                    "hvprof: warning: {e}; the files the guest's processes mapped are looked for only in --sysroot and --initramfs"
+                );
+                given
             }
-        }
+        },
         _ => given,
     }
 }
@@ -95,12 +92,14 @@ fn mapped_files(config: &VmConfig, profile: &report::Profile, given: GuestFiles)
 /// Finishes a run: the text report of its profile objects (the same as report.txt), the
 /// summary, and the four report files when `out` is given. With a finder, the PDBs of the
 /// modules found in guest memory are looked up, and those not found listed on stderr.
+/// `files`: where a Linux guest's mapped files are found, when the command settled it before
+/// the run (`profile`); None reads the initrd the guest booted, if a process mapped a file.
 fn finish(
     config: &VmConfig,
     result: Result<RunReport, vmm::vm::VmError>,
     out: Option<&Path>,
     finder: Option<&mut Finder>,
-    files: GuestFiles,
+    files: Option<GuestFiles>,
     status_of: impl Fn(&RunReport) -> i32,
 ) -> ExitCode {
     let report = match result {
@@ -123,7 +122,15 @@ fn finish(
     let symbols = if profile.objects.is_empty() && out.is_none() {
         Symbols::default()
     } else {
-        let files = mapped_files(config, &profile, files);
+        // A command that settled no places before the run: the initrd the guest booted, read
+        // only when some process mapped a file.
+        let files = match files {
+            Some(f) => f,
+            None if profile.processes.iter().any(|p| !p.mappings.is_empty()) => {
+                with_booted_initrd(config, GuestFiles::new())
+            }
+            None => GuestFiles::new(),
+        };
         vmm::report_input::run_symbols(config, &profile, finder, &files)
     };
     // Once: the printed report and every file written below use these per-function totals.
@@ -156,7 +163,7 @@ pub fn run(a: RunArgs) -> ExitCode {
         Err(code) => return code,
     };
     let result = vmm::vm::run_with(&config, hooks);
-    finish(&config, result, None, None, GuestFiles::new(), |r| {
+    finish(&config, result, None, None, None, |r| {
         r.outcome.exit_status()
     })
 }
@@ -175,14 +182,9 @@ pub fn demo(a: DemoArgs) -> ExitCode {
         Err(code) => return code,
     };
     let result = vmm::vm::run_with(&config, hooks);
-    finish(
-        &config,
-        result,
-        a.out.as_deref(),
-        None,
-        GuestFiles::new(),
-        |r| vmm::refguest::exit_status(&r.outcome),
-    )
+    finish(&config, result, a.out.as_deref(), None, None, |r| {
+        vmm::refguest::exit_status(&r.outcome)
+    })
 }
 
 /// `hvprof profile`.
@@ -251,6 +253,10 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         Err(code) => return code,
     };
     hooks.guest_types = guest_types;
+    // The initrd the guest boots, read now: a Linux guest's processes' user-mode stacks are
+    // unwound with their files' call-frame information as they are sampled.
+    let files = with_booted_initrd(&config, files);
+    hooks.guest_files = files.clone();
     let opts = SessionOptions {
         span,
         interval: interval.map(|(_, i)| i),
@@ -262,11 +268,18 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         Some(Box::new(Bar::new(span)))
     };
     let result = vmm::session::run(&config, &opts, hooks, progress);
-    finish(&config, result, Some(&a.out), finder.as_mut(), files, |r| {
-        if embedded {
-            vmm::refguest::exit_status(&r.outcome)
-        } else {
-            r.outcome.exit_status()
-        }
-    })
+    finish(
+        &config,
+        result,
+        Some(&a.out),
+        finder.as_mut(),
+        Some(files),
+        |r| {
+            if embedded {
+                vmm::refguest::exit_status(&r.outcome)
+            } else {
+                r.outcome.exit_status()
+            }
+        },
+    )
 }

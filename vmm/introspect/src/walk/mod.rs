@@ -1,5 +1,6 @@
 //! Walking a whole stack: one unwinder per frame, bounded depth, and a reason for the end.
 
+use crate::cfi::{CfiCache, SpaceUnwinder};
 use crate::images::{space_of, ImageCache};
 use crate::mem::{canonical, Memory};
 use crate::x64::{UnwindCache, UnwindError};
@@ -55,13 +56,16 @@ impl Stack {
 }
 
 /// What a walker keeps from one walk to the next: the PE images found and the unwind plans
-/// decoded from them (each with its own invalidation rule: [`ImageCache`], [`UnwindCache`]).
+/// decoded from them (each with its own invalidation rule: [`ImageCache`], [`UnwindCache`]),
+/// and the CFI rules of the last address space walked with ELF files ([`CfiCache`]).
 #[derive(Debug)]
 pub struct WalkCache {
     /// The images found, per address space.
     pub images: ImageCache,
     /// Decoded unwind information, per image and PC.
     pub unwind: UnwindCache,
+    /// Decoded call-frame information, per PC.
+    pub cfi: CfiCache,
 }
 
 impl WalkCache {
@@ -70,6 +74,7 @@ impl WalkCache {
         WalkCache {
             images: ImageCache::new(scan_limit),
             unwind: UnwindCache::new(),
+            cfi: CfiCache::default(),
         }
     }
 
@@ -79,6 +84,7 @@ impl WalkCache {
         WalkCache {
             images: ImageCache::new(scan_limit),
             unwind: UnwindCache::disabled(),
+            cfi: CfiCache::default(),
         }
     }
 }
@@ -90,10 +96,28 @@ pub fn walk<M: Memory + ?Sized>(
     mem: &mut M,
     cache: &mut WalkCache,
     cr3: u64,
-    mut regs: Regs,
+    regs: Regs,
     opts: Options,
 ) -> Stack {
-    let WalkCache { images, unwind } = cache;
+    walk_with_files(mem, cache, cr3, regs, opts, None)
+}
+
+/// [`walk`], with the ELF files `files` maps in this address space: a frame in one of them is
+/// unwound by its call-frame information ([`SpaceUnwinder::step`]) rather than by frame
+/// pointers.
+pub fn walk_with_files<M: Memory + ?Sized>(
+    mem: &mut M,
+    cache: &mut WalkCache,
+    cr3: u64,
+    mut regs: Regs,
+    opts: Options,
+    files: Option<&SpaceUnwinder>,
+) -> Stack {
+    let WalkCache {
+        images,
+        unwind,
+        cfi,
+    } = cache;
     let mut pcs = Vec::with_capacity(opts.max_depth.min(64));
     if opts.max_depth == 0 {
         return Stack {
@@ -115,10 +139,18 @@ pub fn walk<M: Memory + ?Sized>(
         } else {
             regs.rip.wrapping_sub(1)
         };
-        let stepped = match images.find(mem, cr3, lookup) {
-            Some(image) => unwind.unwind(mem, &image, space_of(cr3, lookup), lookup, &mut regs),
-            None if regs.rbp() == 0 => break End::Complete,
-            None => fp::step(mem, &mut regs).map(|()| false).map_err(Into::into),
+        let in_file = files.filter(|f| f.covers(lookup));
+        let stepped = match in_file {
+            Some(f) => match f.step(mem, cfi, &mut regs, pcs.len() == 1) {
+                Ok(true) => Ok(false),
+                Ok(false) => break End::Complete,
+                Err(end) => break end,
+            },
+            None => match images.find(mem, cr3, lookup) {
+                Some(image) => unwind.unwind(mem, &image, space_of(cr3, lookup), lookup, &mut regs),
+                None if regs.rbp() == 0 => break End::Complete,
+                None => fp::step(mem, &mut regs).map(|()| false).map_err(Into::into),
+            },
         };
         let stack_switched = match stepped {
             Ok(switched) => switched,

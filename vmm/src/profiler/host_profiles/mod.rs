@@ -167,7 +167,10 @@ impl HostProfiles {
                 let mut walker = walker.lock().unwrap_or_else(|e| e.into_inner());
                 let stack = if depth > 0 {
                     let timed = self.walk_observer.get().map(|o| (o, Instant::now()));
-                    let stack = walker.walk(&self.mem, cpu, depth);
+                    let files = at
+                        .who
+                        .and_then(|(w, _)| self.guest.user_unwinder(w.process));
+                    let stack = walker.walk_with_files(&self.mem, cpu, depth, files.as_deref());
                     if let Some((observer, t0)) = timed {
                         observer.walked(Walked {
                             vcpu: v,

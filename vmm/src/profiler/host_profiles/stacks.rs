@@ -5,6 +5,7 @@
 //! through the guest's own page tables for the sampled CR3 ([`introspect::paging`]), never write,
 //! and a page that does not translate is simply unreadable (the guest never sees a fault).
 
+use introspect::cfi::SpaceUnwinder;
 use introspect::nt::Kernel;
 use introspect::os::WindowsLayout;
 use introspect::paging::{lookup, Paging, PhysRead};
@@ -434,6 +435,18 @@ impl StackWalker {
 
     /// The call stack of a vCPU sampled at `cpu`, at most `max_depth` frames.
     pub fn walk(&mut self, mem: &GuestMemoryMmap, cpu: &CpuState, max_depth: usize) -> Stack {
+        self.walk_with_files(mem, cpu, max_depth, None)
+    }
+
+    /// [`StackWalker::walk`], with the ELF files the sampled process maps (their call-frame
+    /// information unwinds the frames in them).
+    pub fn walk_with_files(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        cpu: &CpuState,
+        max_depth: usize,
+        files: Option<&SpaceUnwinder>,
+    ) -> Stack {
         if cpu.compat {
             self.note_pc(mem, cpu);
             return Stack {
@@ -446,12 +459,13 @@ impl StackWalker {
             rip: cpu.rip,
         };
         let mut virt = GuestVirt::new(mem, cpu.paging);
-        let stack = introspect::walk(
+        let stack = introspect::walk_with_files(
             &mut virt,
             &mut self.cache,
             cpu.paging.cr3,
             regs,
             Options { max_depth },
+            files,
         );
         self.collect(&mut virt);
         stack

@@ -9,6 +9,7 @@
 pub mod initrd;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub use initrd::{Initrd, InitrdError};
 
@@ -32,10 +33,11 @@ impl std::fmt::Display for Origin {
 
 /// The places a guest's files are looked for, in order: the sysroots first (the user named
 /// them), then the initramfs.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct GuestFiles {
     sysroots: Vec<PathBuf>,
-    initrds: Vec<(PathBuf, Initrd)>,
+    /// Shared: a run's sample-time unwinder and its report read the same archives.
+    initrds: Vec<(PathBuf, Arc<Initrd>)>,
 }
 
 impl GuestFiles {
@@ -52,8 +54,22 @@ impl GuestFiles {
 
     /// Looks in the initramfs read from `path` too.
     pub fn with_initrd(mut self, path: PathBuf, initrd: Initrd) -> Self {
-        self.initrds.push((path, initrd));
+        self.initrds.push((path, Arc::new(initrd)));
         self
+    }
+
+    /// True when the initramfs read from `path` is one of the places.
+    pub fn has_initrd(&self, path: &Path) -> bool {
+        self.initrds.iter().any(|(p, _)| p == path)
+    }
+
+    /// The archives alone, without the sysroots: the places a reader that opens no file (a
+    /// vCPU thread) can look in.
+    pub fn archives(&self) -> GuestFiles {
+        GuestFiles {
+            sysroots: Vec::new(),
+            initrds: self.initrds.clone(),
+        }
     }
 
     /// True when there is nowhere to look.

@@ -2,8 +2,10 @@
 //! holds all of it: this file ([`GuestAwareness`]: the layout in use, each vCPU's context, the
 //! Windows kernel's discovery and processes' user-mode modules), [`layout_source`] (where a
 //! run's layout comes from: `--guest-os`, `--guest-types`, the booted vmlinux, the symbol
-//! path), [`process_table`] (the run's process and thread rows) and [`process_list`] (the
-//! guest kernel's own process list, walked once a layout is known and at the end).
+//! path), [`process_table`] (the run's process and thread rows), [`process_list`] (the
+//! guest kernel's own process list, walked once a layout is known and at the end),
+//! [`linux_maps`] (a Linux process's executable file mappings) and [`unwind_files`] (the
+//! files they name, for the process's user-mode stacks).
 //!
 //! The guest kernel's structures are read by `introspect::os` (one [`GuestContext`] per vCPU:
 //! its per-CPU base, the current thread pointer in it, the thread's identity read once per
@@ -20,9 +22,10 @@
 //! vCPU's thread changes.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Instant;
 
 pub mod layout_source;
@@ -30,19 +33,24 @@ pub mod linux_banner;
 pub mod linux_maps;
 pub mod process_list;
 pub mod process_table;
+pub mod unwind_files;
 
+use introspect::cfi::SpaceUnwinder;
 use introspect::os::{
     GuestContext, GuestOs, IdentifyError, Identity, LinuxLayout, OsLayout, SampleRegs, ThreadKey,
     WindowsLayout,
 };
 use introspect::paging::Paging;
 use introspect::pe::CodeView;
+use report::symbols::guest_files::GuestFiles;
 use report::symbols::packs::LinuxMatch;
 use vm_memory::GuestMemoryMmap;
 
 use super::stacks::{listed_module, FoundModule, GuestVirt};
 use crate::arch::cpu_state::{CpuState, WantedMsrs};
+use linux_maps::Why;
 use process_table::{Found, ProcessTable, ThreadRef};
+use unwind_files::UnwindFiles;
 
 /// Samples between two reads of IA32_LSTAR on a vCPU while a Windows kernel is looked for.
 pub const LSTAR_PERIOD: u32 = 1024;
@@ -168,6 +176,8 @@ pub struct VcpuGuest {
     current: Option<Who>,
     /// Why the last identification failed, logged once per kind.
     logged: u8,
+    /// The executable ranges of the Linux process it last checked a user-mode PC against.
+    mapped: linux_maps::VcpuMapped,
 }
 
 /// The run's guest awareness: the layout once known, the vCPUs' contexts and the rows.
@@ -196,6 +206,12 @@ pub struct GuestAwareness {
     table: ProcessTable,
     /// Windows processes' user-mode modules, from their PEB loader lists.
     user_modules: Mutex<UserModules>,
+    /// Linux processes' mapped ELF files, for their user-mode stacks; set before the guest runs.
+    unwind_files: OnceLock<UnwindFiles>,
+    /// Linux process row -> its executable mappings' ranges as last read, in address order.
+    linux_mapped: RwLock<HashMap<u32, Arc<[Range<u64>]>>>,
+    /// Bumped when `linux_mapped` changes: each vCPU refreshes its copy.
+    mapped_generation: AtomicU32,
 }
 
 /// The user-mode modules read so far, and the processes whose list is still to be read.
@@ -205,9 +221,8 @@ struct UserModules {
     /// Process row -> walks left: a process whose loader has not run yet is read again when
     /// a vCPU switches to it, a few times.
     retry: HashMap<u32, u8>,
-    /// Linux process row -> (reads left, the run's second from which to read again):
-    /// `linux_maps`' back-off while a process has no executable file mapping yet.
-    linux_retry: HashMap<u32, (u8, f64)>,
+    /// Linux process row -> where its reads of its mappings stand (`linux_maps`' back-off).
+    linux_reads: HashMap<u32, linux_maps::Reads>,
 }
 
 /// User-mode modules kept over the run, all processes together.
@@ -234,7 +249,24 @@ impl GuestAwareness {
             vcpus: (0..vcpus).map(|_| Mutex::default()).collect(),
             table: ProcessTable::new(start),
             user_modules: Mutex::default(),
+            unwind_files: OnceLock::new(),
+            linux_mapped: RwLock::default(),
+            mapped_generation: AtomicU32::new(0),
         }
+    }
+
+    /// Unwinds Linux processes' user-mode stacks with the call-frame information of the files
+    /// they map, looked up in the archives of `files` (the first call counts). Called before
+    /// the guest runs.
+    pub fn set_unwind_files(&self, files: &GuestFiles) {
+        if !files.archives().is_empty() {
+            let _ = self.unwind_files.set(UnwindFiles::new(files));
+        }
+    }
+
+    /// The unwinder of process row `row`'s mapped files, when they were found.
+    pub fn user_unwinder(&self, row: u32) -> Option<Arc<SpaceUnwinder>> {
+        self.unwind_files.get()?.of_process(row)
     }
 
     /// Takes the layout source; returns the lookup to run on a thread of its own (with the
@@ -515,7 +547,11 @@ impl GuestAwareness {
                                     self.read_user_modules(mem, kernel, &layout, id, found);
                                 }
                                 Some(OsLayout::Linux(layout)) => {
-                                    self.read_linux_mappings(mem, kernel, &layout, id, found);
+                                    let why = Why::Switch {
+                                        new: found.new_process,
+                                    };
+                                    let row = found.at.process;
+                                    self.read_linux_mappings(mem, kernel, &layout, id, row, why);
                                 }
                                 None => {}
                             }
@@ -524,6 +560,18 @@ impl GuestAwareness {
                                 at: found.at,
                                 process_name: id.process.name.clone(),
                             });
+                        }
+                        // A user-mode PC outside the process's executable mappings: a file
+                        // mapped since they were read.
+                        let row = g.current.as_ref().map(|c| c.at.process);
+                        if let (3, Some(row)) = (cpu.cpl, row) {
+                            if !self.pc_mapped(&mut g.mapped, row, cpu.rip) {
+                                if let Some(OsLayout::Linux(layout)) = self.os().map(|o| o.layout) {
+                                    let kernel = g.kernel_paging.unwrap_or(cpu.paging);
+                                    let why = Why::Outside;
+                                    self.read_linux_mappings(mem, kernel, &layout, id, row, why);
+                                }
+                            }
                         }
                         if let Some(w) = want {
                             w.store(context.wants_kernel_gs_base(), Ordering::Relaxed);
