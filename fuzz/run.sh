@@ -8,7 +8,7 @@
 #   fuzz/run.sh [SECONDS] [TARGET...]      FUZZ_SEED=N picks libFuzzer's seed (default 1)
 #                                          FUZZ_JOBS=N runs N targets at once (default nproc)
 #   fuzz/run.sh --build-only [TARGET...]   builds the targets and writes the seeds, no fuzzing
-#                                          (CI builds them beside the tests, fuzzes after)
+#                                          (to build ahead of a run)
 set -euo pipefail
 cd "$(dirname "$0")"
 
