@@ -58,6 +58,28 @@ impl ElfUnwindInfo {
     }
 }
 
+/// True for an `.eh_frame_hdr` in the form every ELF linker writes (version 1, a 4-byte
+/// `.eh_frame` pointer, a 4-byte FDE count, a table of 4-byte data-relative pairs) whose table
+/// fits the section. Anything else is not handed to the unwinder, which then indexes
+/// `.eh_frame` itself: gimli's binary search trusts the count (it multiplies it unchecked).
+fn hdr_table_fits(hdr: &[u8]) -> bool {
+    const UDATA4: u8 = 0x03;
+    const TABLE: u8 = 0x3b; // datarel | sdata4
+    let [1, ptr_enc, UDATA4, TABLE, rest @ ..] = hdr else {
+        return false;
+    };
+    if ptr_enc & 0x0f != 0x0b && ptr_enc & 0x0f != 0x03 {
+        return false; // a 4-byte pointer: sdata4 or udata4
+    }
+    let Some(count) = rest
+        .get(4..8)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    else {
+        return false;
+    };
+    u64::from(count) * 8 <= (rest.len() as u64).saturating_sub(8)
+}
+
 /// Ids that tell address spaces apart in a [`CfiCache`].
 static NEXT_SPACE: AtomicU64 = AtomicU64::new(1);
 
@@ -107,7 +129,11 @@ impl SpaceUnwinder {
         let part = |s: &Option<Section>| s.as_ref().map(|s| (s.addresses.clone(), s.bytes.clone()));
         let (text_svma, text) = part(&info.text).unzip();
         let (eh_frame_svma, eh_frame) = part(&info.eh_frame).unzip();
-        let (eh_frame_hdr_svma, eh_frame_hdr) = part(&info.eh_frame_hdr).unzip();
+        let hdr = info
+            .eh_frame_hdr
+            .as_ref()
+            .filter(|h| hdr_table_fits(&h.bytes));
+        let (eh_frame_hdr_svma, eh_frame_hdr) = part(&hdr.cloned()).unzip();
         let sections = ExplicitModuleSectionInfo {
             base_svma: 0,
             text_svma,

@@ -184,3 +184,27 @@ fn an_eh_frame_hdr_finds_the_same_rules() {
     }
     assert_eq!(pcs, [0x1010, 0x1150, 0x1280]);
 }
+
+/// A header whose FDE count runs past its table is not trusted (the unwinder indexes
+/// `.eh_frame` itself): gimli's search multiplies the count unchecked.
+#[test]
+fn an_eh_frame_hdr_is_used_only_when_its_table_fits() {
+    let (_, hdr) = eh_frame_with_hdr(
+        0x3000,
+        0x2800,
+        &[Function {
+            start: 0x1000,
+            len: 0x100,
+            pushes: false,
+        }],
+    );
+    assert!(hdr_table_fits(&hdr));
+    let mut lying = hdr.clone();
+    lying[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert!(!hdr_table_fits(&lying));
+    assert!(!hdr_table_fits(&hdr[..hdr.len() - 1]));
+    let mut version2 = hdr;
+    version2[0] = 2;
+    assert!(!hdr_table_fits(&version2));
+    assert!(!hdr_table_fits(&[]));
+}
