@@ -16,24 +16,22 @@ fn file(functions: &[Function]) -> ElfUnwindInfo {
 
 /// `leaf` (0x1000, no push) called from `caller` (0x1100, one push) called from `outer`
 /// (0x1200, one push), linked at address 0.
+fn functions() -> [Function; 3] {
+    let function = |start, pushes| Function {
+        start,
+        len: 0x100,
+        pushes,
+    };
+    [
+        function(0x1000, false),
+        function(0x1100, true),
+        function(0x1200, true),
+    ]
+}
+
+/// [`functions`] as a file.
 fn program() -> ElfUnwindInfo {
-    file(&[
-        Function {
-            start: 0x1000,
-            len: 0x100,
-            pushes: false,
-        },
-        Function {
-            start: 0x1100,
-            len: 0x100,
-            pushes: true,
-        },
-        Function {
-            start: 0x1200,
-            len: 0x100,
-            pushes: true,
-        },
-    ])
+    file(&functions())
 }
 
 fn stack(at: u64, words: &[u64]) -> Regions {
@@ -143,24 +141,7 @@ fn a_cache_moving_to_another_address_space_forgets_the_rules_of_the_last() {
 /// framehop searches a real file) unwind the same way.
 #[test]
 fn an_eh_frame_hdr_finds_the_same_rules() {
-    let functions = [
-        Function {
-            start: 0x1000,
-            len: 0x100,
-            pushes: false,
-        },
-        Function {
-            start: 0x1100,
-            len: 0x100,
-            pushes: true,
-        },
-        Function {
-            start: 0x1200,
-            len: 0x100,
-            pushes: true,
-        },
-    ];
-    let (eh, hdr) = eh_frame_with_hdr(0x3000, 0x2800, &functions);
+    let (eh, hdr) = eh_frame_with_hdr(0x3000, 0x2800, &functions());
     let section = |at: u64, bytes: Vec<u8>| Section {
         addresses: at..at + bytes.len() as u64,
         bytes: bytes.into(),

@@ -111,6 +111,18 @@ pub(crate) fn profile() -> Profile {
     p
 }
 
+/// [`crate::profile::tests::call_site_symbols`], and a file `sh` (`main` at 0x5000) that only
+/// `p`'s init maps.
+pub(crate) fn init_maps_sh(p: &Profile) -> crate::symbols::Symbols {
+    let init = p.processes.iter().find(|r| r.name == "init").unwrap().key;
+    let mut symbols = crate::profile::tests::call_site_symbols();
+    symbols.push_in(
+        vec![init],
+        crate::symbols::tests::module("sh", 0x5000, &[(0, 0x100, "main")]),
+    );
+    symbols
+}
+
 fn process(key: u32, pid: u64, name: &str) -> ProcessInfo {
     ProcessInfo {
         key,

@@ -220,12 +220,7 @@ fn a_firefox_file_past_its_limit_is_refused_before_a_byte_is_written() {
 #[test]
 fn a_processs_own_files_name_its_frames() {
     let p = profile();
-    let init = p.processes.iter().find(|r| r.name == "init").unwrap().key;
-    let mut symbols = call_site_symbols();
-    symbols.push_in(
-        vec![init],
-        crate::symbols::tests::module("sh", 0x5000, &[(0, 0x100, "main")]),
-    );
+    let symbols = crate::time_axis::testdata::init_maps_sh(&p);
     let mut out = Vec::new();
     write(&p, &symbols, &mut out).unwrap();
     let d: Value = serde_json::from_slice(&out).unwrap();
