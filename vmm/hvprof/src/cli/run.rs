@@ -9,6 +9,7 @@ use report::symbols::Finder;
 use report::Symbols;
 use vmm::config::VmConfig;
 use vmm::outcome::{Blame, STATUS_CONFIG_ERROR};
+use vmm::profiler::host_profiles::guest_awareness::GuestTypes;
 use vmm::report_input::RunMetadata;
 use vmm::session::{Progress, SessionOptions, Span};
 use vmm::vm::{RunHooks, RunReport};
@@ -70,6 +71,15 @@ fn summarize(report: &RunReport) {
     }
 }
 
+/// Where a run's Linux guest files are found.
+enum Places {
+    /// Settled before the run (`profile` on a guest that may run Linux: the booted initrd is
+    /// read then, for the user-mode stacks).
+    Settled(GuestFiles),
+    /// These, and the initrd the guest booted, read after the run if a process mapped a file.
+    AddBooted(GuestFiles),
+}
+
 /// `given` and the initrd the guest boots, if it boots one that `given` does not hold yet. An
 /// initrd that cannot be read as an archive is a warning: the run goes on, and its results are
 /// still written.
@@ -92,14 +102,13 @@ fn with_booted_initrd(config: &VmConfig, given: GuestFiles) -> GuestFiles {
 /// Finishes a run: the text report of its profile objects (the same as report.txt), the
 /// summary, and the four report files when `out` is given. With a finder, the PDBs of the
 /// modules found in guest memory are looked up, and those not found listed on stderr.
-/// `files`: where a Linux guest's mapped files are found, when the command settled it before
-/// the run (`profile`); None reads the initrd the guest booted, if a process mapped a file.
+/// `places`: where a Linux guest's mapped files are found.
 fn finish(
     config: &VmConfig,
     result: Result<RunReport, vmm::vm::VmError>,
     out: Option<&Path>,
     finder: Option<&mut Finder>,
-    files: Option<GuestFiles>,
+    places: Places,
     status_of: impl Fn(&RunReport) -> i32,
 ) -> ExitCode {
     let report = match result {
@@ -122,14 +131,12 @@ fn finish(
     let symbols = if profile.objects.is_empty() && out.is_none() {
         Symbols::default()
     } else {
-        // A command that settled no places before the run: the initrd the guest booted, read
-        // only when some process mapped a file.
-        let files = match files {
-            Some(f) => f,
-            None if profile.processes.iter().any(|p| !p.mappings.is_empty()) => {
-                with_booted_initrd(config, GuestFiles::new())
+        let files = match places {
+            Places::Settled(f) => f,
+            Places::AddBooted(f) if profile.processes.iter().any(|p| !p.mappings.is_empty()) => {
+                with_booted_initrd(config, f)
             }
-            None => GuestFiles::new(),
+            Places::AddBooted(f) => f,
         };
         vmm::report_input::run_symbols(config, &profile, finder, &files)
     };
@@ -163,9 +170,14 @@ pub fn run(a: RunArgs) -> ExitCode {
         Err(code) => return code,
     };
     let result = vmm::vm::run_with(&config, hooks);
-    finish(&config, result, None, None, None, |r| {
-        r.outcome.exit_status()
-    })
+    finish(
+        &config,
+        result,
+        None,
+        None,
+        Places::AddBooted(GuestFiles::new()),
+        |r| r.outcome.exit_status(),
+    )
 }
 
 /// `hvprof demo`.
@@ -182,7 +194,8 @@ pub fn demo(a: DemoArgs) -> ExitCode {
         Err(code) => return code,
     };
     let result = vmm::vm::run_with(&config, hooks);
-    finish(&config, result, a.out.as_deref(), None, None, |r| {
+    let places = Places::AddBooted(GuestFiles::new());
+    finish(&config, result, a.out.as_deref(), None, places, |r| {
         vmm::refguest::exit_status(&r.outcome)
     })
 }
@@ -253,10 +266,19 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         Err(code) => return code,
     };
     hooks.guest_types = guest_types;
-    // The initrd the guest boots, read now: a Linux guest's processes' user-mode stacks are
-    // unwound with their files' call-frame information as they are sampled.
-    let files = with_booted_initrd(&config, files);
-    hooks.guest_files = files.clone();
+    // A guest whose Linux processes may be named: the initrd it boots is read now, for their
+    // user-mode stacks, unwound with their files' call-frame information as they are sampled.
+    // (Another guest's initrd, such as the reference guest's PE module, is not an archive.)
+    let places = if matches!(
+        hooks.guest_types,
+        GuestTypes::Linux(_) | GuestTypes::Lookup(_)
+    ) {
+        let files = with_booted_initrd(&config, files);
+        hooks.guest_files = files.clone();
+        Places::Settled(files)
+    } else {
+        Places::AddBooted(files)
+    };
     let opts = SessionOptions {
         span,
         interval: interval.map(|(_, i)| i),
@@ -273,7 +295,7 @@ pub fn profile(a: ProfileArgs) -> ExitCode {
         result,
         Some(&a.out),
         finder.as_mut(),
-        Some(files),
+        places,
         |r| {
             if embedded {
                 vmm::refguest::exit_status(&r.outcome)
