@@ -663,9 +663,11 @@ fn counts_total(counts: &serde_json::Value) -> u64 {
 /// costs minutes where guest-kernel code is emulated):
 /// - the platform as the guest saw it, its writes on the disk, and a clean power-off;
 /// - vmlinux's functions named in the report and in pprof, user-mode samples in the modules
-///   of the files the processes mapped (busybox, burn, burn-fp, found in the booted initramfs);
+///   of the files the processes mapped (busybox, the burn programs, libc.so.6, found in the
+///   booted initramfs);
 /// - the run's kernel and user phases on its timeline;
-/// - the burn programs' leaf functions named, with the programs' own shares (within 5 points);
+/// - the burn programs' leaf functions named, with the programs' own shares (within 5 points),
+///   and their user-mode stacks unwound through `work` and `main` (and libc's memset);
 /// - two user-mode processes competing for the vCPU (awk at nice 0, seq at nice 5: about 75:25)
 ///   named by the guest kernel's own structures, with the guest's pids and names, and their
 ///   shares of the samples, taken over the two, close to the shares of CPU time the guest
