@@ -748,7 +748,7 @@ fn profiled_boot_names_kernel_functions_and_processes_with_the_guests_shares() {
 /// pointers, `burn-fp` keeps them; `burn-dyn` is a PIE whose memset is libc.so.6's): in
 /// pprof's traces every sample in a leaf is `leaf_x <- work <- main`, and every sample whose
 /// caller is `fill` (memset, in libc for burn-dyn) is `.. <- fill <- work <- main`, in each
-/// program; the flame graph has each program's callers. gcc's tables describe every
+/// program. gcc's tables describe every
 /// instruction (x86-64's asynchronous unwind tables) and glibc's assembly has its own, so
 /// this holds for any sample.
 fn check_user_stacks(out_dir: &Path) {
@@ -795,15 +795,9 @@ fn check_user_stacks(out_dir: &Path) {
             in_fill[0].frames[0]
         );
     }
-    let svg = std::fs::read_to_string(out_dir.join("flamegraph.svg")).unwrap();
-    for program in BURN_PROGRAMS {
-        for f in ["main", "work", "fill"] {
-            assert!(
-                svg.contains(&format!("{program}!{f}")),
-                "flamegraph.svg names {program}!{f}"
-            );
-        }
-    }
+    // The flame graph folds the same stacks with the same per-process names (report's flame
+    // tests), but its SVG leaves out frames under 0.1% of the samples: on a slow host the
+    // burn programs' few hundred user-mode samples are, among the kernel's tens of thousands.
 }
 
 /// The burn step's programs (images/linux/burn.c, unstripped in the initramfs the run booted:

@@ -229,6 +229,8 @@ const INTROSPECT: Root = Root {
         // the Windows and Linux readers, the per-vCPU identification cache.
         ("os", 1),
         ("fp", 1),
+        // ELF files' call-frame information (over mem and regs).
+        ("cfi", 1),
         ("pe", 1),
         // Synthetic Windows and Linux guests with page tables (feature test-support).
         ("testguest", 2),

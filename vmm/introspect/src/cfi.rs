@@ -23,8 +23,18 @@ use framehop::{
 };
 
 use crate::mem::Memory;
-use crate::walk::End;
 use crate::Regs;
+
+/// Why a frame could not be unwound (the walk ends there for that reason).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepError {
+    /// A stack slot at this address was not readable.
+    Unreadable(u64),
+    /// The caller's frame was not above the callee's.
+    NotGrowing,
+    /// The rules gave an address past the end of the address space, at this PC.
+    Malformed(u64),
+}
 
 /// Section bytes, shared by every address space that maps the file.
 pub type Bytes = Arc<[u8]>;
@@ -171,7 +181,7 @@ impl SpaceUnwinder {
         cache: &mut CfiCache,
         regs: &mut Regs,
         first: bool,
-    ) -> Result<bool, End> {
+    ) -> Result<bool, StepError> {
         if cache.space != self.id {
             cache.space = self.id;
             cache.rules = CacheX86_64::new_in();
@@ -179,7 +189,10 @@ impl SpaceUnwinder {
         let address = if first {
             FrameAddress::from_instruction_pointer(regs.rip)
         } else {
-            FrameAddress::from_return_address(regs.rip).ok_or(End::Complete)?
+            match FrameAddress::from_return_address(regs.rip) {
+                Some(a) => a,
+                None => return Ok(false),
+            }
         };
         let mut unwound = UnwindRegsX86_64::new(regs.rip, regs.rsp(), regs.rbp());
         let mut read = |addr: u64| mem.read_u64(addr).map_err(|_| ());
@@ -194,11 +207,11 @@ impl SpaceUnwinder {
                 Ok(true)
             }
             Ok(None) | Err(Error::ReturnAddressIsNull) => Ok(false),
-            Err(Error::CouldNotReadStack(addr)) => Err(End::Unreadable(addr)),
+            Err(Error::CouldNotReadStack(addr)) => Err(StepError::Unreadable(addr)),
             Err(Error::FramepointerUnwindingMovedBackwards | Error::DidNotAdvance) => {
-                Err(End::NotGrowing)
+                Err(StepError::NotGrowing)
             }
-            Err(Error::IntegerOverflow) => Err(End::Malformed(regs.rip)),
+            Err(Error::IntegerOverflow) => Err(StepError::Malformed(regs.rip)),
         }
     }
 }

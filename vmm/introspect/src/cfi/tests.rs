@@ -82,7 +82,7 @@ fn an_unreadable_stack_ends_the_walk_where_it_is() {
     assert_eq!(space.step(&mut mem, &mut cache, &mut regs, true), Ok(true));
     assert_eq!(
         space.step(&mut mem, &mut cache, &mut regs, false),
-        Err(End::Unreadable(0x8010))
+        Err(StepError::Unreadable(0x8010))
     );
 }
 

@@ -1,6 +1,6 @@
 //! Walking a whole stack: one unwinder per frame, bounded depth, and a reason for the end.
 
-use crate::cfi::{CfiCache, SpaceUnwinder};
+use crate::cfi::{CfiCache, SpaceUnwinder, StepError};
 use crate::images::{space_of, ImageCache};
 use crate::mem::{canonical, Memory};
 use crate::x64::{UnwindCache, UnwindError};
@@ -144,7 +144,9 @@ pub fn walk_with_files<M: Memory + ?Sized>(
             Some(f) => match f.step(mem, cfi, &mut regs, pcs.len() == 1) {
                 Ok(true) => Ok(false),
                 Ok(false) => break End::Complete,
-                Err(end) => break end,
+                Err(StepError::Unreadable(at)) => break End::Unreadable(at),
+                Err(StepError::NotGrowing) => break End::NotGrowing,
+                Err(StepError::Malformed(at)) => break End::Malformed(at),
             },
             None => match images.find(mem, cr3, lookup) {
                 Some(image) => unwind.unwind(mem, &image, space_of(cr3, lookup), lookup, &mut regs),
