@@ -104,21 +104,16 @@ impl GuestAwareness {
             at: now + wait,
             found: reads.found,
         };
-        let read = match mappings(&mut GuestVirt::new(mem, kernel), layout, p.key.space) {
-            Ok(m) => m.mappings,
+        let exec: Vec<_> = match mappings(&mut GuestVirt::new(mem, kernel), layout, p.key.space) {
+            Ok(m) => m.mappings.into_iter().filter(|m| m.exec()).collect(),
             Err(e) => {
                 log::debug!("{} (pid {}): mappings not read: {e}", p.name, p.key.id);
                 Vec::new()
             }
         };
-        let ranges: Arc<[Range<u64>]> = read
-            .iter()
-            .filter(|m| m.exec())
-            .map(|m| m.start..m.end)
-            .collect();
-        let list: Vec<MappingInfo> = read
+        let ranges: Arc<[Range<u64>]> = exec.iter().map(|m| m.start..m.end).collect();
+        let list: Vec<MappingInfo> = exec
             .into_iter()
-            .filter(|m| m.exec())
             .filter_map(|m| {
                 Some(MappingInfo {
                     start: Hex(m.start),

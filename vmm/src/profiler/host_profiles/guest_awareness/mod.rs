@@ -259,8 +259,9 @@ impl GuestAwareness {
     /// they map, looked up in the archives of `files` (the first call counts). Called before
     /// the guest runs.
     pub fn set_unwind_files(&self, files: &GuestFiles) {
-        if !files.archives().is_empty() {
-            let _ = self.unwind_files.set(UnwindFiles::new(files));
+        let unwind = UnwindFiles::new(files);
+        if !unwind.is_empty() {
+            let _ = self.unwind_files.set(unwind);
         }
     }
 
