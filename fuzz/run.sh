@@ -9,8 +9,58 @@
 #                                          FUZZ_JOBS=N runs N targets at once (default nproc)
 #   fuzz/run.sh --build-only [TARGET...]   builds the targets and writes the seeds, no fuzzing
 #                                          (to build ahead of a run)
+#   fuzz/run.sh --replay [TARGET...]       no instrumented build and no fuzzing: the targets
+#                                          built as the tests build them (the workspace's dev
+#                                          profile, its dependencies shared with the test build),
+#                                          each run once on every scripted seed, on the inputs
+#                                          in regressions/<target>/ and on four fixed ones (empty,
+#                                          one 0xff byte, 4 KiB of 0x00, 4 KiB of 0xff). CI's
+#                                          check that every target builds and still holds on
+#                                          what once reached deep or broke it.
 set -euo pipefail
 cd "$(dirname "$0")"
+
+if [ "${1:-}" = --replay ]; then
+    shift
+    targets=("$@")
+    if [ ${#targets[@]} -eq 0 ]; then
+        for f in fuzz_targets/*.rs; do
+            targets+=("$(basename "$f" .rs)")
+        done
+    fi
+    cargo build --quiet -p hvprof-fuzz $(printf -- '--bin %s ' "${targets[@]}" seeds)
+    bin=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug
+    scratch=$(mktemp -d)
+    trap 'rm -rf "$scratch"' EXIT
+    "$bin/seeds" "$scratch/seeds"
+    failed=0
+    for t in "${targets[@]}"; do
+        inputs="$scratch/inputs/$t"
+        mkdir -p "$inputs"
+        : >"$inputs/empty"
+        printf '\377' >"$inputs/one-ff"
+        printf '%4096s' '' | tr ' ' '\000' >"$inputs/zeros-4k"
+        printf '%4096s' '' | tr ' ' '\377' >"$inputs/ff-4k"
+        for kind in seed regression; do
+            d="$scratch/seeds/$t"
+            [ "$kind" = regression ] && d="regressions/$t"
+            [ -d "$d" ] || continue
+            for f in "$d"/*; do
+                [ -f "$f" ] && cp "$f" "$inputs/$kind-${f##*/}"
+            done
+        done
+        n=$(find "$inputs" -type f | wc -l)
+        # libFuzzer's file mode: each input once, no mutation (it needs no instrumentation).
+        if "$bin/$t" -timeout=30 "$inputs"/* >"$scratch/$t.log" 2>&1; then
+            echo "fuzz: $t: $n inputs replayed"
+        else
+            tail -n 40 "$scratch/$t.log"
+            echo "fuzz: $t FAILED on one of its $n inputs (seeds, regressions/$t, fixed)" >&2
+            failed=1
+        fi
+    done
+    exit "$failed"
+fi
 
 build_only=false
 if [ "${1:-}" = --build-only ]; then
