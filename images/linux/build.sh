@@ -3,8 +3,9 @@
 # target/linux): OUT/vmlinux (a PVH ELF with symbols, DWARF and a .BTF section),
 # OUT/vmlinux.btf (its types as raw BTF) and OUT/initramfs.cpio (busybox, images/linux/init
 # and the burn workload, built three times from burn.c: static without and with frame
-# pointers, and dynamic with the host's ld.so and libc.so.6; uncompressed). tinyconfig plus hvprof.config, and pvm-host-quirks.patch,
-# which changes nothing unless the kernel is booted with "pvm_host_quirks".
+# pointers, and dynamic with the host's ld.so and libc.so.6; uncompressed). tinyconfig plus
+# hvprof.config, pvm-host-quirks.patch, which changes nothing unless the kernel is booted
+# with "pvm_host_quirks", and hz-25.patch, a 25 Hz choice for the timer tick.
 #
 # Needs: linux-source-6.1, busybox-static, gcc, make, bc, bison, flex, libelf-dev, xz-utils,
 # and pahole (Debian's dwarves), which writes the kernel's types as BTF (vmlinux.btf).
@@ -24,7 +25,9 @@ build_kernel() {
     rm -rf "$tree"
     echo "build.sh: unpacking $src_tar"
     tar -C "$out" -xf "$src_tar"
-    patch -d "$tree" -p1 --quiet < "$here/pvm-host-quirks.patch"
+    for p in "${patches[@]}"; do
+        patch -d "$tree" -p1 --quiet < "$p"
+    done
     make -C "$tree" -s tinyconfig
     "$tree/scripts/kconfig/merge_config.sh" -m -O "$tree" "$tree/.config" "$here/hvprof.config" >/dev/null
     make -C "$tree" -s olddefconfig
@@ -63,9 +66,11 @@ add_btf() {
 }
 
 tree="$out/linux-source-6.1"
+# The kernel's patches: the PVM host quirks (a boot option) and a 25 Hz tick choice.
+patches=("$here/pvm-host-quirks.patch" "$here/hz-25.patch")
 # The kernel is rebuilt when its recipe (the two functions above, the config, the patch, the
 # source) changes; the initramfs is cheap and always rebuilt.
-recipe=$( (declare -f build_kernel add_btf; cat "$here/hvprof.config" "$here/pvm-host-quirks.patch" "$src_tar") | sha256sum | cut -d' ' -f1)
+recipe=$( (declare -f build_kernel add_btf; cat "$here/hvprof.config" "${patches[@]}" "$src_tar") | sha256sum | cut -d' ' -f1)
 if [ -f "$out/vmlinux" ] && [ -f "$out/vmlinux.btf" ] && [ -x "$tree/usr/gen_init_cpio" ] && [ "$(cat "$out/recipe" 2>/dev/null)" = "$recipe" ]; then
     echo "build.sh: $out/vmlinux is up to date"
 else

@@ -100,7 +100,13 @@ impl TempDir {
 }
 
 impl Drop for TempDir {
+    /// Removes the directory, unless `HVPROF_TEST_KEEP` is set: then it stays, and its path is
+    /// printed, for a look at what a guest test's run wrote (its profile, its report).
     fn drop(&mut self) {
+        if std::env::var_os("HVPROF_TEST_KEEP").is_some() {
+            eprintln!("kept {}", self.path.display());
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.path);
     }
 }
