@@ -667,7 +667,9 @@ fn counts_total(counts: &serde_json::Value) -> u64 {
 ///   booted initramfs);
 /// - the run's kernel and user phases on its timeline;
 /// - the burn programs' leaf functions named, with the programs' own shares (within 5 points),
-///   and their user-mode stacks unwound through `work` and `main` (and libc's memset);
+///   and their user-mode stacks unwound through `work` and `main` (and libc's memset); each
+///   file's build id read from guest memory; the same names from the saved profile by
+///   `hvprof report` given `--sysroot` or `--initramfs`, never from another build of a file;
 /// - two user-mode processes competing for the vCPU (awk at nice 0, seq at nice 5: about 75:25)
 ///   named by the guest kernel's own structures, with the guest's pids and names, and their
 ///   shares of the samples, taken over the two, close to the shares of CPU time the guest
@@ -741,6 +743,154 @@ fn profiled_boot_names_kernel_functions_and_processes_with_the_guests_shares() {
     eprintln!("samples whose stack did not fit the table, per object: {dropped:?}");
     check_user_stacks(&out_dir);
     check_every_task_is_listed(&out, &profile);
+    check_build_ids(&g, &profile);
+    check_names_after_the_run(&g, &dir, &out, &out_dir);
+}
+
+/// The same names found after the run, from the saved profile.json alone, by `hvprof report
+/// --out`:
+/// - with `--sysroot` (a tree holding the initramfs's files at their guest paths, as a user
+///   would unpack a guest's root file system), the burn programs' functions and stacks as the
+///   run named them, each program's module read from the sysroot;
+/// - with a sysroot holding another build at `/bin/burn` (burn-fp's bytes, whose functions
+///   lie elsewhere) and `--initramfs`: the guest's build id of `/bin/burn`, read from its first
+///   page, turns the sysroot's copy away with a warning (it would have named burn's samples
+///   with burn-fp's functions), and the initramfs's copy, the guest's build, names them.
+fn check_names_after_the_run(g: &Guest, dir: &TempDir, out: &Output, out_dir: &Path) {
+    let profile = out_dir.join("profile.json");
+    let report = |name: &str, extra: &[&Path]| -> (PathBuf, serde_json::Value, Output) {
+        let again = dir.join(name);
+        let mut args: Vec<std::ffi::OsString> =
+            vec!["report".into(), profile.clone().into(), "--out".into(), again.clone().into()];
+        args.extend(extra.iter().map(|a| a.as_os_str().to_os_string()));
+        let run = hvprof(args).run();
+        run.assert_status(status::CLEAN);
+        let saved = serde_json::from_slice(&std::fs::read(again.join("profile.json")).unwrap())
+            .unwrap_or_else(|e| panic!("{name}/profile.json: {e}\n{run}"));
+        (again, saved, run)
+    };
+    // Where profile.json's module of each burn program was read from.
+    let origins = |saved: &serde_json::Value| -> Vec<(String, String)> {
+        let modules = saved["modules"].as_array().into_iter().flatten();
+        modules
+            .filter(|m| m["name"].as_str().is_some_and(|n| BURN_PROGRAMS.contains(&n)))
+            .map(|m| (m["name"].to_string(), m["path"].to_string()))
+            .collect()
+    };
+
+    let sysroot = dir.join("sysroot");
+    unpack_initramfs_list(g, &sysroot);
+    let (again, saved, _) = report("again-sysroot", &[Path::new("--sysroot"), &sysroot]);
+    check_user_functions(out, &saved);
+    check_user_stacks(&again);
+    let found = origins(&saved);
+    assert!(
+        found.len() == BURN_PROGRAMS.len()
+            && found.iter().all(|(_, path)| path.contains(sysroot.to_str().unwrap())),
+        "the burn programs' modules, not all read from the sysroot: {found:?}"
+    );
+
+    let other = dir.join("sysroot-other-build");
+    unpack_initramfs_list(g, &other);
+    std::fs::copy(other.join("bin/burn-fp"), other.join("bin/burn")).unwrap();
+    let (again, saved, run) = report(
+        "again-other-build",
+        &[
+            Path::new("--sysroot"),
+            &other,
+            Path::new("--initramfs"),
+            &g.initramfs,
+        ],
+    );
+    run.assert_stderr_contains("hvprof: warning: /bin/burn in ")
+        .assert_stderr_contains("another build, its symbols are not used");
+    check_user_functions(out, &saved);
+    check_user_stacks(&again);
+    let found = origins(&saved);
+    let burn = found.iter().find(|(name, _)| name == "\"burn\"");
+    assert!(
+        burn.is_some_and(|(_, path)| path.contains("initramfs")),
+        "burn's module should come from the initramfs, past the sysroot's other build: \
+         {found:?}\n{run}"
+    );
+}
+
+/// The GNU build id of each file the burn programs' processes mapped executable, read from
+/// guest memory, is the build id of the file build.sh put in the initramfs. Each program's
+/// own id is always there: its startup code reads its program headers (AT_PHDR) through
+/// that first page, and a read that found the page missing is made again at its user-mode
+/// samples. ld.so's and libc's, where read, must agree too (a page ld.so never touched
+/// through the mapping can stay out of memory).
+fn check_build_ids(g: &Guest, profile: &serde_json::Value) {
+    let list_path = g.initramfs.with_file_name("initramfs.list");
+    let list = std::fs::read_to_string(&list_path).unwrap();
+    let host_file = |guest: &str| -> Option<PathBuf> {
+        list.lines()
+            .find_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+                ["file", path, host, ..] if path == guest => Some(PathBuf::from(host)),
+                _ => None,
+            })
+    };
+    let mut checked = 0;
+    for p in profile["processes"].as_array().into_iter().flatten() {
+        if !p["name"]
+            .as_str()
+            .is_some_and(|n| BURN_PROGRAMS.contains(&n))
+        {
+            continue;
+        }
+        for m in p["mappings"].as_array().into_iter().flatten() {
+            let path = m["path"].as_str().unwrap();
+            let host = host_file(path)
+                .unwrap_or_else(|| panic!("{path} is not a file of {}", list_path.display()));
+            let want = report::symbols::elf::build_id(&std::fs::read(&host).unwrap());
+            assert!(want.is_some(), "{} has no build id", host.display());
+            let own = path.starts_with("/bin/burn");
+            if own || m["build_id"].is_string() {
+                assert_eq!(
+                    m["build_id"].as_str(),
+                    want.as_deref(),
+                    "{}'s mapping of {path}: {m}",
+                    p["name"]
+                );
+            }
+            checked += usize::from(own);
+        }
+    }
+    assert!(
+        checked >= 3,
+        "{checked} mappings of the burn programs themselves"
+    );
+}
+
+/// The files of the initramfs build.sh wrote (its `initramfs.list`, beside the archive) at
+/// their guest paths under `root`, symbolic links as links.
+fn unpack_initramfs_list(g: &Guest, root: &Path) {
+    let list_path = g.initramfs.with_file_name("initramfs.list");
+    let list = std::fs::read_to_string(&list_path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (images/linux/build.sh writes it)",
+            list_path.display()
+        )
+    });
+    for line in list.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let at = |guest: &str| root.join(guest.trim_start_matches('/'));
+        match words[..] {
+            ["file", guest, host, ..] => {
+                let to = at(guest);
+                std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+                std::fs::copy(host, &to)
+                    .unwrap_or_else(|e| panic!("copying {host} to {}: {e}", to.display()));
+            }
+            ["slink", guest, target, ..] => {
+                let to = at(guest);
+                std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+                std::os::unix::fs::symlink(target, &to).unwrap();
+            }
+            _ => {}
+        }
+    }
 }
 
 /// The burn programs' user-mode call stacks, unwound at sample time from the call-frame

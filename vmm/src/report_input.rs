@@ -376,6 +376,7 @@ mod tests {
                 end: Hex(linked + bias + 0x10_0000),
                 offset: Hex(offset),
                 path: path.into(),
+                build_id: None,
             }],
         };
         let mut p = saved("/nonexistent/vmlinux");
@@ -405,6 +406,67 @@ mod tests {
         assert!(s.resolve(at).is_none(), "no process, no mapped file");
         assert_eq!(s.mapped().count(), 2);
         assert_eq!(s.unmapped(), ["/bin/elsewhere"]);
+    }
+
+    #[test]
+    fn a_file_found_as_another_build_than_the_guests_is_not_used() {
+        use report::hex::Hex;
+        use report::profile::{MappingInfo, ProcessInfo};
+        // The test binary (Debian's gcc links a build id into it) as /bin/self in a sysroot.
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let own = report::symbols::elf::build_id(&exe).expect("the test binary's build id");
+        let root = std::env::temp_dir().join(format!("hvprof-build-id-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("bin")).unwrap();
+        std::fs::write(root.join("bin/self"), &exe).unwrap();
+        let segments = report::symbols::elf::Segments::of(&exe).unwrap();
+        let offset = (0..exe.len() as u64)
+            .step_by(0x1000)
+            .find(|&o| segments.linked_address(o).is_some())
+            .unwrap();
+        let linked = segments.linked_address(offset).unwrap();
+        let process = |key: u32, build_id: Option<String>| ProcessInfo {
+            key,
+            pid: Some(u64::from(key)),
+            name: format!("p{key}"),
+            path: None,
+            cr3s: Vec::new(),
+            first_seen_s: 0.0,
+            last_seen_s: 0.0,
+            kernel: false,
+            identified: true,
+            mappings: vec![MappingInfo {
+                start: Hex(linked),
+                end: Hex(linked + 0x1000),
+                offset: Hex(offset),
+                path: "/bin/self".into(),
+                build_id,
+            }],
+        };
+        let files = GuestFiles::new().with_sysroot(root.clone());
+        let symbols = |id: Option<String>| {
+            let mut p = saved("/nonexistent/vmlinux");
+            p.processes = vec![process(1, id)];
+            saved_profile_symbols(&p, &[], None, &files).unwrap()
+        };
+        let other = "00".repeat(20);
+        let wrong = symbols(Some(other.clone()));
+        let result = (symbols(Some(own.clone())), symbols(None));
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(wrong.mapped().count(), 0, "another build is not placed");
+        assert_eq!(wrong.mismatched().len(), 1);
+        let m = &wrong.mismatched()[0];
+        assert_eq!(
+            (m.path.as_str(), &m.found, &m.guest),
+            ("/bin/self", &own, &other)
+        );
+        assert!(m.origin.ends_with("bin/self"), "{}", m.origin);
+        for (s, what) in [
+            (&result.0, "the same build id"),
+            (&result.1, "no guest build id"),
+        ] {
+            assert_eq!(s.mapped().count(), 1, "{what}");
+            assert!(s.mismatched().is_empty(), "{what}");
+        }
     }
 
     fn meta() -> RunMetadata {

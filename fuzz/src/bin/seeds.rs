@@ -592,9 +592,36 @@ fn cfi_frames() -> Vec<u8> {
     v
 }
 
+/// The first bytes of an ELF64 file as a loader maps them: the header, one `PT_NOTE` program
+/// header, and the notes after it (an ABI tag, then a 20-byte GNU build id).
+fn elf_build_id() -> Vec<u8> {
+    let note = |kind: u32, desc: &[u8]| {
+        let mut n = Vec::new();
+        n.extend(4u32.to_le_bytes());
+        n.extend((desc.len() as u32).to_le_bytes());
+        n.extend(kind.to_le_bytes());
+        n.extend(b"GNU\0");
+        n.extend(desc);
+        n
+    };
+    let mut notes = note(1, &[0; 16]);
+    notes.extend(note(3, &(1..=20).collect::<Vec<u8>>()));
+    let mut b = vec![0u8; 0x78];
+    b[..6].copy_from_slice(b"\x7fELF\x02\x01");
+    b[0x20..0x28].copy_from_slice(&0x40u64.to_le_bytes()); // e_phoff
+    b[0x36..0x38].copy_from_slice(&0x38u16.to_le_bytes()); // e_phentsize
+    b[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes()); // e_phnum
+    b[0x40..0x44].copy_from_slice(&4u32.to_le_bytes()); // PT_NOTE
+    b[0x48..0x50].copy_from_slice(&0x78u64.to_le_bytes()); // p_offset
+    b[0x60..0x68].copy_from_slice(&(notes.len() as u64).to_le_bytes()); // p_filesz
+    b[0x70..0x78].copy_from_slice(&4u64.to_le_bytes()); // p_align
+    b.extend(notes);
+    b
+}
+
 fn main() -> std::io::Result<()> {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
-    let seeds: [(&str, &str, Vec<u8>); 23] = [
+    let seeds: [(&str, &str, Vec<u8>); 24] = [
         ("platform_io", "virtio-ioeventfd", virtio(true, false)),
         ("platform_io", "virtio-exits", virtio(false, false)),
         ("platform_io", "virtio-ring", virtio(true, true)),
@@ -614,6 +641,8 @@ fn main() -> std::io::Result<()> {
             "process",
             introspect::testguest::linux_maps::process().0,
         ),
+        // A mapped ELF file's first page with a build id.
+        ("linux_maps", "build-id", elf_build_id()),
         ("timeline_json", "phases", TIMELINE_JSON.as_bytes().to_vec()),
         (
             "profile_json",

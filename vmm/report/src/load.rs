@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use super::profile::{GuestModule, Profile};
 use super::symbols::guest_files::GuestFiles;
-use super::symbols::{elf, pdb, pe, Finder, Module, SymbolError, Symbols};
+use super::symbols::{elf, pdb, pe, Finder, Mismatch, Module, SymbolError, Symbols};
 use super::ReportError;
 use files::bounded;
 
@@ -172,16 +172,35 @@ pub fn add_mapped_files(symbols: &mut Symbols, profile: &Profile, files: &GuestF
     if files.is_empty() {
         return;
     }
-    // Each file once: its module as linked and its loadable segments, or None.
-    let mut read: HashMap<&str, Option<(Module, elf::Segments)>> = HashMap::new();
+    // Each file (each build of it the guest had) once: its module as linked and its loadable
+    // segments, or None.
+    type Build<'a> = (&'a str, Option<&'a str>);
+    let mut read: HashMap<Build, Option<(Module, elf::Segments)>> = HashMap::new();
     let mut missing: Vec<String> = Vec::new();
-    // (path, placed base) -> the processes that map it there.
-    let mut placed: BTreeMap<(&str, u64), Vec<u32>> = BTreeMap::new();
+    // (path, build id, placed base) -> the processes that map it there.
+    let mut placed: BTreeMap<(Build, u64), Vec<u32>> = BTreeMap::new();
     for p in &profile.processes {
         for m in &p.mappings {
             let path = m.path.as_str();
-            let entry = read.entry(path).or_insert_with(|| {
-                let (bytes, origin) = files.read(path, bounded::SYMBOLS)?;
+            let build = (path, m.build_id.as_deref());
+            let entry = read.entry(build).or_insert_with(|| {
+                // Another build than the guest's would name the wrong functions: it is passed
+                // over (and said so), and the places after it are looked in.
+                let (bytes, origin) = files.read_accepted(path, bounded::SYMBOLS, |bytes, at| {
+                    let (Some(guest), Some(found)) = (&m.build_id, elf::build_id(bytes)) else {
+                        return true;
+                    };
+                    if *guest == found {
+                        return true;
+                    }
+                    symbols.add_mismatched(Mismatch {
+                        path: path.to_string(),
+                        origin: at.to_string(),
+                        found,
+                        guest: guest.clone(),
+                    });
+                    false
+                })?;
                 match elf::read(super::symbols::base_name(path), &bytes) {
                     Ok(module) => Some((
                         Module {
@@ -211,11 +230,11 @@ pub fn add_mapped_files(symbols: &mut Symbols, profile: &Profile, files: &GuestF
                 continue;
             };
             let base = module.base.wrapping_add(m.start.0.wrapping_sub(linked));
-            placed.entry((path, base)).or_default().push(p.key);
+            placed.entry((build, base)).or_default().push(p.key);
         }
     }
-    for ((path, base), processes) in placed {
-        if let Some(Some((module, _))) = read.get(path) {
+    for ((build, base), processes) in placed {
+        if let Some(Some((module, _))) = read.get(&build) {
             symbols.push_in(processes, module.clone().placed_at(base));
         }
     }

@@ -100,6 +100,11 @@ pub struct MappingInfo {
     pub offset: Hex,
     /// The file's path in the guest (within its own file system).
     pub path: String,
+    /// The file's GNU build id in lowercase hex, as the guest had it mapped (its first page's
+    /// `NT_GNU_BUILD_ID` note); absent when the file has none, that page was not in memory,
+    /// or in older files. A file found on the host with another build id is not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_id: Option<String>,
 }
 
 impl ProcessInfo {

@@ -36,6 +36,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::profile::{Profile, ProfileObject};
+use introspect::os::linux::build_id::MAX_BUILD_ID;
 
 mod totals;
 
@@ -263,6 +264,20 @@ fn check_tables(p: &Profile) -> Result<BTreeSet<u32>, Inconsistent> {
                 ));
             }
             after = map.end.0;
+            if let Some(id) = &map.build_id {
+                let hex = id
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+                if id.is_empty() || id.len() > 2 * MAX_BUILD_ID || id.len() % 2 != 0 || !hex {
+                    return Err(bad(
+                        format!("processes[{n}].mappings[{m}].build_id"),
+                        format!(
+                            "not 1 to {MAX_BUILD_ID} bytes in lowercase hex: {:?}",
+                            crate::sanitize::terminal(id)
+                        ),
+                    ));
+                }
+            }
         }
     }
     let mut threads = BTreeSet::new();
@@ -405,6 +420,7 @@ mod tests {
             end: Hex(end),
             offset: Hex(0),
             path: "/bin/busybox".into(),
+            build_id: None,
         };
         p.processes[0].mappings = vec![map(0x40_1000, 0x4a_0000), map(0x4a_0000, 0x4b_0000)];
         check(&p).unwrap();
@@ -414,6 +430,16 @@ mod tests {
         p.processes[0].mappings = vec![map(0x40_1000, 0x40_1000)];
         let e = check(&p).unwrap_err().to_string();
         assert!(e.contains("processes[0].mappings[0]"), "{e}");
+        let mut with_id = map(0x40_1000, 0x4a_0000);
+        with_id.build_id = Some("0a1b".into());
+        p.processes[0].mappings = vec![with_id.clone()];
+        check(&p).unwrap();
+        for bad_id in ["", "0A1B", "0a1", "0a1g", &"ab".repeat(MAX_BUILD_ID + 1)] {
+            with_id.build_id = Some(bad_id.into());
+            p.processes[0].mappings = vec![with_id.clone()];
+            let e = check(&p).unwrap_err().to_string();
+            assert!(e.contains("mappings[0].build_id"), "{bad_id:?}: {e}");
+        }
     }
 
     #[test]

@@ -148,8 +148,7 @@ fn finish(
         out!("{}", report::text::render(&profile, &symbols, 10));
     }
     summarize(&report);
-    super::symbols::report_missing(&symbols);
-    super::symbols::report_unmapped(symbols.unmapped());
+    super::symbols::report_gaps(&symbols);
     if let Some(dir) = out {
         match report::write_all(dir, &profile, &symbols) {
             Ok(files) => {

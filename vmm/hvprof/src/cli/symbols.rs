@@ -77,8 +77,21 @@ pub fn read_initramfs(path: &Path) -> Result<Initrd, String> {
     })
 }
 
+/// Prints on stderr what the symbols lack: PDBs not found, guest files not found, and guest
+/// files found as another build.
+pub fn report_gaps(symbols: &Symbols) {
+    report_missing(symbols);
+    report_file_gaps(symbols);
+}
+
+/// Prints on stderr the guest files not found, and those found as another build.
+pub fn report_file_gaps(symbols: &Symbols) {
+    report_unmapped(symbols.unmapped());
+    report_mismatched(symbols.mismatched());
+}
+
 /// Prints the guest files mapped by processes that no sysroot or initramfs had, on stderr.
-pub fn report_unmapped(paths: &[String]) {
+fn report_unmapped(paths: &[String]) {
     if paths.is_empty() {
         return;
     }
@@ -88,6 +101,20 @@ pub fn report_unmapped(paths: &[String]) {
     );
     for p in paths {
         errln!("hvprof:   {}", report::sanitize::terminal(p));
+    }
+}
+
+/// Warns, on stderr, of the guest files found on the host as another build than the guest's
+/// (their symbols were not used).
+fn report_mismatched(found: &[report::symbols::Mismatch]) {
+    for m in found {
+        errln!(
+            "hvprof: warning: {} in {} has build id {}, the guest's had {}: another build, its symbols are not used",
+            report::sanitize::terminal(&m.path),
+            report::sanitize::terminal(&m.origin),
+            m.found,
+            m.guest
+        );
     }
 }
 

@@ -64,8 +64,7 @@ pub fn report(a: &ReportArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(e, STATUS_CONFIG_ERROR),
     };
-    symbols::report_missing(&symbols);
-    symbols::report_unmapped(symbols.unmapped());
+    symbols::report_gaps(&symbols);
     let timeline_asked = a.timeline || a.perf_script.is_some() || a.fxprof.is_some();
     if timeline_asked && profile.timelines.is_empty() {
         return fail(
@@ -250,6 +249,7 @@ pub fn compare(a: &CompareArgs) -> ExitCode {
     };
     // The finder records each PDB once: the new profile's symbols list all of them.
     symbols::report_missing(&symbols[1]);
+    symbols.iter().for_each(symbols::report_file_gaps);
     // With a symbol path, both profiles' functions are counted afresh with what it found
     // (their kernels and guest modules; images a profile was symbolized with by --symbols
     // are not in these symbols: `hvprof report --out` keeps them).

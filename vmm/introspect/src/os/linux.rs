@@ -10,6 +10,7 @@
 //! and tgid are below 2^22 (PID_MAX_LIMIT); the task's tgid is its leader's pid and tgid.
 //! `comm` is at most 15 bytes.
 
+pub mod build_id;
 pub mod maps;
 
 use std::ops::ControlFlow;

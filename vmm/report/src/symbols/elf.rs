@@ -78,11 +78,7 @@ pub fn read(name: &str, bytes: &[u8]) -> Result<Module, SymbolError> {
             })
         })
         .collect();
-    let debug_id = file
-        .build_id()
-        .ok()
-        .flatten()
-        .map(|id| id.iter().map(|b| format!("{b:02x}")).collect());
+    let debug_id = build_id_of(&file);
     Ok(Module {
         name: name.to_string(),
         path: None,
@@ -148,6 +144,17 @@ impl Segments {
             (self.0.iter().filter(|s| s.exec).find(holds)).or_else(|| self.0.iter().find(holds))?;
         s.address.checked_add(offset)?.checked_sub(s.offset)
     }
+}
+
+/// The GNU build id of the ELF file `bytes`, in lowercase hex; None for a file without one
+/// or not ELF.
+pub fn build_id(bytes: &[u8]) -> Option<String> {
+    build_id_of(&object::File::parse(bytes).ok()?)
+}
+
+fn build_id_of(file: &object::File<'_>) -> Option<String> {
+    let id = file.build_id().ok()??;
+    Some(introspect::os::linux::build_id::hex(id))
 }
 
 /// What the ELF file `bytes` gives a user-mode unwinder (`.text`, `.eh_frame`,

@@ -205,6 +205,21 @@ impl Module {
     }
 }
 
+/// A guest file found on the host (in a sysroot or an initramfs) whose build id is not the
+/// one the guest had mapped: another build of the file, whose symbols would name the wrong
+/// functions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mismatch {
+    /// The file's path in the guest.
+    pub path: String,
+    /// Where it was found.
+    pub origin: String,
+    /// The found file's build id.
+    pub found: String,
+    /// The guest's.
+    pub guest: String,
+}
+
 /// A set of placed modules, and the PDBs that were looked for and not found.
 ///
 /// Most modules are seen from every address space (a kernel, its drivers, the Windows images
@@ -219,6 +234,7 @@ pub struct Symbols {
     missing: Vec<MissingPdb>,
     /// Guest files that processes mapped and that were not found or not readable.
     unmapped: Vec<String>,
+    mismatched: Vec<Mismatch>,
 }
 
 impl Symbols {
@@ -261,6 +277,19 @@ impl Symbols {
     pub fn add_unmapped(&mut self, path: String) {
         if !self.unmapped.contains(&path) {
             self.unmapped.push(path);
+        }
+    }
+
+    /// The guest files found on the host with another build id than the guest's, whose
+    /// symbols were not used.
+    pub fn mismatched(&self) -> &[Mismatch] {
+        &self.mismatched
+    }
+
+    /// Records a file found with another build id than the guest's (once).
+    pub fn add_mismatched(&mut self, m: Mismatch) {
+        if !self.mismatched.contains(&m) {
+            self.mismatched.push(m);
         }
     }
 

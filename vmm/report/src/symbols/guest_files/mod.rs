@@ -80,18 +80,36 @@ impl GuestFiles {
     /// The bytes of the guest's file `path` (absolute), at most `limit` of them from a
     /// sysroot, and where they came from; None when no place has it.
     pub fn read(&self, path: &str, limit: files::bounded::Limit) -> Option<(Vec<u8>, Origin)> {
+        self.read_accepted(path, limit, |_, _| true)
+    }
+
+    /// The bytes of the guest's file `path` from the first place, in order, whose copy
+    /// `accept` takes (another build is turned away and the search goes on), and where they
+    /// came from.
+    pub fn read_accepted(
+        &self,
+        path: &str,
+        limit: files::bounded::Limit,
+        mut accept: impl FnMut(&[u8], &Origin) -> bool,
+    ) -> Option<(Vec<u8>, Origin)> {
         for root in &self.sysroots {
             let Some(host) = in_sysroot(root, path) else {
                 continue;
             };
             match files::bounded::read(&host, limit) {
-                Ok(bytes) => return Some((bytes, Origin::Host(host))),
+                Ok(bytes) => {
+                    let origin = Origin::Host(host);
+                    if accept(&bytes, &origin) {
+                        return Some((bytes, origin));
+                    }
+                }
                 Err(e) => log::warn!("{e}"),
             }
         }
         self.initrds.iter().find_map(|(p, i)| {
             let bytes = i.read(path)?;
-            Some((bytes.to_vec(), Origin::Initrd(p.clone())))
+            let origin = Origin::Initrd(p.clone());
+            accept(bytes, &origin).then(|| (bytes.to_vec(), origin))
         })
     }
 }

@@ -11,15 +11,23 @@
 //!   first read found the program and ld.so; a `dlopen`) reads them again, with the same
 //!   back-off, at most [`REREADS`] times. Each vCPU checks its samples against a copy of its
 //!   current process's ranges, refreshed when any process's change.
+//! - **Build ids.** Each mapped file's GNU build id is read from the first page the process
+//!   maps of it ([`introspect::os::linux::build_id`], through the process's page tables), so
+//!   that a file found on the host as another build is never used. A page not in memory yet
+//!   (a process read inside its exec) makes its user-mode samples ask for a reread, within
+//!   the same [`REREADS`].
 //!
 //! The mappings go in the process's row of the process table, for profile.json, and to
 //! [`super::unwind_files`] for the process's user-mode stacks.
 
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use introspect::os::linux::maps::mappings;
+use introspect::mem::Memory;
+use introspect::os::linux::build_id::{build_id, hex};
+use introspect::os::linux::maps::{mappings, Mapping};
 use introspect::os::{Identity, LinuxLayout};
 use introspect::paging::Paging;
 use report::hex::Hex;
@@ -35,6 +43,8 @@ pub const MAX_PROCESS_MAPPINGS: usize = 1024;
 pub const READS: u8 = 16;
 /// Reads of a process's mappings after some were found, for PCs outside them.
 pub const REREADS: u8 = 16;
+/// The bytes of a file's first page read for its build id.
+const PAGE: u64 = 4096;
 /// Seconds from a read to the next one allowed.
 const FIRST_WAIT_S: f64 = 0.01;
 
@@ -58,12 +68,30 @@ pub(super) enum Why {
     Outside,
 }
 
+/// A process's executable mappings as last read, for the checks at each user-mode sample.
+#[derive(Debug, Default)]
+pub struct Mapped {
+    /// Their ranges, in address order, none overlapping (the VMA tree's order).
+    pub ranges: Box<[Range<u64>]>,
+    /// The first page of a file they map was not in memory at the read: its build id is
+    /// still to be read.
+    pub ids_pending: bool,
+}
+
 /// A vCPU's copy of its current process's executable ranges.
 #[derive(Default)]
 pub struct VcpuMapped {
     row: u32,
     generation: u32,
-    ranges: Option<Arc<[Range<u64>]>>,
+    mapped: Option<Arc<Mapped>>,
+}
+
+/// A file's build id as a read found it.
+enum FileId {
+    /// Read: the id, or None for a file without one (or not ELF).
+    Read(Option<String>),
+    /// Its first page is not mapped, or not in memory.
+    Unreadable,
 }
 
 impl GuestAwareness {
@@ -104,26 +132,40 @@ impl GuestAwareness {
             at: now + wait,
             found: reads.found,
         };
-        let exec: Vec<_> = match mappings(&mut GuestVirt::new(mem, kernel), layout, p.key.space) {
-            Ok(m) => m.mappings.into_iter().filter(|m| m.exec()).collect(),
+        let all = match mappings(&mut GuestVirt::new(mem, kernel), layout, p.key.space) {
+            Ok(m) => m.mappings,
             Err(e) => {
                 log::debug!("{} (pid {}): mappings not read: {e}", p.name, p.key.id);
                 Vec::new()
             }
         };
-        let ranges: Arc<[Range<u64>]> = exec.iter().map(|m| m.start..m.end).collect();
+        let exec: Vec<&Mapping> = all.iter().filter(|m| m.exec()).collect();
+        // The process's own page tables, for the first page of each file it maps.
+        let own = p.cr3s.first().map(|&cr3| Paging { cr3, ..kernel });
+        let mut ids: HashMap<&str, FileId> = HashMap::new();
         let list: Vec<MappingInfo> = exec
-            .into_iter()
+            .iter()
             .filter_map(|m| {
+                let path = m.path.as_deref()?;
+                let id = ids.entry(path).or_insert_with(|| match own {
+                    Some(own) => file_build_id(mem, own, &all, path),
+                    None => FileId::Unreadable,
+                });
                 Some(MappingInfo {
                     start: Hex(m.start),
                     end: Hex(m.end),
                     offset: Hex(m.offset),
-                    path: m.path?,
+                    path: path.to_string(),
+                    build_id: match id {
+                        FileId::Read(id) => id.clone(),
+                        FileId::Unreadable => None,
+                    },
                 })
             })
             .take(MAX_PROCESS_MAPPINGS)
             .collect();
+        let unread = ids.values().any(|id| matches!(id, FileId::Unreadable));
+        let ranges: Box<[Range<u64>]> = exec.iter().map(|m| m.start..m.end).collect();
         if list.is_empty() {
             user.linux_reads.insert(row, next);
             return;
@@ -137,10 +179,15 @@ impl GuestAwareness {
         }
         user.linux_reads.insert(row, next);
         drop(user);
+        // Build ids still to read while rereads are left.
+        let mapped = Arc::new(Mapped {
+            ranges,
+            ids_pending: unread && next.left > 0,
+        });
         self.linux_mapped
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(row, ranges);
+            .insert(row, mapped);
         self.mapped_generation.fetch_add(1, Ordering::Release);
         if let Some(files) = self.unwind_files.get() {
             files.add_process(row, &list);
@@ -148,24 +195,40 @@ impl GuestAwareness {
         self.table.set_mappings(row, list);
     }
 
-    /// True unless `pc`, a user-mode address of process row `row`, lies outside every
-    /// executable mapping read of it (`m`: the vCPU's copy). A process with none read yet is
-    /// left to the reads on switches.
+    /// True unless the mappings read of process row `row` (`m`: the vCPU's copy) leave
+    /// `pc`, one of its user-mode addresses, unaccounted for: outside every executable
+    /// mapping, or with a build id still to read (a file's first page was not in memory at
+    /// the read). A process with none read yet is left to the reads on switches.
     pub(super) fn pc_mapped(&self, m: &mut VcpuMapped, row: u32, pc: u64) -> bool {
         let generation = self.mapped_generation.load(Ordering::Acquire);
-        if m.row != row || m.generation != generation || m.ranges.is_none() {
+        if m.row != row || m.generation != generation || m.mapped.is_none() {
             let all = self.linux_mapped.read().unwrap_or_else(|e| e.into_inner());
             *m = VcpuMapped {
                 row,
                 generation,
-                ranges: all.get(&row).cloned(),
+                mapped: all.get(&row).cloned(),
             };
         }
-        let Some(ranges) = &m.ranges else {
+        let Some(mapped) = &m.mapped else {
             return true;
         };
-        // In address order, none overlapping (the VMA tree's order).
-        let i = ranges.partition_point(|r| r.end <= pc);
-        ranges.get(i).is_some_and(|r| r.start <= pc)
+        let i = mapped.ranges.partition_point(|r| r.end <= pc);
+        !mapped.ids_pending && mapped.ranges.get(i).is_some_and(|r| r.start <= pc)
+    }
+}
+
+/// The build id of the file at `path`, from the first page of its mapping at file offset 0
+/// among `all` (the process's mappings), read through the process's page tables `user`.
+fn file_build_id(mem: &GuestMemoryMmap, user: Paging, all: &[Mapping], path: &str) -> FileId {
+    let Some(head) = all
+        .iter()
+        .find(|m| m.offset == 0 && m.path.as_deref() == Some(path))
+    else {
+        return FileId::Unreadable;
+    };
+    let mut page = vec![0u8; (head.end - head.start).min(PAGE) as usize];
+    match GuestVirt::new(mem, user).read(head.start, &mut page) {
+        Ok(()) => FileId::Read(build_id(&page).map(|id| hex(&id))),
+        Err(_) => FileId::Unreadable,
     }
 }

@@ -22,7 +22,6 @@
 //! vCPU's thread changes.
 
 use std::collections::HashMap;
-use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
@@ -208,8 +207,8 @@ pub struct GuestAwareness {
     user_modules: Mutex<UserModules>,
     /// Linux processes' mapped ELF files, for their user-mode stacks; set before the guest runs.
     unwind_files: OnceLock<UnwindFiles>,
-    /// Linux process row -> its executable mappings' ranges as last read, in address order.
-    linux_mapped: RwLock<HashMap<u32, Arc<[Range<u64>]>>>,
+    /// Linux process row -> its executable mappings as last read.
+    linux_mapped: RwLock<HashMap<u32, Arc<linux_maps::Mapped>>>,
     /// Bumped when `linux_mapped` changes: each vCPU refreshes its copy.
     mapped_generation: AtomicU32,
 }

@@ -488,17 +488,22 @@ fn a_guest_without_a_linux_banner_leaves_the_windows_lookup_waiting() {
 
 /// A vCPU checks a user-mode PC against its copy of the process's executable ranges, and
 /// takes a new copy when any process's ranges change; a process with none read is left to
-/// the reads on switches.
+/// the reads on switches; one with a build id still to read is read again.
 #[test]
 fn user_pcs_are_checked_against_the_processes_mapped_ranges() {
     use std::sync::atomic::Ordering;
     let aware = GuestAwareness::new(1, Instant::now());
     let mut m = linux_maps::VcpuMapped::default();
     assert!(aware.pc_mapped(&mut m, 3, 0x1234), "nothing read yet");
-    let set = |ranges: Vec<std::ops::Range<u64>>| {
-        aware.linux_mapped.write().unwrap().insert(3, ranges.into());
+    let set_with = |ranges: Vec<std::ops::Range<u64>>, ids_pending: bool| {
+        let mapped = linux_maps::Mapped {
+            ranges: ranges.into(),
+            ids_pending,
+        };
+        aware.linux_mapped.write().unwrap().insert(3, mapped.into());
         aware.mapped_generation.fetch_add(1, Ordering::Release);
     };
+    let set = |ranges| set_with(ranges, false);
     set(vec![
         0x40_1000..0x58_5000,
         0x7fff_f7fc_3000..0x7fff_f7fe_9000,
@@ -520,4 +525,11 @@ fn user_pcs_are_checked_against_the_processes_mapped_ranges() {
         0x7fff_f7fc_3000..0x7fff_f7fe_9000,
     ]);
     assert!(aware.pc_mapped(&mut m, 3, 0x7fff_f7d0_0000), "read again");
+    // A file's first page was not in memory: its build id is read again at a user-mode
+    // sample, inside its ranges too.
+    set_with(
+        vec![0x40_1000..0x58_5000, 0x7fff_f7d0_0000..0x7fff_f7e0_0000],
+        true,
+    );
+    assert!(!aware.pc_mapped(&mut m, 3, 0x40_1000), "a build id to read");
 }

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use introspect::cfi::{ElfUnwindInfo, SpaceUnwinder};
 use report::profile::MappingInfo;
-use report::symbols::elf::{unwind_info, Segments};
+use report::symbols::elf::{build_id, unwind_info, Segments};
 use report::symbols::guest_files::GuestFiles;
 
 /// Files whose unwind sections (or their absence) are kept; past it, a new path is read for
@@ -34,8 +34,9 @@ struct UnwindFile {
 #[derive(Default)]
 pub struct UnwindFiles {
     files: GuestFiles,
-    /// By the guest's path: None for a file not found, not ELF, or without CFI.
-    by_path: Mutex<HashMap<String, Option<Arc<UnwindFile>>>>,
+    /// By the guest's path and build id: None for a file not found (as that build), not ELF,
+    /// or without CFI.
+    by_path: Mutex<HashMap<(String, Option<String>), Option<Arc<UnwindFile>>>>,
     /// By process row.
     by_process: RwLock<HashMap<u32, Arc<SpaceUnwinder>>>,
 }
@@ -54,15 +55,21 @@ impl UnwindFiles {
         self.files.is_empty()
     }
 
-    /// The file the guest calls `path`, read once.
-    fn file(&self, path: &str) -> Option<Arc<UnwindFile>> {
+    /// The file the guest calls `path`, as the build `id` when the guest said which (another
+    /// build's rules would unwind the wrong code: the next place is looked in), read once.
+    fn file(&self, path: &str, id: Option<&str>) -> Option<Arc<UnwindFile>> {
+        let key = (path.to_string(), id.map(str::to_string));
         let mut by_path = self.by_path.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(known) = by_path.get(path) {
+        if let Some(known) = by_path.get(&key) {
             return known.clone();
         }
+        let same_build = |bytes: &[u8], _: &_| match (id, build_id(bytes)) {
+            (Some(guest), Some(found)) => guest == found,
+            _ => true,
+        };
         let read = self
             .files
-            .read(path, files::bounded::SYMBOLS)
+            .read_accepted(path, files::bounded::SYMBOLS, same_build)
             .and_then(|(bytes, _)| {
                 Some(Arc::new(UnwindFile {
                     info: unwind_info(&bytes)?,
@@ -70,7 +77,7 @@ impl UnwindFiles {
                 }))
             });
         if by_path.len() < MAX_FILES {
-            by_path.insert(path.to_string(), read.clone());
+            by_path.insert(key, read.clone());
         }
         read
     }
@@ -82,7 +89,7 @@ impl UnwindFiles {
         }
         let mut space = SpaceUnwinder::new();
         for m in mappings {
-            let Some(file) = self.file(&m.path) else {
+            let Some(file) = self.file(&m.path, m.build_id.as_deref()) else {
                 continue;
             };
             // The mapping's first byte was linked at `linked`: the file's addresses are moved by
@@ -139,6 +146,7 @@ mod tests {
             end: Hex(start + 0x1000),
             offset: Hex(offset),
             path: path.to_string(),
+            build_id: None,
         }
     }
 
@@ -169,7 +177,23 @@ mod tests {
         assert!(files.of_process(8).is_none());
         let by_path = files.by_path.lock().unwrap();
         assert_eq!(by_path.len(), 3);
-        assert!(by_path["/etc/motd"].is_none() && by_path["/bin/missing"].is_none());
+        let known = |path: &str| by_path[&(path.to_string(), None)].is_none();
+        assert!(known("/etc/motd") && known("/bin/missing"));
+        drop(by_path);
+
+        // The guest's build id of the file: the archive's copy is used when it has the same,
+        // never when it has another (another build's rules would unwind the wrong code).
+        let own = build_id(&exe).expect("the test binary has a build id (Debian's gcc links one)");
+        for (row, id, used) in [(9, own.clone(), true), (10, "00".repeat(20), false)] {
+            let mut m = mapping("/bin/prog", start, offset);
+            m.build_id = Some(id);
+            files.add_process(row, &[m]);
+            assert_eq!(
+                files.of_process(row).is_some(),
+                used,
+                "build id {own} in the archive"
+            );
+        }
     }
 
     #[test]
