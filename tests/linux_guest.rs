@@ -760,8 +760,12 @@ fn check_names_after_the_run(g: &Guest, dir: &TempDir, out: &Output, out_dir: &P
     let profile = out_dir.join("profile.json");
     let report = |name: &str, extra: &[&Path]| -> (PathBuf, serde_json::Value, Output) {
         let again = dir.join(name);
-        let mut args: Vec<std::ffi::OsString> =
-            vec!["report".into(), profile.clone().into(), "--out".into(), again.clone().into()];
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "report".into(),
+            profile.clone().into(),
+            "--out".into(),
+            again.clone().into(),
+        ];
         args.extend(extra.iter().map(|a| a.as_os_str().to_os_string()));
         let run = hvprof(args).run();
         run.assert_status(status::CLEAN);
@@ -773,7 +777,11 @@ fn check_names_after_the_run(g: &Guest, dir: &TempDir, out: &Output, out_dir: &P
     let origins = |saved: &serde_json::Value| -> Vec<(String, String)> {
         let modules = saved["modules"].as_array().into_iter().flatten();
         modules
-            .filter(|m| m["name"].as_str().is_some_and(|n| BURN_PROGRAMS.contains(&n)))
+            .filter(|m| {
+                m["name"]
+                    .as_str()
+                    .is_some_and(|n| BURN_PROGRAMS.contains(&n))
+            })
             .map(|m| (m["name"].to_string(), m["path"].to_string()))
             .collect()
     };
@@ -786,7 +794,9 @@ fn check_names_after_the_run(g: &Guest, dir: &TempDir, out: &Output, out_dir: &P
     let found = origins(&saved);
     assert!(
         found.len() == BURN_PROGRAMS.len()
-            && found.iter().all(|(_, path)| path.contains(sysroot.to_str().unwrap())),
+            && found
+                .iter()
+                .all(|(_, path)| path.contains(sysroot.to_str().unwrap())),
         "the burn programs' modules, not all read from the sysroot: {found:?}"
     );
 

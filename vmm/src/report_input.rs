@@ -344,7 +344,7 @@ mod tests {
     #[test]
     fn files_linux_processes_mapped_are_named_for_those_processes_only() {
         use report::hex::Hex;
-        use report::profile::{MappingInfo, ProcessInfo};
+        use report::profile::MappingInfo;
         use report::symbols::guest_files::GuestFiles;
         // The reference guest's ELF as a guest program, /bin/prog in a sysroot.
         let elf = crate::refguest::kernel_spec("").embedded.unwrap();
@@ -361,23 +361,15 @@ mod tests {
         let m = report::symbols::elf::read("prog", elf).unwrap();
         let f4 = m.symbols.iter().find(|s| s.name == "shares_f4").unwrap();
         let at = m.base + f4.rva;
-        let process = |key: u32, bias: u64, path: &str| ProcessInfo {
-            key,
-            pid: Some(u64::from(key) + 100),
-            name: format!("p{key}"),
-            path: None,
-            cr3s: Vec::new(),
-            first_seen_s: 0.0,
-            last_seen_s: 0.0,
-            kernel: false,
-            identified: true,
-            mappings: vec![MappingInfo {
+        let process = |key: u32, bias: u64, path: &str| {
+            let map = MappingInfo {
                 start: Hex(linked + bias),
                 end: Hex(linked + bias + 0x10_0000),
                 offset: Hex(offset),
                 path: path.into(),
                 build_id: None,
-            }],
+            };
+            mapping_process(key, map)
         };
         let mut p = saved("/nonexistent/vmlinux");
         p.processes = vec![
@@ -411,7 +403,7 @@ mod tests {
     #[test]
     fn a_file_found_as_another_build_than_the_guests_is_not_used() {
         use report::hex::Hex;
-        use report::profile::{MappingInfo, ProcessInfo};
+        use report::profile::MappingInfo;
         // The test binary (Debian's gcc links a build id into it) as /bin/self in a sysroot.
         let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
         let own = report::symbols::elf::build_id(&exe).expect("the test binary's build id");
@@ -424,23 +416,15 @@ mod tests {
             .find(|&o| segments.linked_address(o).is_some())
             .unwrap();
         let linked = segments.linked_address(offset).unwrap();
-        let process = |key: u32, build_id: Option<String>| ProcessInfo {
-            key,
-            pid: Some(u64::from(key)),
-            name: format!("p{key}"),
-            path: None,
-            cr3s: Vec::new(),
-            first_seen_s: 0.0,
-            last_seen_s: 0.0,
-            kernel: false,
-            identified: true,
-            mappings: vec![MappingInfo {
+        let process = |key: u32, build_id: Option<String>| {
+            let map = MappingInfo {
                 start: Hex(linked),
                 end: Hex(linked + 0x1000),
                 offset: Hex(offset),
                 path: "/bin/self".into(),
                 build_id,
-            }],
+            };
+            mapping_process(key, map)
         };
         let files = GuestFiles::new().with_sysroot(root.clone());
         let symbols = |id: Option<String>| {
@@ -466,6 +450,25 @@ mod tests {
         ] {
             assert_eq!(s.mapped().count(), 1, "{what}");
             assert!(s.mismatched().is_empty(), "{what}");
+        }
+    }
+
+    /// A Linux process `p{key}` (pid key + 100) with one mapping.
+    fn mapping_process(
+        key: u32,
+        map: report::profile::MappingInfo,
+    ) -> report::profile::ProcessInfo {
+        report::profile::ProcessInfo {
+            key,
+            pid: Some(u64::from(key) + 100),
+            name: format!("p{key}"),
+            path: None,
+            cr3s: Vec::new(),
+            first_seen_s: 0.0,
+            last_seen_s: 0.0,
+            kernel: false,
+            identified: true,
+            mappings: vec![map],
         }
     }
 

@@ -25,6 +25,7 @@
 //! fixed bound, nothing is allocated by a size the guest chose, and a walk that cannot go on
 //! ends with the frames it has and the reason it stopped ([`End`]).
 
+pub mod bytes;
 pub mod cfi;
 pub mod fp;
 mod images;

@@ -186,21 +186,22 @@ pub fn add_mapped_files(symbols: &mut Symbols, profile: &Profile, files: &GuestF
             let entry = read.entry(build).or_insert_with(|| {
                 // Another build than the guest's would name the wrong functions: it is passed
                 // over (and said so), and the places after it are looked in.
-                let (bytes, origin) = files.read_accepted(path, bounded::SYMBOLS, |bytes, at| {
-                    let (Some(guest), Some(found)) = (&m.build_id, elf::build_id(bytes)) else {
-                        return true;
-                    };
-                    if *guest == found {
-                        return true;
-                    }
-                    symbols.add_mismatched(Mismatch {
-                        path: path.to_string(),
-                        origin: at.to_string(),
-                        found,
-                        guest: guest.clone(),
-                    });
-                    false
-                })?;
+                let (bytes, origin) =
+                    files.read_accepted(path, bounded::SYMBOLS, |bytes, at| {
+                        let (Some(guest), Some(found)) = (&m.build_id, elf::build_id(bytes)) else {
+                            return true;
+                        };
+                        if *guest == found {
+                            return true;
+                        }
+                        symbols.add_mismatched(Mismatch {
+                            path: path.to_string(),
+                            origin: at.to_string(),
+                            found,
+                            guest: guest.clone(),
+                        });
+                        false
+                    })?;
                 match elf::read(super::symbols::base_name(path), &bytes) {
                     Ok(module) => Some((
                         Module {

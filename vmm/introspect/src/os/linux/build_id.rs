@@ -5,6 +5,8 @@
 //! 64-bit little-endian ELF is read, every offset and size is checked against the bytes
 //! given, and a build id longer than [`MAX_BUILD_ID`] bytes is refused.
 
+use crate::bytes::{u16_at, u32_at, u64_at};
+
 /// The longest build id taken (GNU ld writes 20 bytes for sha1, 16 for md5; `--build-id=0x..`
 /// any length).
 pub const MAX_BUILD_ID: usize = 64;
@@ -14,24 +16,6 @@ const MAX_PHDRS: usize = 64;
 const PT_NOTE: u32 = 4;
 /// `NT_GNU_BUILD_ID`.
 const NT_GNU_BUILD_ID: u32 = 3;
-
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(
-        b.get(at..at.checked_add(2)?)?.try_into().ok()?,
-    ))
-}
-
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(
-        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
-    ))
-}
-
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(
-        b.get(at..at.checked_add(8)?)?.try_into().ok()?,
-    ))
-}
 
 /// The build id in `head`, the first bytes of an ELF file (as mapped at file offset 0), or
 /// None: not ELF64 little-endian, no `PT_NOTE` within `head`, or no `NT_GNU_BUILD_ID` note.

@@ -16,6 +16,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use introspect::bytes::u32_at;
 use introspect::os::layout::Field;
 use introspect::os::LinuxLayout;
 
@@ -78,12 +79,6 @@ pub struct Btf<'b> {
     /// Members left to read for the current top-level record (anonymous members that contain
     /// themselves several times would otherwise cost exponential time within the depth bound).
     budget: Cell<usize>,
-}
-
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(
-        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
-    ))
 }
 
 fn section<'b>(

@@ -24,6 +24,9 @@ pub const MAX_FILES: usize = 4096;
 /// frame pointers.
 pub const MAX_PROCESSES: usize = 65_536;
 
+/// A guest file: its path and, where the guest's copy had one, its build id.
+type FileKey = (String, Option<String>);
+
 /// One file's unwind sections and where its bytes are linked.
 struct UnwindFile {
     info: ElfUnwindInfo,
@@ -36,7 +39,7 @@ pub struct UnwindFiles {
     files: GuestFiles,
     /// By the guest's path and build id: None for a file not found (as that build), not ELF,
     /// or without CFI.
-    by_path: Mutex<HashMap<(String, Option<String>), Option<Arc<UnwindFile>>>>,
+    by_path: Mutex<HashMap<FileKey, Option<Arc<UnwindFile>>>>,
     /// By process row.
     by_process: RwLock<HashMap<u32, Arc<SpaceUnwinder>>>,
 }

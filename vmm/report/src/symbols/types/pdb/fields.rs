@@ -4,6 +4,8 @@
 //! and virtual bases are stepped over. An unknown leaf ends the list with the members before
 //! it (its length is not known, so nothing after it can be read).
 
+use introspect::bytes::{u16_at, u32_at};
+
 use crate::symbols::types::pdb::MAX_TYPES;
 
 /// One `LF_MEMBER`, or one direct base class (`LF_BCLASS`).
@@ -25,18 +27,6 @@ pub struct Lists<'t> {
     begin: u32,
     /// Each record's (start, end) in `raw`, past its length prefix.
     records: Vec<(usize, usize)>,
-}
-
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(
-        b.get(at..at.checked_add(2)?)?.try_into().ok()?,
-    ))
-}
-
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(
-        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
-    ))
 }
 
 impl<'t> Lists<'t> {
