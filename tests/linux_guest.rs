@@ -742,6 +742,7 @@ fn profiled_boot_names_kernel_functions_and_processes_with_the_guests_shares() {
         .collect();
     eprintln!("samples whose stack did not fit the table, per object: {dropped:?}");
     check_user_stacks(&out_dir);
+    check_joined_stacks(&g, &out_dir);
     check_every_task_is_listed(&out, &profile);
     check_build_ids(&g, &profile);
     check_names_after_the_run(&g, &dir, &out, &out_dir);
@@ -958,6 +959,58 @@ fn check_user_stacks(out_dir: &Path) {
     // The flame graph folds the same stacks with the same per-process names (report's flame
     // tests), but its SVG leaves out frames under 0.1% of the samples: on a slow host the
     // burn programs' few hundred user-mode samples are, among the kernel's tens of thousands.
+}
+
+/// The burn programs' kernel samples joined to the user code they interrupted: the frame-pointer
+/// chain of the guest kernel (built with frame pointers) reaches the entry's saved registers
+/// (an exception's or interrupt's encoded frame pointer, a system call's cleared one), and
+/// the walk goes on in user mode, by the program's call-frame information. Each program has
+/// such stacks (its first round's page faults in `fill`'s buffer, the timer interrupts in its
+/// leaves: hundreds of samples where the kernel is emulated, dozens where it is not), and in
+/// every one whose first user frame is a leaf or `fill`, the frames after it are `work` and
+/// `main`, as in the user-mode samples (unless `--stack-depth` cut the stack first).
+fn check_joined_stacks(g: &Guest, out_dir: &Path) {
+    let kernel: std::collections::HashSet<String> =
+        kernel_text_symbols(&g.vmlinux).into_iter().collect();
+    let (text, _) = pprof(out_dir, "-traces", &[]);
+    let traces = pprof_traces(&text);
+    for program in BURN_PROGRAMS {
+        let mut joined = 0;
+        for t in traces
+            .iter()
+            .filter(|t| t.label("process") == Some(program))
+        {
+            if !t.frames.first().is_some_and(|f| kernel.contains(f)) {
+                continue;
+            }
+            let Some(user) = t.frames.iter().position(|f| !kernel.contains(f)) else {
+                continue;
+            };
+            let first = t.frames[user].as_str();
+            if first.starts_with("leaf_")
+                || first == "work"
+                || t.frames.get(user + 1).is_some_and(|f| f == "fill")
+                || first == "fill"
+            {
+                let after = t.frames.iter().skip(user).skip_while(|f| *f != "work");
+                let after: Vec<&str> = after.take(2).map(String::as_str).collect();
+                // A stack cut at --stack-depth may end before work or main.
+                let cut = t.label("truncated") == Some("yes") && after.len() < 2;
+                assert!(
+                    after == ["work", "main"] || cut,
+                    "{program}: a kernel stack joined to its user frames: {t:?}"
+                );
+                if !after.is_empty() {
+                    joined += t.count;
+                }
+            }
+        }
+        eprintln!("{program}: {joined} kernel samples joined to leaf, fill or work <- main");
+        assert!(
+            joined > 0,
+            "{program}: no kernel sample's stack went on into the program\n{text}"
+        );
+    }
 }
 
 /// The burn step's programs (images/linux/burn.c, unstripped in the initramfs the run booted:

@@ -50,7 +50,10 @@ fuzz_target!(|data: &[u8]| {
     let max_depth = usize::from(head[9] % 80);
     let mut mem = Regions::new().with(STACK, stack.to_vec());
     let regs = Regs::new(rip, rsp, rbp);
-    let opts = Options { max_depth };
+    let opts = Options {
+        max_depth,
+        linux_entries: false,
+    };
     let mut cache = WalkCache::new(0x4000);
     for _ in 0..2 {
         let s = walk_with_files(&mut mem, &mut cache, 0x1000, regs, opts, Some(&space));

@@ -5,6 +5,9 @@
 //! With the shape bit set the image gets well-formed PE32+ headers and an exception directory
 //! over fuzzer bytes, so unwind codes and epilogues are reached without seeds; the image and
 //! the stack sit at small addresses so that small stack words point into the image.
+//! With the Linux bit set the walk starts in kernel code with no image, over the same stack
+//! bytes mapped at a kernel address too, and Linux entry frames are followed: odd frame
+//! pointers and RBP 0 lead to saved contexts, user or kernel, whose checks must hold.
 #![no_main]
 
 use introspect::{walk, End, Options, Regions, Regs, WalkCache};
@@ -12,6 +15,9 @@ use libfuzzer_sys::fuzz_target;
 
 const BASE: u64 = 0x1000;
 const STACK: u64 = 0x10_0000;
+/// Where the stack bytes are mapped again, and the sampled PC, on the Linux path.
+const KSTACK: u64 = 0xffff_c900_0000_0000;
+const KTEXT: u64 = 0xffff_ffff_8100_0000;
 const LFANEW: usize = 0x40;
 const EXCEPTIONS: usize = 0x150;
 
@@ -44,13 +50,26 @@ fuzz_target!(|data: &[u8]| {
     if head[2] & 1 == 1 && image.len() >= 0x400 {
         shape(&mut image, head[3]);
     }
-    let rip = BASE + u64::from(u16::from_le_bytes([head[4], head[5]]));
-    let rsp = STACK + u64::from(head[6]) * 8;
-    let rbp = STACK + u64::from(head[7]) * 8;
+    let linux = head[2] & 2 == 2;
+    let (code, sp_base) = if linux {
+        (KTEXT, KSTACK)
+    } else {
+        (BASE, STACK)
+    };
+    let rip = code + u64::from(u16::from_le_bytes([head[4], head[5]]));
+    let rsp = sp_base + u64::from(head[6]) * 8;
+    // An odd frame pointer is an entry's mark on the Linux path.
+    let rbp = sp_base + u64::from(head[7]) * 8 + u64::from(linux && head[3] & 1 == 1);
     let max_depth = usize::from(head[8] % 80);
-    let mut mem = Regions::new().with(BASE, image).with(STACK, stack.to_vec());
+    let mut mem = Regions::new()
+        .with(BASE, image)
+        .with(STACK, stack.to_vec())
+        .with(KSTACK, stack.to_vec());
     let regs = Regs::new(rip, rsp, rbp);
-    let opts = Options { max_depth };
+    let opts = Options {
+        max_depth,
+        linux_entries: linux,
+    };
     let mut cache = WalkCache::new(0x4000);
     let cold = walk(&mut mem, &mut cache, 0x1000, regs, opts);
     let warm = walk(&mut mem, &mut cache, 0x1000, regs, opts);

@@ -330,7 +330,7 @@ fn bench(c: &mut Criterion) {
         let s = StackWalker::default().walk(&g.mem, cpu, 64);
         assert_eq!((s.pcs.len(), s.end), (FRAMES, End::Complete), "{s:x?}");
     }
-    let s = StackWalker::default().walk_with_files(&g.mem, &g.cfi, 64, Some(&g.files));
+    let s = StackWalker::default().walk_with_files(&g.mem, &g.cfi, 64, Some(&g.files), false);
     assert_eq!((s.pcs.len(), s.end), (FRAMES, End::Complete), "{s:x?}");
     let mut group = c.benchmark_group("walk");
     group.throughput(Throughput::Elements(FRAMES as u64));
@@ -348,11 +348,17 @@ fn bench(c: &mut Criterion) {
     let mut walker = StackWalker::default();
     let files = Some(&g.files);
     group.bench_function("cfi16", |b| {
-        b.iter(|| black_box(walker.walk_with_files(&g.mem, black_box(&g.cfi), 64, files)))
+        b.iter(|| black_box(walker.walk_with_files(&g.mem, black_box(&g.cfi), 64, files, false)))
     });
     group.bench_function("cfi16_cold", |b| {
         b.iter(|| {
-            black_box(StackWalker::default().walk_with_files(&g.mem, black_box(&g.cfi), 64, files))
+            black_box(StackWalker::default().walk_with_files(
+                &g.mem,
+                black_box(&g.cfi),
+                64,
+                files,
+                false,
+            ))
         })
     });
     group.finish();

@@ -46,4 +46,4 @@ pub mod testimage;
 pub use images::{space_of, ImageCache, KERNEL_SPACE};
 pub use mem::{Memory, Regions, Unreadable};
 pub use regs::Regs;
-pub use walk::{walk, walk_with_files, End, Options, Stack, WalkCache};
+pub use walk::{entry, walk, walk_with_files, End, Options, Stack, WalkCache};

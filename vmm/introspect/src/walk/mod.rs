@@ -6,16 +6,30 @@ use crate::mem::{canonical, Memory};
 use crate::x64::{UnwindCache, UnwindError};
 use crate::{fp, Regs};
 
+pub mod entry;
+
+/// True for a lower-half (user) address.
+fn canonical_lower(addr: u64) -> bool {
+    addr < 0x0000_8000_0000_0000
+}
+
 /// How far a walk may go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Options {
     /// Most frames returned, the sampled PC included; 0 walks nothing.
     pub max_depth: usize,
+    /// The guest is Linux: in kernel code, a frame-pointer chain may lead to the context an
+    /// entry saved ([`entry`]), and the walk goes on in it: into the user-mode code a system
+    /// call, exception or interrupt came from, or the kernel code an interrupt stopped.
+    pub linux_entries: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { max_depth: 64 }
+        Options {
+            max_depth: 64,
+            linux_entries: false,
+        }
     }
 }
 
@@ -128,20 +142,24 @@ pub fn walk_with_files<M: Memory + ?Sized>(
     pcs.push(regs.rip);
     images.begin_walk();
     unwind.begin_walk();
+    // The frame's PC is where its code stopped (the sampled one, or one an entry saved), not
+    // a return address.
+    let mut stopped = true;
     let end = loop {
         if pcs.len() >= opts.max_depth {
             break End::Depth;
         }
         let before = regs;
         // A return address follows its call: look up the call's function, not the next.
-        let lookup = if pcs.len() == 1 {
+        let lookup = if stopped {
             regs.rip
         } else {
             regs.rip.wrapping_sub(1)
         };
+        let was_stopped = std::mem::replace(&mut stopped, false);
         let in_file = files.filter(|f| f.covers(lookup));
         let stepped = match in_file {
-            Some(f) => match f.step(mem, cfi, &mut regs, pcs.len() == 1) {
+            Some(f) => match f.step(mem, cfi, &mut regs, was_stopped) {
                 Ok(true) => Ok(false),
                 Ok(false) => break End::Complete,
                 Err(StepError::Unreadable(at)) => break End::Unreadable(at),
@@ -150,8 +168,21 @@ pub fn walk_with_files<M: Memory + ?Sized>(
             },
             None => match images.find(mem, cr3, lookup) {
                 Some(image) => unwind.unwind(mem, &image, space_of(cr3, lookup), lookup, &mut regs),
-                None if regs.rbp() == 0 => break End::Complete,
-                None => fp::step(mem, &mut regs).map(|()| false).map_err(Into::into),
+                None => {
+                    let saved = (opts.linux_entries && !canonical_lower(lookup))
+                        .then(|| entry::pt_regs_at(&regs))
+                        .flatten()
+                        .and_then(|at| entry::saved_regs(mem, at));
+                    match saved {
+                        Some(saved) => {
+                            regs = saved;
+                            stopped = true;
+                            Ok(true)
+                        }
+                        None if regs.rbp() == 0 => break End::Complete,
+                        None => fp::step(mem, &mut regs).map(|()| false).map_err(Into::into),
+                    }
+                }
             },
         };
         let stack_switched = match stepped {

@@ -6,7 +6,10 @@ const S: u64 = 0x7_0000;
 const CODE: u64 = 0x4000_0000;
 
 fn opts(max_depth: usize) -> Options {
-    Options { max_depth }
+    Options {
+        max_depth,
+        linux_entries: false,
+    }
 }
 
 fn walk_in(mem: &mut Regions, regs: Regs, max_depth: usize) -> Stack {
@@ -106,4 +109,92 @@ fn a_machine_frame_may_switch_to_a_lower_stack() {
     let s = walk_in(&mut mem, Regs::new(kernel + 0x1010, kstack, user_stack), 64);
     assert_eq!(s.pcs, [kernel + 0x1010, CODE + 0x10, CODE + 0x777]);
     assert_eq!(s.end, End::Complete);
+}
+
+/// A `pt_regs` at the start of `words` that saved a user context at `CODE + 0x80`, its stack
+/// `fp_stack`'s (RSP S, RBP S + 0x10).
+fn user_pt_regs(words: &mut [u64]) {
+    words[4] = S + 0x10; // bp
+    words[16] = CODE + 0x80; // ip
+    words[17] = 0x33; // cs
+    words[19] = S; // sp
+    words[20] = 0x2b; // ss
+}
+
+/// A Linux kernel stack at K: two frame-pointer frames, the outer one's saved RBP the
+/// address of the `pt_regs` at K + 0x40 plus one (an exception entry), which saved a user
+/// context whose frame-pointer chain goes on at the user stack S (`fp_stack`).
+#[test]
+fn linux_entry_frames_lead_from_the_kernel_into_the_context_they_saved() {
+    const K: u64 = 0xffff_c900_0001_0000;
+    const KTEXT: u64 = 0xffff_ffff_8100_0000;
+    let mut words = vec![0u64; 8 + 21];
+    // Frame 1 at K: caller's RBP K + 0x20, return into KTEXT + 0x300.
+    words[0] = K + 0x20;
+    words[1] = KTEXT + 0x300;
+    // Frame 2 at K + 0x20: the encoded pt_regs, return into the entry stub.
+    words[4] = (K + 0x40) | 1;
+    words[5] = KTEXT + 0x900;
+    // pt_regs at K + 0x40 (word 8).
+    user_pt_regs(&mut words[8..]);
+    let mut mem = fp_stack().with(K, stack(&words));
+    let regs = Regs::new(KTEXT + 0x10, K - 0x10, K);
+    let linux = Options {
+        max_depth: 64,
+        linux_entries: true,
+    };
+    let s = walk(
+        &mut mem,
+        &mut WalkCache::new(0x10_0000),
+        0x1000,
+        regs,
+        linux,
+    );
+    assert_eq!(
+        s.pcs,
+        [
+            KTEXT + 0x10,
+            KTEXT + 0x300,
+            KTEXT + 0x900,
+            CODE + 0x80,
+            CODE + 0x100,
+            CODE + 0x200
+        ]
+    );
+    assert_eq!(s.end, End::Complete);
+    // Without the Linux rules the odd RBP is read as a frame: garbage, and the walk ends.
+    let s = walk(
+        &mut mem,
+        &mut WalkCache::new(0x10_0000),
+        0x1000,
+        regs,
+        opts(64),
+    );
+    assert_eq!(&s.pcs[..3], [KTEXT + 0x10, KTEXT + 0x300, KTEXT + 0x900]);
+    assert!(!s.pcs.contains(&(CODE + 0x80)));
+
+    // A system call: the entry cleared RBP, and the last frame's step leaves RSP at pt_regs.
+    let mut words = vec![0u64; 2 + 21];
+    words[0] = 0;
+    words[1] = KTEXT + 0x500;
+    user_pt_regs(&mut words[2..]);
+    let mut mem = fp_stack().with(K, stack(&words));
+    let regs = Regs::new(KTEXT + 0x10, K - 0x10, K);
+    let s = walk(
+        &mut mem,
+        &mut WalkCache::new(0x10_0000),
+        0x1000,
+        regs,
+        linux,
+    );
+    assert_eq!(
+        s.pcs,
+        [
+            KTEXT + 0x10,
+            KTEXT + 0x500,
+            CODE + 0x80,
+            CODE + 0x100,
+            CODE + 0x200
+        ]
+    );
 }

@@ -170,7 +170,9 @@ impl HostProfiles {
                     let files = at
                         .who
                         .and_then(|(w, _)| self.guest.user_unwinder(w.process));
-                    let stack = walker.walk_with_files(&self.mem, cpu, depth, files.as_deref());
+                    let linux = self.guest.is_linux();
+                    let stack =
+                        walker.walk_with_files(&self.mem, cpu, depth, files.as_deref(), linux);
                     if let Some((observer, t0)) = timed {
                         observer.walked(Walked {
                             vcpu: v,

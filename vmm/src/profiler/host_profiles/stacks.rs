@@ -435,17 +435,19 @@ impl StackWalker {
 
     /// The call stack of a vCPU sampled at `cpu`, at most `max_depth` frames.
     pub fn walk(&mut self, mem: &GuestMemoryMmap, cpu: &CpuState, max_depth: usize) -> Stack {
-        self.walk_with_files(mem, cpu, max_depth, None)
+        self.walk_with_files(mem, cpu, max_depth, None, false)
     }
 
     /// [`StackWalker::walk`], with the ELF files the sampled process maps (their call-frame
-    /// information unwinds the frames in them).
+    /// information unwinds the frames in them); `linux`: the guest is Linux, whose kernel
+    /// entry frames lead to the contexts they saved ([`introspect::entry`]).
     pub fn walk_with_files(
         &mut self,
         mem: &GuestMemoryMmap,
         cpu: &CpuState,
         max_depth: usize,
         files: Option<&SpaceUnwinder>,
+        linux: bool,
     ) -> Stack {
         if cpu.compat {
             self.note_pc(mem, cpu);
@@ -464,7 +466,10 @@ impl StackWalker {
             &mut self.cache,
             cpu.paging.cr3,
             regs,
-            Options { max_depth },
+            Options {
+                max_depth,
+                linux_entries: linux,
+            },
             files,
         );
         self.collect(&mut virt);

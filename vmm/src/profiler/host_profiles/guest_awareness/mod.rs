@@ -498,6 +498,11 @@ impl GuestAwareness {
         *self.os.read().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// True once the guest's kernel is known to be Linux.
+    pub fn is_linux(&self) -> bool {
+        matches!(self.os().map(|o| o.layout), Some(OsLayout::Linux(_)))
+    }
+
     /// The thread vCPU `v` (whose state is `g`) ran when sampled at `cpu`.
     pub fn identify<'g>(
         &self,
