@@ -221,6 +221,8 @@ const INTROSPECT: Root = Root {
     floors: &[
         ("mem", 0),
         ("regs", 0),
+        // Little-endian integers from byte slices.
+        ("bytes", 0),
         // The page-table walker, over a physical-memory trait of its own.
         ("paging", 0),
         // The PE image builder for tests and the bench (feature test-support).
