@@ -753,6 +753,8 @@ fn profiled_boot_names_kernel_functions_and_processes_with_the_guests_shares() {
 /// - with `--sysroot` (a tree holding the initramfs's files at their guest paths, as a user
 ///   would unpack a guest's root file system), the burn programs' functions and stacks as the
 ///   run named them, each program's module read from the sysroot;
+/// - the same with `--disk-image` alone, the tree in an ext4 file system in an MBR partition
+///   of a qcow2 image;
 /// - with a sysroot holding another build at `/bin/burn` (burn-fp's bytes, whose functions
 ///   lie elsewhere) and `--initramfs`: the guest's build id of `/bin/burn`, read from its first
 ///   page, turns the sysroot's copy away with a warning (it would have named burn's samples
@@ -774,37 +776,44 @@ fn check_names_after_the_run(g: &Guest, dir: &TempDir, out: &Output, out_dir: &P
             .unwrap_or_else(|e| panic!("{name}/profile.json: {e}\n{run}"));
         (again, saved, run)
     };
-    // Where profile.json's module of each burn program was read from.
-    let origins = |saved: &serde_json::Value| -> Vec<(String, String)> {
+    // The burn programs' functions and stacks as the run named them, and where profile.json's
+    // module of each was read from (its origin in report.txt's modules table).
+    let named = |name: &str, args: &[&Path]| -> (Vec<(String, String)>, Output) {
+        let (again, saved, run) = report(name, args);
+        check_user_functions(out, &saved);
+        check_user_stacks(&again);
         let modules = saved["modules"].as_array().into_iter().flatten();
-        modules
+        let found = modules
             .filter(|m| {
                 m["name"]
                     .as_str()
                     .is_some_and(|n| BURN_PROGRAMS.contains(&n))
             })
             .map(|m| (m["name"].to_string(), m["path"].to_string()))
-            .collect()
+            .collect();
+        (found, run)
+    };
+    let all_from = |found: &[(String, String)], place: &str| {
+        assert!(
+            found.len() == BURN_PROGRAMS.len() && found.iter().all(|(_, p)| p.contains(place)),
+            "the burn programs' modules, not all read from {place}: {found:?}"
+        );
     };
 
     let sysroot = dir.join("sysroot");
     unpack_initramfs_list(g, &sysroot);
-    let (again, saved, _) = report("again-sysroot", &[Path::new("--sysroot"), &sysroot]);
-    check_user_functions(out, &saved);
-    check_user_stacks(&again);
-    let found = origins(&saved);
-    assert!(
-        found.len() == BURN_PROGRAMS.len()
-            && found
-                .iter()
-                .all(|(_, path)| path.contains(sysroot.to_str().unwrap())),
-        "the burn programs' modules, not all read from the sysroot: {found:?}"
-    );
+    let (found, _) = named("again-sysroot", &[Path::new("--sysroot"), &sysroot]);
+    all_from(&found, sysroot.to_str().unwrap());
+    // The same tree as a guest's disk: ext4 in an MBR partition of a qcow2 image, given
+    // alone.
+    let image = disk_image_of(dir, &sysroot);
+    let (found, _) = named("again-disk-image", &[Path::new("--disk-image"), &image]);
+    all_from(&found, &format!("the disk image {}", image.display()));
 
     let other = dir.join("sysroot-other-build");
     unpack_initramfs_list(g, &other);
     std::fs::copy(other.join("bin/burn-fp"), other.join("bin/burn")).unwrap();
-    let (again, saved, run) = report(
+    let (found, run) = named(
         "again-other-build",
         &[
             Path::new("--sysroot"),
@@ -815,9 +824,6 @@ fn check_names_after_the_run(g: &Guest, dir: &TempDir, out: &Output, out_dir: &P
     );
     run.assert_stderr_contains("hvprof: warning: /bin/burn in ")
         .assert_stderr_contains("another build, its symbols are not used");
-    check_user_functions(out, &saved);
-    check_user_stacks(&again);
-    let found = origins(&saved);
     let burn = found.iter().find(|(name, _)| name == "\"burn\"");
     assert!(
         burn.is_some_and(|(_, path)| path.contains("initramfs")),
@@ -872,6 +878,38 @@ fn check_build_ids(g: &Guest, profile: &serde_json::Value) {
         checked >= 3,
         "{checked} mappings of the burn programs themselves"
     );
+}
+
+/// A qcow2 disk image holding the tree `root` in an ext4 file system in its first MBR
+/// partition (at 1 MiB), made by mke2fs and qemu-img as a guest's disk would be.
+fn disk_image_of(dir: &TempDir, root: &Path) -> PathBuf {
+    let fs = dir.join("root.ext4");
+    let (r, f) = (root.to_str().unwrap(), fs.to_str().unwrap());
+    tool(
+        "mke2fs",
+        "e2fsprogs",
+        &["-q", "-t", "ext4", "-d", r, f, "32M"],
+    );
+    let fs_bytes = std::fs::read(&fs).unwrap();
+    let sectors = u32::try_from(fs_bytes.len() / 512).unwrap();
+    let mut raw = vec![0u8; 1 << 20];
+    let entry = 446;
+    raw[entry + 4] = 0x83; // Linux
+    raw[entry + 8..entry + 12].copy_from_slice(&2048u32.to_le_bytes());
+    raw[entry + 12..entry + 16].copy_from_slice(&sectors.to_le_bytes());
+    raw[510] = 0x55;
+    raw[511] = 0xaa;
+    raw.extend_from_slice(&fs_bytes);
+    let plain = dir.join("root.img");
+    std::fs::write(&plain, raw).unwrap();
+    let qcow2 = dir.join("root.qcow2");
+    let (p, q) = (plain.to_str().unwrap(), qcow2.to_str().unwrap());
+    tool(
+        "qemu-img",
+        "qemu-utils",
+        &["convert", "-f", "raw", "-O", "qcow2", p, q],
+    );
+    qcow2
 }
 
 /// The files of the initramfs build.sh wrote (its `initramfs.list`, beside the archive) at

@@ -22,6 +22,7 @@ const FUZZ_TARGETS: &[(&str, &[&str])] = &[
     ("linux_maps", &["introspect"]),
     ("pe_image", &["introspect"]),
     ("stack_walk", &["introspect"]),
+    ("disk_image", &["report"]),
     ("cfi_walk", &["introspect"]),
     ("page_walk", &["introspect"]),
     ("guest_context", &["introspect"]),

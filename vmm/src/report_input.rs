@@ -3,10 +3,15 @@
 //! report crate's plain inputs. The report crate never sees a VMM type, so it builds and
 //! tests without KVM; anything new a profile records is converted here.
 
+use std::path::Path;
+use std::sync::Arc;
+
+use devices::virtio::block::disk::{DiskBackend, DiskConfig, DiskImage};
 use report::hex::{Hex, OptHex};
 use report::input::{GuestObject, HostObject, RunInput};
 use report::profile::{GuestModule, GuestPdb, StackCount};
-use report::symbols::guest_files::GuestFiles;
+use report::symbols::guest_files::image::Ext4Read;
+use report::symbols::guest_files::{GuestFiles, ImagePlace, Opener};
 use report::symbols::{elf, Finder};
 use report::{KernelImage, Module, Profile, ReportError, RunInfo, SymbolSpec, Symbols, VcpuStats};
 
@@ -222,6 +227,31 @@ pub fn run_symbols(
     }
     report::load::add_mapped_files(&mut symbols, profile, files);
     symbols
+}
+
+/// The disk image at `path` (raw or qcow2, with its backing chain) as a place a Linux guest's
+/// files are found in, opened read-only and with a shared lock at each lookup.
+pub fn disk_image_place(path: &Path) -> ImagePlace {
+    let image = path.to_path_buf();
+    let open: Opener = Arc::new(move || {
+        let disk = DiskImage::open(&DiskConfig::new(&image, true))
+            .map_err(|e| report::chain::with_causes(&e))?;
+        Ok(Box::new(Sectors(disk.backend)) as Box<dyn Ext4Read>)
+    });
+    ImagePlace::new(path.to_path_buf(), open)
+}
+
+/// A disk backend read as ext4-view reads.
+struct Sectors(Box<dyn DiskBackend>);
+
+impl Ext4Read for Sectors {
+    fn read(
+        &mut self,
+        start_byte: u64,
+        dst: &mut [u8],
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync + 'static>> {
+        Ok(self.0.read_at(start_byte, dst)?)
+    }
 }
 
 /// The symbols for a saved profile: its kernel's when the profile ran the built-in reference

@@ -425,6 +425,31 @@ fn initramfs() -> Vec<u8> {
     out
 }
 
+/// A small ext4 file system made by mke2fs (`/bin/prog`, links `/lib` -> `usr/lib` and
+/// `/loop` -> itself): the report crate's test image.
+const EXT4_LINKS: &[u8] = include_bytes!("../../../vmm/report/testdata/ext4-links.img");
+
+/// [`EXT4_LINKS`] behind an MBR (`gpt` false) or a GPT with its protective MBR: the partition
+/// starts at LBA 34.
+fn partitioned(gpt: bool) -> Vec<u8> {
+    let fs = EXT4_LINKS;
+    let mut out = vec![0u8; 34 * 512];
+    let mbr = 446;
+    out[mbr + 4] = if gpt { 0xee } else { 0x83 };
+    out[mbr + 8..mbr + 12].copy_from_slice(&(if gpt { 1u32 } else { 34 }).to_le_bytes());
+    out[510..512].copy_from_slice(&[0x55, 0xaa]);
+    if gpt {
+        out[512..520].copy_from_slice(b"EFI PART");
+        out[512 + 72..512 + 80].copy_from_slice(&2u64.to_le_bytes());
+        out[512 + 80..512 + 84].copy_from_slice(&4u32.to_le_bytes());
+        out[512 + 84..512 + 88].copy_from_slice(&128u32.to_le_bytes());
+        out[1024] = 0xaf;
+        out[1024 + 32..1024 + 40].copy_from_slice(&34u64.to_le_bytes());
+    }
+    out.extend_from_slice(fs);
+    out
+}
+
 /// A small Windows ISF table (after the isf target's selector byte 0): every structure and
 /// symbol the layout needs, at made-up offsets.
 fn isf_windows() -> Vec<u8> {
@@ -621,7 +646,7 @@ fn elf_build_id() -> Vec<u8> {
 
 fn main() -> std::io::Result<()> {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
-    let seeds: [(&str, &str, Vec<u8>); 24] = [
+    let seeds: [(&str, &str, Vec<u8>); 29] = [
         ("platform_io", "virtio-ioeventfd", virtio(true, false)),
         ("platform_io", "virtio-exits", virtio(false, false)),
         ("platform_io", "virtio-ring", virtio(true, true)),
@@ -660,6 +685,13 @@ fn main() -> std::io::Result<()> {
         ("guest_types", "btf", guest_types_btf()),
         ("isf", "windows", isf_windows()),
         ("initramfs", "links", initramfs()),
+        // The first byte even: the image as it is; odd: patches over the test image.
+        ("disk_image", "bare", [&[0], EXT4_LINKS].concat()),
+        ("disk_image", "mbr", [vec![0], partitioned(false)].concat()),
+        ("disk_image", "gpt", [vec![0], partitioned(true)].concat()),
+        // Over the superblock's magic, its own bytes; and nothing.
+        ("disk_image", "patch", vec![1, 0x38, 4, 0, 0, 2, 0x53, 0xef]),
+        ("disk_image", "unpatched", vec![1]),
         ("perf_records", "guest-host-lost", perf_records()),
     ];
     for (target, name, bytes) in seeds {

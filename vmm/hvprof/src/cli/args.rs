@@ -33,6 +33,12 @@ pub struct SymbolArgs {
     /// processes mapped, for their symbols. A run also looks in the --initrd it booted.
     #[arg(long, value_name = "FILE")]
     pub initramfs: Option<PathBuf>,
+    /// A Linux guest's disk image (raw or qcow2, read-only) whose ext2, ext3 or ext4 file
+    /// system, bare or in an MBR or GPT partition, holds the files its processes mapped, for
+    /// their symbols. Repeatable; searched after --sysroot and --initramfs. A run also looks
+    /// in the disks it gave the guest.
+    #[arg(long, value_name = "IMAGE")]
+    pub disk_image: Vec<PathBuf>,
 }
 
 /// The system-call filter of the subcommands that read saved profiles.

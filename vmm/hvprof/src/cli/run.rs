@@ -99,6 +99,22 @@ fn with_booted_initrd(config: &VmConfig, given: GuestFiles) -> GuestFiles {
     }
 }
 
+/// `given` and the disks the guest had, last: each whose image (or, for a `,snapshot` disk,
+/// the base the guest booted from) holds an ext2/3/4 file system. A disk without one (a
+/// Windows disk, swap, a blank image) is passed over (`--disk-image IMAGE` says why one
+/// cannot be read).
+fn with_disks(config: &VmConfig, given: GuestFiles) -> GuestFiles {
+    config.disks.iter().fold(given, |files, disk| {
+        let place = vmm::report_input::disk_image_place(&disk.path);
+        // `--disk-image` names an image whose file system cannot be read; here it is only
+        // left out.
+        match place.check() {
+            Ok(()) => files.with_image(place),
+            Err(_) => files,
+        }
+    })
+}
+
 /// Finishes a run: the text report of its profile objects (the same as report.txt), the
 /// summary, and the four report files when `out` is given. With a finder, the PDBs of the
 /// modules found in guest memory are looked up, and those not found listed on stderr.
@@ -131,12 +147,16 @@ fn finish(
     let symbols = if profile.objects.is_empty() && out.is_none() {
         Symbols::default()
     } else {
+        let mapped = profile.processes.iter().any(|p| !p.mappings.is_empty());
         let files = match places {
             Places::Settled(f) => f,
-            Places::AddBooted(f) if profile.processes.iter().any(|p| !p.mappings.is_empty()) => {
-                with_booted_initrd(config, f)
-            }
+            Places::AddBooted(f) if mapped => with_booted_initrd(config, f),
             Places::AddBooted(f) => f,
+        };
+        let files = if mapped {
+            with_disks(config, files)
+        } else {
+            files
         };
         vmm::report_input::run_symbols(config, &profile, finder, &files)
     };

@@ -51,17 +51,25 @@ pub fn check_sysroots(a: &SymbolArgs) -> Result<(), String> {
     }
 }
 
-/// Where a Linux guest's mapped files are looked for: the `--sysroot` trees, then the
-/// `--initramfs` archive (a run adds the initrd it booted after these, [`read_initramfs`]).
+/// Where a Linux guest's mapped files are looked for: the `--sysroot` trees, the
+/// `--initramfs` archive, then the `--disk-image` images, each checked to hold a file system
+/// (a run adds the initrd it booted and its disks, [`read_initramfs`]).
 pub fn guest_files(a: &SymbolArgs) -> Result<GuestFiles, String> {
     check_sysroots(a)?;
     let files = a
         .sysroot
         .iter()
         .fold(GuestFiles::new(), |f, d| f.with_sysroot(d.clone()));
-    Ok(match &a.initramfs {
+    let files = match &a.initramfs {
         Some(path) => files.with_initrd(path.clone(), read_initramfs(path)?),
         None => files,
+    };
+    a.disk_image.iter().try_fold(files, |files, path| {
+        let place = vmm::report_input::disk_image_place(path);
+        place
+            .check()
+            .map_err(|e| format!("--disk-image {}: {e}", path.display()))?;
+        Ok(files.with_image(place))
     })
 }
 

@@ -1,16 +1,18 @@
 //! A Linux guest's files, found on the host by the paths the guest's kernel gives them: in the
-//! initramfs hvprof booted ([`initrd`]) and in sysroots (`--sysroot DIR`, the guest's root
-//! tree, as perf's `--symfs`). The files mapped by a guest's processes are read from here
-//! for their symbols.
+//! initramfs hvprof booted ([`initrd`]), in sysroots (`--sysroot DIR`, the guest's root
+//! tree, as perf's `--symfs`) and in disk images' ext2/3/4 file systems ([`image`]). The
+//! files mapped by a guest's processes are read from here for their symbols.
 //!
 //! A sysroot's symbolic links are followed inside the sysroot: an absolute target means the
 //! sysroot's root, never the host's, and `..` stops at that root.
 
+pub mod image;
 pub mod initrd;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use image::{ImagePlace, Opener};
 pub use initrd::{Initrd, InitrdError};
 
 /// Where a file was found.
@@ -20,6 +22,8 @@ pub enum Origin {
     Initrd(PathBuf),
     /// This file on the host, under a sysroot.
     Host(PathBuf),
+    /// In the file system of the disk image at this host path.
+    Image(PathBuf),
 }
 
 impl std::fmt::Display for Origin {
@@ -27,17 +31,19 @@ impl std::fmt::Display for Origin {
         match self {
             Origin::Initrd(p) => write!(f, "the initramfs {}", p.display()),
             Origin::Host(p) => write!(f, "{}", p.display()),
+            Origin::Image(p) => write!(f, "the disk image {}", p.display()),
         }
     }
 }
 
 /// The places a guest's files are looked for, in order: the sysroots first (the user named
-/// them), then the initramfs.
+/// them), then the initramfs, then the disk images.
 #[derive(Debug, Default, Clone)]
 pub struct GuestFiles {
     sysroots: Vec<PathBuf>,
     /// Shared: a run's sample-time unwinder and its report read the same archives.
     initrds: Vec<(PathBuf, Arc<Initrd>)>,
+    images: Vec<Arc<ImagePlace>>,
 }
 
 impl GuestFiles {
@@ -58,6 +64,12 @@ impl GuestFiles {
         self
     }
 
+    /// Looks in the file system of the disk image `place` too.
+    pub fn with_image(mut self, place: ImagePlace) -> Self {
+        self.images.push(Arc::new(place));
+        self
+    }
+
     /// True when the initramfs read from `path` is one of the places.
     pub fn has_initrd(&self, path: &Path) -> bool {
         self.initrds.iter().any(|(p, _)| p == path)
@@ -69,12 +81,13 @@ impl GuestFiles {
         GuestFiles {
             sysroots: Vec::new(),
             initrds: self.initrds.clone(),
+            images: Vec::new(),
         }
     }
 
     /// True when there is nowhere to look.
     pub fn is_empty(&self) -> bool {
-        self.sysroots.is_empty() && self.initrds.is_empty()
+        self.sysroots.is_empty() && self.initrds.is_empty() && self.images.is_empty()
     }
 
     /// The bytes of the guest's file `path` (absolute), at most `limit` of them from a
@@ -106,10 +119,17 @@ impl GuestFiles {
                 Err(e) => log::warn!("{e}"),
             }
         }
-        self.initrds.iter().find_map(|(p, i)| {
+        let in_initrd = self.initrds.iter().find_map(|(p, i)| {
             let bytes = i.read(path)?;
             let origin = Origin::Initrd(p.clone());
             accept(bytes, &origin).then(|| (bytes.to_vec(), origin))
+        });
+        in_initrd.or_else(|| {
+            self.images.iter().find_map(|place| {
+                let bytes = place.read(path, limit.max)?;
+                let origin = Origin::Image(place.name.clone());
+                accept(&bytes, &origin).then_some((bytes, origin))
+            })
         })
     }
 }
