@@ -241,13 +241,10 @@ fn check_kernel_functions(g: &Guest, out_dir: &Path) {
         "go tool pprof -top names no vmlinux function\n{top}"
     );
     // User-mode samples fall in the files the processes mapped, found in the initramfs the
-    // run booted: busybox's (stripped: named by offset), the burn programs' and burn-dyn's
-    // libc (ld.so maps it after the process's first read of its mappings: read again).
-    for module in BURN_PROGRAMS
-        .iter()
-        .copied()
-        .chain(["busybox", "libc.so.6"])
-    {
+    // run booted: busybox's (stripped: named by offset) and the burn programs'. (burn-dyn's
+    // libc has user-mode samples only in memset, which a host with fast string stores may
+    // never draw: check_module_origins finds its module.)
+    for module in BURN_PROGRAMS.iter().copied().chain(["busybox"]) {
         let samples: u64 = report
             .lines()
             .find_map(|l| {
@@ -569,8 +566,7 @@ fn guest_procs(out: &Output) -> Vec<GuestProc> {
 }
 
 /// The run's phases on its timeline: the kernel (loaded by hvprof, no firmware) from the
-/// start until the first user-mode sample, user mode from there; the first user-mode sample,
-/// when named, is init's (pid 1: the first code Linux runs in user mode).
+/// start until the first user-mode sample, user mode from there.
 fn linux_phases(profile: &Path) {
     let p = report::read_profile(profile).expect("profile.json and its timeline.json");
     let t = &p.timelines[0];
@@ -604,9 +600,9 @@ fn linux_phases(profile: &Path) {
         user[0].0 as f64 / 1e9,
         user[0].1 as f64 / 1e9
     );
-    if let Some(pid) = pid {
-        assert_eq!(pid, 1, "user mode began in pid {pid}, not init");
-    }
+    // (Which process drew the first user-mode sample is the sampling's luck: init's own user
+    // time before it forks can be shorter than an interval, and on a fast host a child drew
+    // it.)
 }
 
 /// The samples profile.json counts for guest pid `pid` while it had an address space: every
@@ -683,6 +679,12 @@ fn profiled_boot_names_kernel_functions_and_processes_with_the_guests_shares() {
     let dir = TempDir::new("linux-procs");
     let img = ext2_image(&dir);
     let out_dir = dir.join("out");
+    // libc.so.6 alone in a sysroot: every file is then looked up on the guest-files thread
+    // (filtered as the results thread is), the burn programs found in the booted initramfs
+    // and libc in the sysroot, which comes first; burn-dyn's stacks through memset need
+    // libc's call-frame information.
+    let libc_root = dir.join("sysroot-libc");
+    unpack_initramfs_files(&g, &libc_root, |guest| guest.ends_with("/libc.so.6"));
     let mut limit = BOOT.limit();
     // The step's own seconds are guest wall-clock time, the same on every host.
     let own = Duration::from_secs(PROCS_SECONDS) + 3 * BURN_USER_TIME;
@@ -707,6 +709,8 @@ fn profiled_boot_names_kernel_functions_and_processes_with_the_guests_shares() {
             "--timeline",
             "--stack-depth",
             "16",
+            "--sysroot",
+            libc_root.to_str().unwrap(),
             "--out",
             out_dir.to_str().unwrap(),
         ]
@@ -734,6 +738,7 @@ fn profiled_boot_names_kernel_functions_and_processes_with_the_guests_shares() {
     check_process_shares(&out, &out_dir, &profile);
     check_executables(&out, &profile);
     check_user_functions(&out, &profile);
+    check_module_origins(&profile, &libc_root);
     let dropped: Vec<u64> = profile["objects"]
         .as_array()
         .into_iter()
@@ -750,11 +755,14 @@ fn profiled_boot_names_kernel_functions_and_processes_with_the_guests_shares() {
 
 /// The same names found after the run, from the saved profile.json alone, by `hvprof report
 /// --out`:
+/// - with `--initramfs` alone (the archive the run booted), each program's module from it;
 /// - with `--sysroot` (a tree holding the initramfs's files at their guest paths, as a user
 ///   would unpack a guest's root file system), the burn programs' functions and stacks as the
 ///   run named them, each program's module read from the sysroot;
 /// - the same with `--disk-image` alone, the tree in an ext4 file system in an MBR partition
 ///   of a qcow2 image;
+/// - the same from a sysroot whose programs are stripped, their symbols in separate debug
+///   files found by build id and by `.gnu_debuglink`;
 /// - with a sysroot holding another build at `/bin/burn` (burn-fp's bytes, whose functions
 ///   lie elsewhere) and `--initramfs`: the guest's build id of `/bin/burn`, read from its first
 ///   page, turns the sysroot's copy away with a warning (it would have named burn's samples
@@ -800,6 +808,9 @@ fn check_names_after_the_run(g: &Guest, dir: &TempDir, out: &Output, out_dir: &P
         );
     };
 
+    let initramfs = [Path::new("--initramfs"), &g.initramfs];
+    let (found, _) = named("again-initramfs", &initramfs);
+    all_from(&found, "the initramfs ");
     let sysroot = dir.join("sysroot");
     unpack_initramfs_list(g, &sysroot);
     let (found, _) = named("again-sysroot", &[Path::new("--sysroot"), &sysroot]);
@@ -809,6 +820,40 @@ fn check_names_after_the_run(g: &Guest, dir: &TempDir, out: &Output, out_dir: &P
     let image = disk_image_of(dir, &sysroot);
     let (found, _) = named("again-disk-image", &[Path::new("--disk-image"), &image]);
     all_from(&found, &format!("the disk image {}", image.display()));
+
+    // The tree as a distribution ships it: each program stripped, its symbols and DWARF in a
+    // separate debug file, burn's found by build id, burn-fp's by its .gnu_debuglink in
+    // `.debug/`, burn-dyn's by its link beside it.
+    let stripped = dir.join("sysroot-stripped");
+    unpack_initramfs_list(g, &stripped);
+    for (program, linked) in [
+        ("burn", None),
+        ("burn-fp", Some("bin/.debug/burn-fp.debug")),
+        ("burn-dyn", Some("bin/burn-dyn.debug")),
+    ] {
+        let file = stripped.join("bin").join(program);
+        let id = report::symbols::elf::build_id(&std::fs::read(&file).unwrap()).unwrap();
+        let debug = match linked {
+            None => stripped.join(format!(
+                "usr/lib/debug/.build-id/{}/{}.debug",
+                &id[..2],
+                &id[2..]
+            )),
+            Some(at) => stripped.join(at),
+        };
+        std::fs::create_dir_all(debug.parent().unwrap()).unwrap();
+        let (f, d) = (file.to_str().unwrap(), debug.to_str().unwrap());
+        tool("objcopy", "binutils", &["--only-keep-debug", f, d]);
+        let link = format!("--add-gnu-debuglink={d}");
+        let strip: &[&str] = match linked {
+            None => &["--strip-all", f],
+            Some(_) => &["--strip-all", &link, f],
+        };
+        tool("objcopy", "binutils", strip);
+    }
+    let (found, _) = named("again-stripped", &[Path::new("--sysroot"), &stripped]);
+    all_from(&found, " (symbols: ");
+    all_from(&found, ".debug)");
 
     let other = dir.join("sysroot-other-build");
     unpack_initramfs_list(g, &other);
@@ -829,6 +874,25 @@ fn check_names_after_the_run(g: &Guest, dir: &TempDir, out: &Output, out_dir: &P
         burn.is_some_and(|(_, path)| path.contains("initramfs")),
         "burn's module should come from the initramfs, past the sysroot's other build: \
          {found:?}\n{run}"
+    );
+}
+
+/// Where the run read each burn program's module and libc.so.6's: the programs from the
+/// booted initramfs alone, libc from the sysroot that holds it, which is looked in first.
+fn check_module_origins(profile: &serde_json::Value, libc_root: &Path) {
+    let modules = profile["modules"].as_array().into_iter().flatten();
+    let found: Vec<(&str, &str)> = modules
+        .filter_map(|m| Some((m["name"].as_str()?, m["path"].as_str()?)))
+        .filter(|(name, _)| BURN_PROGRAMS.contains(name) || *name == "libc.so.6")
+        .collect();
+    let libc = libc_root.to_str().unwrap();
+    assert!(
+        found.len() == BURN_PROGRAMS.len() + 1
+            && found.iter().all(|(name, path)| match *name {
+                "libc.so.6" => path.starts_with(libc),
+                _ => path.starts_with("the initramfs "),
+            }),
+        "the run's modules, not each from its place: {found:?}"
     );
 }
 
@@ -915,6 +979,12 @@ fn disk_image_of(dir: &TempDir, root: &Path) -> PathBuf {
 /// The files of the initramfs build.sh wrote (its `initramfs.list`, beside the archive) at
 /// their guest paths under `root`, symbolic links as links.
 fn unpack_initramfs_list(g: &Guest, root: &Path) {
+    unpack_initramfs_files(g, root, |_| true);
+}
+
+/// The files of the initramfs whose guest path `keep` takes, as [`unpack_initramfs_list`]
+/// writes them.
+fn unpack_initramfs_files(g: &Guest, root: &Path, keep: impl Fn(&str) -> bool) {
     let list_path = g.initramfs.with_file_name("initramfs.list");
     let list = std::fs::read_to_string(&list_path).unwrap_or_else(|e| {
         panic!(
@@ -926,6 +996,7 @@ fn unpack_initramfs_list(g: &Guest, root: &Path) {
         let words: Vec<&str> = line.split_whitespace().collect();
         let at = |guest: &str| root.join(guest.trim_start_matches('/'));
         match words[..] {
+            [_, guest, ..] if !keep(guest) => {}
             ["file", guest, host, ..] => {
                 let to = at(guest);
                 std::fs::create_dir_all(to.parent().unwrap()).unwrap();
@@ -967,9 +1038,17 @@ fn check_user_stacks(out_dir: &Path) {
             .iter()
             .filter(|t| t.frames.get(1).is_some_and(|f| f == "fill"))
             .collect();
+        // User-mode samples in memset are not certain: with ERMS and AVX-512 a host's memset
+        // of fill's buffer takes a few percent of a round, not a fifth (a CI host drew none in
+        // 27). Its first round's page faults in the buffer are kernel time on every host, and
+        // their stacks join memset's.
+        // (memset is named in the static programs; libc.so.6, stripped, names it by offset.)
+        let through_memset = mine
+            .iter()
+            .any(|t| t.frames.iter().skip(1).any(|f| f == "fill"));
         assert!(
-            !in_leaves.is_empty() && !in_fill.is_empty(),
-            "no trace of {program} in its leaves, or none under fill\n{text}"
+            !in_leaves.is_empty() && through_memset,
+            "no trace of {program} in its leaves, or none through memset into fill\n{text}"
         );
         for t in &in_leaves {
             assert_eq!(
@@ -987,11 +1066,10 @@ fn check_user_stacks(out_dir: &Path) {
         }
         let n = |ts: &[&&Trace]| ts.iter().map(|t| t.count).sum::<u64>();
         eprintln!(
-            "{program}: {} samples in its leaves and {} under fill ({}), each with work and main \
-             as callers",
+            "{program}: {} samples in its leaves and {} under fill in user mode, each with work \
+             and main as callers",
             n(&in_leaves),
             n(&in_fill),
-            in_fill[0].frames[0]
         );
     }
     // The flame graph folds the same stacks with the same per-process names (report's flame

@@ -400,3 +400,80 @@ fn a_stop_signal_at_any_point_of_a_run_loses_nothing_and_hangs_nothing() {
         }
     }
 }
+
+/// `report --disk-image`: a qcow2 image (qemu-img's, of an ext4 file system mke2fs made)
+/// holding the file a saved profile's process mapped is read under the report's system-call
+/// filter (the qcow2 reader's vectored reads included: the first version was killed by it)
+/// and names the module from it; an image with no file system, or none at all, is refused by
+/// name with status 2.
+#[test]
+fn a_disk_image_is_read_for_a_mapped_file_and_a_bad_one_refused() {
+    let dir = TempDir::new("inputs-disk-image");
+    let root = dir.join("root");
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    std::fs::copy("/bin/true", root.join("bin/prog")).unwrap();
+    let fs = dir.join("root.ext4");
+    harness::tool(
+        "mke2fs",
+        "e2fsprogs",
+        &["-q", "-t", "ext4", "-d", arg(&root), arg(&fs), "8M"],
+    );
+    let image = dir.join("root.qcow2");
+    harness::tool(
+        "qemu-img",
+        "qemu-utils",
+        &["convert", "-f", "raw", "-O", "qcow2", arg(&fs), arg(&image)],
+    );
+    let mut profile: serde_json::Value = serde_json::from_slice(include_bytes!(
+        "../../vmm/report/testdata/profile-v4-processes.json"
+    ))
+    .unwrap();
+    profile["processes"][0]["mappings"] = serde_json::json!([
+        { "start": "0x400000", "end": "0x401000", "offset": "0x0", "path": "/bin/prog" }
+    ]);
+    let saved = dir.write("profile.json", profile.to_string().as_bytes());
+
+    let out = dir.join("out");
+    let run = hvprof([
+        "report",
+        arg(&saved),
+        "--out",
+        arg(&out),
+        "--disk-image",
+        arg(&image),
+    ])
+    .limit(REFUSED_WITHIN)
+    .run();
+    run.assert_status(status::CLEAN);
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("profile.json")).unwrap()).unwrap();
+    let prog = written["modules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["name"] == "prog");
+    let want = format!("the disk image {}", arg(&image));
+    assert!(
+        prog.is_some_and(|m| m["path"] == want.as_str()),
+        "no module prog read from the image: {}\n{run}",
+        written["modules"]
+    );
+
+    let blank = dir.join("blank.img");
+    std::fs::File::create(&blank)
+        .unwrap()
+        .set_len(1 << 20)
+        .unwrap();
+    for (bad, why) in [
+        (
+            &blank,
+            "no ext2, ext3 or ext4 file system on it or its partitions",
+        ),
+        (&dir.join("none.img"), "No such file or directory"),
+    ] {
+        let run = hvprof(["report", arg(&saved), "--disk-image", arg(bad)])
+            .limit(REFUSED_WITHIN)
+            .run();
+        refused(&run, "--disk-image", bad, why);
+    }
+}

@@ -17,7 +17,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use super::profile::{GuestModule, Profile};
-use super::symbols::guest_files::GuestFiles;
+use super::symbols::debug_file::{add_debug, DebugRef};
+use super::symbols::guest_files::{GuestFiles, Origin};
 use super::symbols::{elf, pdb, pe, Finder, Mismatch, Module, SymbolError, Symbols};
 use super::ReportError;
 use files::bounded;
@@ -204,10 +205,15 @@ pub fn add_mapped_files(symbols: &mut Symbols, profile: &Profile, files: &GuestF
                     })?;
                 match elf::read(super::symbols::base_name(path), &bytes) {
                     Ok(module) => Some((
-                        Module {
-                            path: Some(PathBuf::from(origin.to_string())),
-                            ..module
-                        },
+                        with_debug_file(
+                            files,
+                            path,
+                            &bytes,
+                            Module {
+                                path: Some(PathBuf::from(origin.to_string())),
+                                ..module
+                            },
+                        ),
                         elf::Segments::of(&bytes)?,
                     )),
                     Err(e) => {
@@ -242,6 +248,41 @@ pub fn add_mapped_files(symbols: &mut Symbols, profile: &Profile, files: &GuestF
     for path in missing {
         symbols.add_unmapped(path);
     }
+}
+
+/// `module`, read from the guest file `path` (`bytes`), with the symbols and lines of its
+/// separate debug file when it is stripped and one of the places has it ([`DebugRef`]); its
+/// path then says where they came from. A candidate that is another build's is passed over.
+fn with_debug_file(files: &GuestFiles, path: &str, bytes: &[u8], mut module: Module) -> Module {
+    let Some(wanted) = DebugRef::of(bytes) else {
+        return module;
+    };
+    let found = wanted.candidates(path).into_iter().find_map(|at| {
+        let (debug, origin) = files.read_accepted(&at, bounded::SYMBOLS, |debug, origin| {
+            let ok = wanted.accepts(debug);
+            if !ok {
+                log::warn!("{at} in {origin} is not the debug file of {path}: passed over");
+            }
+            ok
+        })?;
+        let read = elf::read(super::symbols::base_name(path), &debug).ok()?;
+        Some((read, at, origin))
+    });
+    let Some((debug, at, origin)) = found else {
+        return module;
+    };
+    let from = match &origin {
+        Origin::Host(p) => p.display().to_string(),
+        other => format!("{at} in {other}"),
+    };
+    if add_debug(&mut module, debug) {
+        module.path = module
+            .path
+            .map(|p| PathBuf::from(format!("{} (symbols: {from})", p.display())));
+    } else {
+        log::warn!("{from}: linked at another address than {path}: passed over");
+    }
+    module
 }
 
 /// The modules found in guest memory that `finder` finds symbols for, each placed at its

@@ -268,6 +268,9 @@ fn results() -> Vec<Allow> {
         libc::SYS_getdents64,
         libc::SYS_lseek,
         libc::SYS_pread64,
+        // A disk image read for a guest's files (--disk-image): the qcow2 reader's vectored
+        // reads.
+        libc::SYS_preadv,
         libc::SYS_pwrite64,
         libc::SYS_fsync,
         libc::SYS_fdatasync,

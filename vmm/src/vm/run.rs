@@ -253,7 +253,23 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
     // Before any vCPU runs: the layout, or the thread that will look it up once a sample has
     // found the guest's kernel (it reads symbol files and servers, so it is filtered as the
     // results thread is).
-    profiler.guest().set_unwind_files(&hooks.guest_files);
+    // The files a Linux guest's processes map, when a sysroot or a disk image holds them: read
+    // for their unwind sections on a thread of their own, filtered as the results thread is.
+    let guest_files = profiler
+        .guest()
+        .set_unwind_files(&hooks.guest_files)
+        .map(|requests| {
+            let profiler = profiler.clone();
+            let seccomp = config.seccomp;
+            std::thread::Builder::new()
+                .name("guest-files".into())
+                .spawn(move || match install(ThreadKind::Results, seccomp) {
+                    Ok(()) => profiler.guest().serve_unwind_files(requests),
+                    Err(e) => log::warn!("user stacks are unwound by frame pointers only: {e}"),
+                })
+        })
+        .transpose()
+        .map_err(|e| VmError::Host("the guest-files thread", e))?;
     let lookup = profiler
         .guest()
         .set_types(hooks.guest_types)
@@ -389,6 +405,11 @@ pub fn run_with(config: &VmConfig, hooks: RunHooks) -> Result<RunReport, VmError
     if let Some(t) = lookup {
         if t.join().is_err() {
             log::error!("the guest-types thread panicked");
+        }
+    }
+    if let Some(t) = guest_files {
+        if t.join().is_err() {
+            log::error!("the guest-files thread panicked");
         }
     }
     profiler.walk_guest_processes();

@@ -25,7 +25,8 @@ pub struct SymbolArgs {
     #[arg(long, value_name = "DIR", hide = true, conflicts_with = "symbol_path")]
     pub symbol_dir: Option<PathBuf>,
     /// A Linux guest's root tree on the host (as perf's --symfs), where the ELF files its
-    /// processes mapped are found for their symbols; its absolute symbolic links resolve
+    /// processes mapped are found for their symbols (and, during a run, the call-frame
+    /// information their user stacks are unwound with); its absolute symbolic links resolve
     /// inside it. Repeatable; searched before the initramfs.
     #[arg(long, value_name = "DIR")]
     pub sysroot: Vec<PathBuf>,
@@ -35,8 +36,8 @@ pub struct SymbolArgs {
     pub initramfs: Option<PathBuf>,
     /// A Linux guest's disk image (raw or qcow2, read-only) whose ext2, ext3 or ext4 file
     /// system, bare or in an MBR or GPT partition, holds the files its processes mapped, for
-    /// their symbols. Repeatable; searched after --sysroot and --initramfs. A run also looks
-    /// in the disks it gave the guest.
+    /// their symbols and, during a run, call-frame information. Repeatable; searched after
+    /// --sysroot and --initramfs. A run also looks in the disks it gave the guest, after it.
     #[arg(long, value_name = "IMAGE")]
     pub disk_image: Vec<PathBuf>,
 }

@@ -14,6 +14,7 @@
 //! type information: [`types`] (PDB type streams, BTF, DWARF), or from Volatility's ISF symbol
 //! tables, in packs on the symbol path too ([`packs`]).
 
+pub mod debug_file;
 pub mod elf;
 pub mod find;
 pub mod guest_files;

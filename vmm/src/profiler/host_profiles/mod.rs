@@ -219,6 +219,11 @@ impl HostProfiles {
                 self.timeline.sample(v, p.id, t_ns, cpu.cpl, thread, pcs);
             }
         }
+        // A Linux process's user frames outside the mappings read: read them again.
+        let row = at.who.map(|(w, _)| w.process);
+        if let (Some(s), Some(g), Some(row)) = (&stack, guest.as_deref_mut(), row) {
+            self.guest.note_stack(g, row, &s.pcs);
+        }
         counted
     }
 

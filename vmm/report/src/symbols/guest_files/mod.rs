@@ -75,14 +75,10 @@ impl GuestFiles {
         self.initrds.iter().any(|(p, _)| p == path)
     }
 
-    /// The archives alone, without the sysroots: the places a reader that opens no file (a
-    /// vCPU thread) can look in.
-    pub fn archives(&self) -> GuestFiles {
-        GuestFiles {
-            sysroots: Vec::new(),
-            initrds: self.initrds.clone(),
-            images: Vec::new(),
-        }
+    /// True when a lookup may open files (a sysroot or a disk image is among the places),
+    /// which a thread that opens none (a vCPU's) cannot do; archives are in memory.
+    pub fn opens_files(&self) -> bool {
+        !self.sysroots.is_empty() || !self.images.is_empty()
     }
 
     /// True when there is nowhere to look.

@@ -84,6 +84,10 @@ pub struct VcpuMapped {
     row: u32,
     generation: u32,
     mapped: Option<Arc<Mapped>>,
+    /// A user-mode frame of process `row`'s last stack lay outside its executable mappings
+    /// (a return address into a library mapped since, such as libc's under `main`): its
+    /// mappings are read again at the next sample in it.
+    frame_outside: bool,
 }
 
 /// A file's build id as a read found it.
@@ -199,7 +203,33 @@ impl GuestAwareness {
     /// `pc`, one of its user-mode addresses, unaccounted for: outside every executable
     /// mapping, or with a build id still to read (a file's first page was not in memory at
     /// the read). A process with none read yet is left to the reads on switches.
+    /// A frame of the process's last stack noted outside them ([`Self::note_user_frames`])
+    /// counts as `pc` would. (Only user-mode samples are checked: a kernel-mode one may be the
+    /// process's exit, its mappings half torn down.)
     pub(super) fn pc_mapped(&self, m: &mut VcpuMapped, row: u32, pc: u64) -> bool {
+        self.refresh(m, row);
+        let Some(mapped) = &m.mapped else {
+            return true;
+        };
+        let outside = std::mem::take(&mut m.frame_outside);
+        !outside && !mapped.ids_pending && mapped.covers(pc)
+    }
+
+    /// Notes the user-mode frames `pcs` of a stack walked in process row `row` (`m`: the
+    /// vCPU's copy, as [`Self::pc_mapped`] left it): one outside every executable mapping
+    /// read has the next sample in the process read its mappings again.
+    pub(super) fn note_user_frames(&self, m: &mut VcpuMapped, row: u32, pcs: &[u64]) {
+        self.refresh(m, row);
+        if let Some(mapped) = &m.mapped {
+            // The lower half of the address space, at every paging depth.
+            let mut user = pcs.iter().filter(|&&pc| pc != 0 && pc >> 63 == 0);
+            m.frame_outside |= user.any(|&pc| !mapped.covers(pc));
+        }
+    }
+
+    /// `m`, the vCPU's copy, made process row `row`'s mappings as last read (its flag kept
+    /// while the row is the same).
+    fn refresh(&self, m: &mut VcpuMapped, row: u32) {
         let generation = self.mapped_generation.load(Ordering::Acquire);
         if m.row != row || m.generation != generation || m.mapped.is_none() {
             let all = self.linux_mapped.read().unwrap_or_else(|e| e.into_inner());
@@ -207,13 +237,17 @@ impl GuestAwareness {
                 row,
                 generation,
                 mapped: all.get(&row).cloned(),
+                frame_outside: m.row == row && m.frame_outside,
             };
         }
-        let Some(mapped) = &m.mapped else {
-            return true;
-        };
-        let i = mapped.ranges.partition_point(|r| r.end <= pc);
-        !mapped.ids_pending && mapped.ranges.get(i).is_some_and(|r| r.start <= pc)
+    }
+}
+
+impl Mapped {
+    /// True when `pc` lies in one of the executable ranges.
+    fn covers(&self, pc: u64) -> bool {
+        let i = self.ranges.partition_point(|r| r.end <= pc);
+        self.ranges.get(i).is_some_and(|r| r.start <= pc)
     }
 }
 

@@ -49,7 +49,7 @@ use super::stacks::{listed_module, FoundModule, GuestVirt};
 use crate::arch::cpu_state::{CpuState, WantedMsrs};
 use linux_maps::Why;
 use process_table::{Found, ProcessTable, ThreadRef};
-use unwind_files::UnwindFiles;
+use unwind_files::{UnwindFiles, UnwindRequests};
 
 /// Samples between two reads of IA32_LSTAR on a vCPU while a Windows kernel is looked for.
 pub const LSTAR_PERIOD: u32 = 1024;
@@ -255,12 +255,30 @@ impl GuestAwareness {
     }
 
     /// Unwinds Linux processes' user-mode stacks with the call-frame information of the files
-    /// they map, looked up in the archives of `files` (the first call counts). Called before
-    /// the guest runs.
-    pub fn set_unwind_files(&self, files: &GuestFiles) {
-        let unwind = UnwindFiles::new(files);
-        if !unwind.is_empty() {
-            let _ = self.unwind_files.set(unwind);
+    /// they map, looked up in `files` (the first call counts). Called before the guest runs.
+    /// With a sysroot or a disk image among them, returns what [`Self::serve_unwind_files`]
+    /// reads them from, on a thread that may open files.
+    pub fn set_unwind_files(&self, files: &GuestFiles) -> Option<UnwindRequests> {
+        let (unwind, requests) = UnwindFiles::new(files);
+        if unwind.is_empty() || self.unwind_files.set(unwind).is_err() {
+            return None;
+        }
+        requests
+    }
+
+    /// The `guest-files` thread: reads the files the processes' unwinders wait for until the
+    /// run is over ([`Self::close`]).
+    pub fn serve_unwind_files(&self, requests: UnwindRequests) {
+        if let Some(files) = self.unwind_files.get() {
+            files.serve(requests);
+        }
+    }
+
+    /// Notes a Linux process's walked stack (vCPU state `g`, process row `row`): a user-mode
+    /// frame outside its executable mappings has them read again at its next sample.
+    pub fn note_stack(&self, g: &mut VcpuGuest, row: u32, pcs: &[u64]) {
+        if self.is_linux() {
+            self.note_user_frames(&mut g.mapped, row, pcs);
         }
     }
 
@@ -440,6 +458,9 @@ impl GuestAwareness {
     /// Ends the lookup's wait (the run is over).
     pub fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);
+        if let Some(files) = self.unwind_files.get() {
+            files.close();
+        }
         self.windows_pending.store(false, Ordering::Relaxed);
         self.linux_pending.store(false, Ordering::Relaxed);
         *self.pending.lock().unwrap_or_else(|e| e.into_inner()) = Pending::Nothing;

@@ -272,8 +272,13 @@ impl ProcessTable {
     }
 
     /// Sets the executable file mappings of process row `p`.
-    pub fn set_mappings(&self, p: u32, mappings: Vec<report::profile::MappingInfo>) {
+    /// A build id read before is kept for a file whose first page a later read found missing.
+    pub fn set_mappings(&self, p: u32, mut mappings: Vec<report::profile::MappingInfo>) {
         if let Some(row) = self.lock().processes.get_mut(p as usize) {
+            for m in mappings.iter_mut().filter(|m| m.build_id.is_none()) {
+                let before = row.mappings.iter().find(|o| o.path == m.path);
+                m.build_id = before.and_then(|o| o.build_id.clone());
+            }
             row.mappings = mappings;
         }
     }
@@ -381,6 +386,36 @@ mod tests {
                 name: None,
             },
         }
+    }
+
+    /// A reread that found a file's first page gone (a process tearing its mappings down)
+    /// keeps the build id an earlier read found; a file new in the list has none to keep.
+    #[test]
+    fn a_build_id_once_read_is_kept_by_a_reread_that_could_not_read_it() {
+        let t = ProcessTable::new(Instant::now());
+        let row = t
+            .identified(&id(0xffff_8000_0000_1000, 8, 1, 12, "burn"), 1.0)
+            .at
+            .process;
+        let mapping = |path: &str, build_id: Option<&str>| report::profile::MappingInfo {
+            start: report::hex::Hex(0x40_1000),
+            end: report::hex::Hex(0x47_9000),
+            offset: report::hex::Hex(0x1000),
+            path: path.into(),
+            build_id: build_id.map(String::from),
+        };
+        t.set_mappings(row, vec![mapping("/bin/burn", Some("d5ed"))]);
+        t.set_mappings(
+            row,
+            vec![mapping("/bin/burn", None), mapping("/lib/libc.so.6", None)],
+        );
+        let (p, _) = t.rows();
+        let ids: Vec<_> = p[0]
+            .mappings
+            .iter()
+            .map(|m| m.build_id.as_deref())
+            .collect();
+        assert_eq!(ids, [Some("d5ed"), None]);
     }
 
     #[test]

@@ -532,4 +532,22 @@ fn user_pcs_are_checked_against_the_processes_mapped_ranges() {
         true,
     );
     assert!(!aware.pc_mapped(&mut m, 3, 0x40_1000), "a build id to read");
+
+    // A stack's return address into a library mapped since the read (main's caller in libc,
+    // under every leaf sample): the next user-mode sample in the process reads the mappings
+    // again; once.
+    set(std::iter::once(0x40_1000..0x58_5000).collect());
+    aware.note_user_frames(&mut m, 3, &[0x40_2000, 0xffff_ffff_8100_0000]);
+    assert!(
+        aware.pc_mapped(&mut m, 3, 0x40_1000),
+        "every frame mapped, or kernel"
+    );
+    aware.note_user_frames(&mut m, 3, &[0x40_2000, 0x7fff_f7d2_924a]);
+    assert!(!aware.pc_mapped(&mut m, 3, 0x40_1000), "a frame in libc");
+    assert!(aware.pc_mapped(&mut m, 3, 0x40_1000), "once");
+    aware.note_user_frames(&mut m, 3, &[0x7fff_f7d2_924a]);
+    assert!(
+        aware.pc_mapped(&mut m, 4, 0x40_1000),
+        "another process's sample: none read, and process 3's note is not its"
+    );
 }
