@@ -1,5 +1,6 @@
 //! The symbol readers `hvprof report` runs on files the user names (user input): ELF with
-//! its DWARF line table, PE exports and CodeView record, PDB publics and procedures. The
+//! its DWARF line table and inlined functions (what `--annotate` reads), PE exports and
+//! CodeView record, PDB publics and procedures. The
 //! first byte picks the reader. They must never panic: a file they cannot read is an error.
 //! Lookups in whatever module comes back must not panic either. It uses the report crate
 //! alone, so it links no VMM code.
@@ -19,6 +20,12 @@ fn probe(module: Module) {
             let _ = m.code_at(addr);
         }
     }
+    for m in symbols.modules() {
+        for rva in [0, 0x3, 0x10, 0xfff] {
+            let chain = m.lines.inlined(rva);
+            assert!(chain.len() <= 64, "nesting past its bound");
+        }
+    }
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -26,7 +33,10 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let module = match kind % 3 {
-        0 => elf::read("fuzz.elf", bytes),
+        0 => elf::read("fuzz.elf", bytes).map(|mut m| {
+            elf::add_inlines(&mut m, bytes);
+            m
+        }),
         1 => {
             let _ = pe::pdb_ref(bytes);
             pe::read("fuzz.dll", bytes, None)

@@ -646,7 +646,7 @@ fn elf_build_id() -> Vec<u8> {
 
 fn main() -> std::io::Result<()> {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
-    let seeds: [(&str, &str, Vec<u8>); 29] = [
+    let seeds: [(&str, &str, Vec<u8>); 30] = [
         ("platform_io", "virtio-ioeventfd", virtio(true, false)),
         ("platform_io", "virtio-exits", virtio(false, false)),
         ("platform_io", "virtio-ring", virtio(true, true)),
@@ -692,6 +692,16 @@ fn main() -> std::io::Result<()> {
         // Over the superblock's magic, its own bytes; and nothing.
         ("disk_image", "patch", vec![1, 0x38, 4, 0, 0, 2, 0x53, 0xef]),
         ("disk_image", "unpatched", vec![1]),
+        // ELF (first byte 0) with DWARF 5 lines and inlined copies, a range list among them.
+        (
+            "symbol_files",
+            "inline-elf",
+            [
+                &[0][..],
+                include_bytes!("../../../vmm/report/testdata/inline.elf"),
+            ]
+            .concat(),
+        ),
         ("perf_records", "guest-host-lost", perf_records()),
     ];
     for (target, name, bytes) in seeds {

@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use iced_x86::{Decoder, DecoderOptions, Formatter, Instruction, IntelFormatter};
 
 use super::profile::{Bucket, Profile, ProfileObject};
-use super::symbols::Symbols;
+use super::symbols::{ImageKind, Module, Symbols};
 use super::text::{hottest, percent};
 
 /// Longest stretch decoded before a bucket, when no symbol says where its function starts.
@@ -37,6 +37,36 @@ pub fn render(p: &Profile, symbols: &Symbols, top: usize) -> String {
         }
     }
     crate::sanitize::terminal(&out).into_owned()
+}
+
+/// Reads the functions inlined in the ELF modules that [`render`]'s listing of the `top`
+/// hottest buckets shows, from their files: `read` gives a module's bytes, or None (a module
+/// whose file is not at hand keeps its lines alone).
+pub fn add_inlines(
+    p: &Profile,
+    symbols: &mut Symbols,
+    top: usize,
+    read: &dyn Fn(&Module) -> Option<Vec<u8>>,
+) {
+    let mut shown: Vec<(String, u64)> = Vec::new();
+    for o in p.objects.iter().filter(|o| o.total > 0) {
+        for b in hottest(o, top) {
+            if let Some(hit) = symbols.resolve(b.start) {
+                let key = (hit.module.name.clone(), hit.module.base);
+                if !shown.contains(&key) {
+                    shown.push(key);
+                }
+            }
+        }
+    }
+    for m in symbols.all_modules_mut() {
+        if m.kind != ImageKind::Elf || !shown.contains(&(m.name.clone(), m.base)) {
+            continue;
+        }
+        if let Some(bytes) = read(m) {
+            crate::symbols::elf::add_inlines(m, &bytes);
+        }
+    }
 }
 
 /// One bucket's listing; `counts`: the object's counts by bucket index.
@@ -88,6 +118,7 @@ fn bucket(
     let mut insn = Instruction::default();
     let mut text = String::new();
     let mut last_line = None;
+    let mut last_chain = Vec::new();
     while decoder.can_decode() {
         decoder.decode_out(&mut insn);
         let ip = insn.ip();
@@ -102,10 +133,20 @@ fn bucket(
             .and_then(|off| counts.get(&(off >> shift)))
             .copied()
             .unwrap_or(0);
-        // The source line above its first instruction, when the module has lines.
-        let line = ip
-            .checked_sub(hit.module.base)
-            .and_then(|rva| hit.module.lines.lookup(rva));
+        // The functions inlined here, when that changes (innermost first, each with the line
+        // that called it), then the source line above its first instruction, when the module
+        // has lines.
+        let rva = ip.checked_sub(hit.module.base);
+        let chain = rva
+            .map(|rva| hit.module.lines.inlined(rva))
+            .unwrap_or_default();
+        if chain != last_chain {
+            if !chain.is_empty() {
+                let _ = writeln!(out, "  {:>9}  inlined: {}", "", inline_text(&chain));
+            }
+            last_chain = chain;
+        }
+        let line = rva.and_then(|rva| hit.module.lines.lookup(rva));
         if line.is_some() && line != last_line {
             if let Some(l) = line {
                 let _ = writeln!(out, "  {:>9}  {}", "", l.short());
@@ -131,6 +172,13 @@ fn bucket(
         };
         let _ = writeln!(out, "{mark} {count:>9}  {ip:#018x}  {bytes:<20} {text}");
     }
+}
+
+/// `f (a.c:12) <- g (a.c:40)`: the inlined functions, innermost first, each with the line
+/// that called it.
+fn inline_text(chain: &[crate::symbols::inlines::Inlined<'_>]) -> String {
+    let each: Vec<String> = chain.iter().map(|i| i.describe()).collect();
+    each.join(" <- ")
 }
 
 #[cfg(test)]
@@ -160,7 +208,8 @@ mod tests {
             }],
             code: vec![Section { rva: 0, data }],
             bits: 64,
-            lines: LineTable::from_rows(&[(0x60, "/src/m.rs", 41), (0x71, "/src/m.rs", 42)]),
+            lines: LineTable::from_rows(&[(0x60, "/src/m.rs", 41), (0x71, "/src/m.rs", 42)])
+                .with_inlines(&[(0x71, 0x74, 1, "add_one", 41)]),
         };
         let p = sample_profile(0x1000);
         let t = render(&p, &Symbols::from_module(module), 1);
@@ -187,6 +236,9 @@ mod tests {
         assert_eq!(t.matches("m.rs:42").count(), 1, "{t}");
         assert_eq!(at("m.rs:42") + 1, at("0x0000000000001071"), "{t}");
         assert!(at("m.rs:41") < at("0x0000000000001060"), "{t}");
+        // The inlined copy at 0x1071..0x1074, once, above its first instruction.
+        assert_eq!(t.matches("inlined: add_one (m.rs:41)").count(), 1, "{t}");
+        assert_eq!(at("inlined: add_one") + 2, at("0x0000000000001071"), "{t}");
     }
 
     #[test]

@@ -140,6 +140,14 @@ pub fn report(a: &ReportArgs) -> ExitCode {
     }
     let mut out = report::text::render(&profile, &symbols, a.top);
     if a.annotate {
+        // The functions inlined in what the listing shows, from each module's file on the
+        // host (a --symbols image; not a guest file found in an archive or an image).
+        let mut symbols = symbols;
+        let read = |m: &report::symbols::Module| {
+            let path = m.path.as_deref().filter(|p| p.is_file())?;
+            files::bounded::read(path, files::bounded::SYMBOLS).ok()
+        };
+        report::annotate::add_inlines(&profile, &mut symbols, a.top, &read);
         out.push_str(&report::annotate::render(&profile, &symbols, a.top));
     }
     out!("{out}");

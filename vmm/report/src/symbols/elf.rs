@@ -17,27 +17,7 @@ use super::{sort_symbols, ImageKind, Module, Section, Symbol, SymbolError};
 /// otherwise make vmlinux claim every user-mode address).
 pub fn read(name: &str, bytes: &[u8]) -> Result<Module, SymbolError> {
     let file = object::File::parse(bytes)?;
-    let executable_segment = |s: &object::Segment<'_, '_>| {
-        matches!(s.flags(), object::SegmentFlags::Elf { p_flags, .. }
-            if p_flags.0 & object::elf::PF_X.0 != 0)
-    };
-    let any_executable = file
-        .segments()
-        .any(|s| s.size() > 0 && executable_segment(&s));
-    let (lo, hi) = file
-        .segments()
-        .filter(|s| s.size() > 0 && (!any_executable || executable_segment(s)))
-        .fold((u64::MAX, 0u64), |(lo, hi), s| {
-            (
-                lo.min(s.address()),
-                hi.max(s.address().saturating_add(s.size())),
-            )
-        });
-    let (base, size) = if lo < hi {
-        (lo, hi - lo)
-    } else {
-        (0, u64::MAX)
-    };
+    let (base, size) = range(&file);
     let executable = |s: &object::Symbol<'_, '_>| {
         s.section_index()
             .and_then(|i| file.section_by_index(i).ok())
@@ -91,6 +71,41 @@ pub fn read(name: &str, bytes: &[u8]) -> Result<Module, SymbolError> {
         bits: if file.is_64() { 64 } else { 32 },
         lines: super::LineTable::from_object(&file, base),
     })
+}
+
+/// The range a module of `file` spans where it was linked: its executable segments (all
+/// loadable ones when none is marked executable); from 0, unbounded, without segments.
+fn range(file: &object::File<'_>) -> (u64, u64) {
+    let executable_segment = |s: &object::Segment<'_, '_>| {
+        matches!(s.flags(), object::SegmentFlags::Elf { p_flags, .. }
+            if p_flags.0 & object::elf::PF_X.0 != 0)
+    };
+    let any_executable = file
+        .segments()
+        .any(|s| s.size() > 0 && executable_segment(&s));
+    let (lo, hi) = file
+        .segments()
+        .filter(|s| s.size() > 0 && (!any_executable || executable_segment(s)))
+        .fold((u64::MAX, 0u64), |(lo, hi), s| {
+            (
+                lo.min(s.address()),
+                hi.max(s.address().saturating_add(s.size())),
+            )
+        });
+    if lo < hi {
+        (lo, hi - lo)
+    } else {
+        (0, u64::MAX)
+    }
+}
+
+/// Adds to `module`, read from the ELF file `bytes`, the functions inlined in it (DWARF's
+/// inlined-subroutine entries, [`LineTable::add_inlines`](super::LineTable::add_inlines)).
+pub fn add_inlines(module: &mut Module, bytes: &[u8]) {
+    if let Ok(file) = object::File::parse(bytes) {
+        let (base, _) = range(&file);
+        module.lines.add_inlines(&file, base);
+    }
 }
 
 /// Where an ELF file's loadable segments put its bytes: each segment's file range, the

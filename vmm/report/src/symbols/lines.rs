@@ -11,12 +11,16 @@ use std::collections::HashMap;
 use gimli::{EndianSlice, RunTimeEndian};
 use object::{Object, ObjectSection};
 
+use super::inlines::{InlineBuilder, InlineTable, Inlined};
+
 /// A module's address-to-line table.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LineTable {
     /// Sorted by RVA; a row holds from its RVA up to the next row's.
     rows: Vec<Row>,
     files: Vec<String>,
+    /// The functions inlined where, from the same DWARF (none from a PDB).
+    inlines: InlineTable,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,18 +57,7 @@ impl LineTable {
     }
 
     fn read(file: &object::File<'_>, base: u64) -> Result<LineTable, gimli::Error> {
-        let endian = if file.is_little_endian() {
-            RunTimeEndian::Little
-        } else {
-            RunTimeEndian::Big
-        };
-        let load = |id: gimli::SectionId| -> Result<Cow<'_, [u8]>, gimli::Error> {
-            Ok(file
-                .section_by_name(id.name())
-                .and_then(|s| s.uncompressed_data().ok())
-                .unwrap_or(Cow::Borrowed(&[])))
-        };
-        let sections = gimli::DwarfSections::load(load)?;
+        let (sections, endian) = dwarf_sections(file)?;
         let dwarf = sections.borrow(|s| EndianSlice::new(s, endian));
         let mut table = Builder::default();
         let mut units = dwarf.units();
@@ -95,6 +88,46 @@ impl LineTable {
         Ok(table.finish())
     }
 
+    /// Adds the functions inlined in the ELF image `file` whose lowest loaded address is
+    /// `base` (the file the table was read from). Not read with the lines: walking every
+    /// debugging entry costs far more than the line programs (seconds for a kernel), so only
+    /// `report --annotate` asks, for the modules it lists.
+    pub fn add_inlines(&mut self, file: &object::File<'_>, base: u64) {
+        let Ok((sections, endian)) = dwarf_sections(file) else {
+            return;
+        };
+        let dwarf = sections.borrow(|s| EndianSlice::new(s, endian));
+        let mut files = Builder {
+            index: (self.files.iter().cloned()).zip(0u32..).collect(),
+            files: std::mem::take(&mut self.files),
+            rows: Vec::new(),
+        };
+        let mut inlines = InlineBuilder::default();
+        let mut units = dwarf.units();
+        while let Ok(Some(header)) = units.next() {
+            let Ok(unit) = dwarf.unit(header) else {
+                continue;
+            };
+            let program = unit.line_program.clone();
+            // A call's file, as the line table's rows name files.
+            let mut call_file = |i: u64| {
+                let header = program.as_ref()?.header();
+                let f = header.file(i)?;
+                Some(files.file(path(&dwarf, &unit, header, f)))
+            };
+            if let Err(e) = inlines.unit(&dwarf, &unit, base, &mut call_file) {
+                log::debug!("inlined functions of a unit not read: {e}");
+            }
+        }
+        self.files = files.files;
+        self.inlines = inlines.finish();
+    }
+
+    /// The functions inlined at `rva`, innermost first (none without DWARF inline entries).
+    pub fn inlined(&self, rva: u64) -> Vec<Inlined<'_>> {
+        self.inlines.at(rva, &self.files)
+    }
+
     /// The source line of `rva`, if the table has one.
     pub fn lookup(&self, rva: u64) -> Option<SourceLine<'_>> {
         let i = self.rows.partition_point(|r| r.rva <= rva).checked_sub(1)?;
@@ -119,10 +152,39 @@ impl LineTable {
         b.finish()
     }
 
+    /// The table with `(start, end, level, name, call line)` inlined ranges called from its
+    /// first file (tests).
+    #[cfg(test)]
+    pub(crate) fn with_inlines(mut self, ranges: &[(u64, u64, u32, &str, u32)]) -> LineTable {
+        self.inlines = InlineBuilder::from_ranges(ranges);
+        self
+    }
+
     /// True if the module has no line information.
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
     }
+}
+
+/// A file's DWARF sections, uncompressed (borrowed where they were not compressed).
+type Sections<'a> = gimli::DwarfSections<Cow<'a, [u8]>>;
+
+/// The DWARF sections of `file` (empty where it has none), uncompressed, and its byte order.
+fn dwarf_sections<'a>(
+    file: &'a object::File<'_>,
+) -> Result<(Sections<'a>, RunTimeEndian), gimli::Error> {
+    let endian = if file.is_little_endian() {
+        RunTimeEndian::Little
+    } else {
+        RunTimeEndian::Big
+    };
+    let load = |id: gimli::SectionId| -> Result<Cow<'a, [u8]>, gimli::Error> {
+        Ok(file
+            .section_by_name(id.name())
+            .and_then(|s| s.uncompressed_data().ok())
+            .unwrap_or(Cow::Borrowed(&[])))
+    };
+    Ok((gimli::DwarfSections::load(load)?, endian))
 }
 
 /// The file's path: its directory and name, under the unit's directory when relative.
@@ -181,6 +243,7 @@ impl Builder {
         LineTable {
             rows: self.rows,
             files: self.files,
+            inlines: InlineTable::default(),
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod debug_file;
 pub mod elf;
 pub mod find;
 pub mod guest_files;
+pub mod inlines;
 pub mod lines;
 pub mod packs;
 pub mod path;
@@ -332,6 +333,11 @@ impl Symbols {
         self.modules
             .iter()
             .chain(self.mapped.iter().map(|(_, m)| m))
+    }
+
+    /// Every module, to change what it holds (not where it lies).
+    pub fn all_modules_mut(&mut self) -> impl Iterator<Item = &mut Module> {
+        (self.modules.iter_mut()).chain(self.mapped.iter_mut().map(|(_, m)| m))
     }
 
     /// The modules some processes map, with their keys, by base address.
