@@ -556,16 +556,19 @@ fn kernel_symbols(vmlinux: &Path) -> Vec<(String, u64)> {
 /// the guest's memory-heavy kernel code pays for each re-entry.)
 const PROCS_SECONDS: u64 = 4;
 
-/// The rounds each of the burn step's programs runs: a fixed amount of user-mode work
-/// (100 rounds took 0.3 s natively here), so about 77 samples a program at 256 Hz on every
-/// host, however slow its emulated kernel. A run of so many seconds instead had 2 to 24
-/// user-mode samples on a slow day (timer interrupts took most of each second), and one of so
-/// much tick-charged user time 16 to 20 (the kernel charged user mode whole ticks that
-/// interrupted microseconds of it). The step's kernel work is covered by the host-derived BOOT
-/// limit; its user time is added below.
-const BURN_ROUNDS: u32 = 100;
-/// What [`BURN_ROUNDS`] rounds take in user mode, with room: 4 ms a round here.
-const BURN_USER_TIME: Duration = Duration::from_secs(1);
+/// The rounds each of the burn step's programs runs: a fixed amount of user-mode work, so
+/// the same number of samples a program on every host however slow its emulated kernel, and
+/// more on a slower CPU. A run of so many seconds instead had 2 to 24 user-mode samples on a
+/// slow day (timer interrupts took most of each second), and one of so much tick-charged user
+/// time 16 to 20 (the kernel charged user mode whole ticks that interrupted microseconds of
+/// it). 100 rounds took 0.3 s natively on one host of this kind and 0.11 s on another, whose
+/// 29 samples a program left the leaves' shares up to 8.4 points from their counts (one
+/// standard deviation of a 57% share is 9 points there); 1,000 rounds draw about ten times as
+/// many, for 1 to 3 s more of the guest's time a program. The step's kernel work is covered by
+/// the host-derived BOOT limit; its user time is added below.
+const BURN_ROUNDS: u32 = 1000;
+/// What [`BURN_ROUNDS`] rounds take in user mode, with room: 3 ms a round on the slower host.
+const BURN_USER_TIME: Duration = Duration::from_secs(8);
 /// The burn step's programs: static without frame pointers, static with them, and a dynamic
 /// PIE without them (its memset in libc.so.6).
 const BURN_PROGRAMS: [&str; 3] = ["burn", "burn-fp", "burn-dyn"];

@@ -29,6 +29,8 @@ mod faults;
 mod firmware;
 /// The in-kernel sampler: shares, Stop and the interval with it on, the fallback to kicks.
 mod in_kernel;
+/// What the installed binary says of itself: `--version`.
+mod install;
 /// The early boot of Debian's Linux kernel.
 mod linux;
 /// A small Linux built from Debian's source (images/linux): platform, disk, power, profile.

@@ -20,6 +20,14 @@ use args::{
     BenchArgs, CompareArgs, DemoArgs, EventsArgs, MergeArgs, ProfileArgs, ReportArgs, RunArgs,
 };
 
+/// `hvprof --version`: the package's version and the commit it was built from (build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("HVPROF_COMMIT"),
+    ")"
+);
+
 /// hvprof runs a KVM guest (Windows, Linux, any PVH or multiboot kernel) and profiles it from outside.
 ///
 /// `hvprof profile` boots the guest and samples its vCPUs from the host: call stacks, the
@@ -31,7 +39,7 @@ use args::{
 ///
 /// Exit statuses and what hvprof guarantees: docs/architecture.md.
 #[derive(Parser)]
-#[command(name = "hvprof", version)]
+#[command(name = "hvprof", version = VERSION)]
 struct Cli {
     /// More log output on stderr (-v info, -vv debug, -vvv trace).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
