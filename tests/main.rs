@@ -29,7 +29,7 @@ mod faults;
 mod firmware;
 /// The in-kernel sampler: shares, Stop and the interval with it on, the fallback to kicks.
 mod in_kernel;
-/// What the installed binary says of itself: `--version`.
+/// What a package installs: `--version`, completions, man pages.
 mod install;
 /// The early boot of Debian's Linux kernel.
 mod linux;

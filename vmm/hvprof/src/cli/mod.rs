@@ -2,6 +2,7 @@
 //! into the `vmm` library.
 
 mod args;
+mod docs;
 mod progress;
 mod run;
 mod stdout;
@@ -73,6 +74,21 @@ enum Command {
     /// These are what the guest's PMU profile sources, `profile --event` and `--clock cpu`
     /// can use here.
     Events(EventsArgs),
+    /// Print a shell's completion script for hvprof.
+    ///
+    /// Source it, or install it where the shell looks (bash:
+    /// /usr/share/bash-completion/completions/hvprof).
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Write hvprof's man pages into a directory.
+    ///
+    /// hvprof.1 and one hvprof-SUBCOMMAND.1 for each subcommand.
+    Man {
+        /// An existing directory; pages already there are replaced.
+        dir: std::path::PathBuf,
+    },
 }
 
 /// The process exit code for an hvprof status.
@@ -148,6 +164,8 @@ pub fn main() -> ExitCode {
         Command::Merge(a) => tools::merge(&a),
         Command::Bench(a) => tools::bench(&a),
         Command::Events(a) => tools::events(&a),
+        Command::Completions { shell } => docs::completions(shell),
+        Command::Man { dir } => docs::man_pages(&dir),
     })
 }
 
