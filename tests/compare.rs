@@ -56,7 +56,7 @@ fn profile(dir: &Path, name: &str, cmdline: &str) -> PathBuf {
 fn runs() -> &'static Runs {
     static RUNS: OnceLock<Runs> = OnceLock::new();
     RUNS.get_or_init(|| {
-        let dir = TempDir::new("compare");
+        let dir = TempDir::for_process("compare");
         let base = profile(dir.path(), "base", WORKLOAD);
         let rerun = profile(dir.path(), "rerun", WORKLOAD);
         let slow = profile(dir.path(), "slow", &format!("{WORKLOAD} shares.slowf2=100"));

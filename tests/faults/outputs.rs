@@ -39,7 +39,7 @@ struct Saved {
 fn saved() -> &'static Saved {
     static SAVED: OnceLock<Saved> = OnceLock::new();
     SAVED.get_or_init(|| {
-        let dir = TempDir::new("outputs-saved");
+        let dir = TempDir::for_process("outputs-saved");
         for run in ["run-a", "run-b"] {
             let out = dir.join(run);
             hvprof(["demo", "--serial", "null", "--out", out.to_str().unwrap()])

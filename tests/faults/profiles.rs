@@ -39,7 +39,7 @@ fn profile(dir: &Path, name: &str, cmdline: &str) -> PathBuf {
 fn profiles() -> &'static Profiles {
     static P: OnceLock<Profiles> = OnceLock::new();
     P.get_or_init(|| {
-        let dir = TempDir::new("fault-profiles");
+        let dir = TempDir::for_process("fault-profiles");
         let plain = profile(dir.path(), "plain", WORKLOAD);
         let hostile = profile(dir.path(), "hostile", &format!("{WORKLOAD} {HOSTILE}"));
         Profiles {

@@ -28,7 +28,7 @@ struct Runs {
 fn runs() -> &'static Runs {
     static RUNS: OnceLock<Runs> = OnceLock::new();
     RUNS.get_or_init(|| {
-        let dir = TempDir::new("targets-runs");
+        let dir = TempDir::for_process("targets-runs");
         let [r1, r2] =
             ["r1", "r2"].map(|n| super::saved_run(dir.path(), n, super::WORKLOAD, &["--timeline"]));
         Runs { r1, r2, _dir: dir }

@@ -27,7 +27,7 @@ struct Run {
 fn run() -> &'static Run {
     static R: OnceLock<Run> = OnceLock::new();
     R.get_or_init(|| {
-        let dir = TempDir::new("fault-timelines");
+        let dir = TempDir::for_process("fault-timelines");
         let json = super::saved_run(dir.path(), "p", super::WORKLOAD, &["--timeline"]);
         let out = json.parent().unwrap().to_path_buf();
         assert!(out.join("timeline.json").exists());

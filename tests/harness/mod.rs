@@ -97,6 +97,30 @@ impl TempDir {
         std::fs::write(&p, contents).unwrap_or_else(|e| panic!("writing {}: {e}", p.display()));
         p
     }
+
+    /// A directory that a `static` holds (several tests' shared runs), which is never dropped:
+    /// removed when the test process exits instead (unless `HVPROF_TEST_KEEP` is set).
+    pub fn for_process(tag: &str) -> TempDir {
+        static AT_EXIT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+        extern "C" fn remove_all() {
+            if std::env::var_os("HVPROF_TEST_KEEP").is_some() {
+                return;
+            }
+            let paths = AT_EXIT.lock().map(|mut p| std::mem::take(&mut *p));
+            for p in paths.unwrap_or_default() {
+                let _ = std::fs::remove_dir_all(p);
+            }
+        }
+        let dir = TempDir::new(tag);
+        let mut paths = AT_EXIT.lock().unwrap_or_else(|e| e.into_inner());
+        if paths.is_empty() {
+            // SAFETY: `remove_all` is a plain function that lives as long as the process and
+            // touches only this module's static; atexit copies the pointer.
+            unsafe { libc::atexit(remove_all) };
+        }
+        paths.push(dir.path.clone());
+        dir
+    }
 }
 
 impl Drop for TempDir {
