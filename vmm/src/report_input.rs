@@ -457,15 +457,23 @@ mod tests {
             mapping_process(key, map)
         };
         let files = GuestFiles::new().with_sysroot(root.clone());
-        let symbols = |id: Option<String>| {
+        let of = |ids: Vec<Option<String>>| {
             let mut p = saved("/nonexistent/vmlinux");
-            p.processes = vec![process(1, id)];
+            p.processes = (1..).zip(ids).map(|(k, id)| process(k, id)).collect();
             saved_profile_symbols(&p, &[], None, &files).unwrap()
         };
+        let symbols = |id: Option<String>| of(vec![id]);
         let other = "00".repeat(20);
         let wrong = symbols(Some(other.clone()));
         let result = (symbols(Some(own.clone())), symbols(None));
+        // Processes whose first page was not in memory (no id) and one whose was: one module.
+        let some = || Some(own.clone());
+        let mixed = [of(vec![None, some(), None]), of(vec![some(), None, some()])];
         std::fs::remove_dir_all(&root).unwrap();
+        for s in &mixed {
+            let placed: Vec<&[u32]> = s.mapped().map(|(keys, _)| keys).collect();
+            assert_eq!(placed, [&[1, 2, 3][..]], "one module, mapped by all three");
+        }
         assert_eq!(wrong.mapped().count(), 0, "another build is not placed");
         assert_eq!(wrong.mismatched().len(), 1);
         let m = &wrong.mismatched()[0];

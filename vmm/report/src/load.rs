@@ -174,16 +174,31 @@ pub fn add_mapped_files(symbols: &mut Symbols, profile: &Profile, files: &GuestF
         return;
     }
     // Each file (each build of it the guest had) once: its module as linked and its loadable
-    // segments, or None.
+    // segments, or None; and the builds read of each path.
     type Build<'a> = (&'a str, Option<&'a str>);
     let mut read: HashMap<Build, Option<(Module, elf::Segments)>> = HashMap::new();
+    let mut of_path: HashMap<&str, Vec<Build>> = HashMap::new();
     let mut missing: Vec<String> = Vec::new();
     // (path, build id, placed base) -> the processes that map it there.
     let mut placed: BTreeMap<(Build, u64), Vec<u32>> = BTreeMap::new();
     for p in &profile.processes {
         for m in &p.mappings {
             let path = m.path.as_str();
-            let build = (path, m.build_id.as_deref());
+            let asked = m.build_id.as_deref();
+            // A file read before that is this mapping's: one whose build id the guest could
+            // not read takes the path's file, one with an id the file that has it; each such
+            // pair is one module.
+            let known = of_path.get(path).into_iter().flatten().copied().find(|b| {
+                read.get(b)
+                    .and_then(|r| r.as_ref())
+                    .is_some_and(|(module, _)| {
+                        asked.is_none() || asked == module.debug_id.as_deref()
+                    })
+            });
+            let build = known.unwrap_or((path, asked));
+            if known.is_none() && !read.contains_key(&build) {
+                of_path.entry(path).or_default().push(build);
+            }
             let entry = read.entry(build).or_insert_with(|| {
                 // Another build than the guest's would name the wrong functions: it is passed
                 // over (and said so), and the places after it are looked in.

@@ -4,8 +4,9 @@
 //! [`BASE_CHECK_EVERY`] samples), one 8-byte read of the running thread's pointer in it, and,
 //! when the pointer is the one of this vCPU's last sample, one more 8-byte read of that thread's
 //! creation time (a thread object freed and reused for a new thread between two samples has a
-//! new one). Every [`RECHECK_EVERY`] samples of the same pointer its identity fields are read
-//! again (catching an exec, a rename). Only a different pointer costs more: a cached thread
+//! new one) and, for a Linux user task, one of its mm (an exec replaces it: the new program's
+//! samples are its own from the first). Every [`RECHECK_EVERY`] samples of the same pointer
+//! its identity fields are read again (catching a rename). Only a different pointer costs more: a cached thread
 //! is re-checked by its identity fields (4 to 7 reads), a new one read in full with its process
 //! (about 12 to 15 reads; on Linux, the executable's path adds three or four a directory level
 //! of it: `mm->exe_file` is read again for each new thread of a process). Nothing is allocated unless a thread is read in full or renamed
@@ -177,7 +178,17 @@ impl GuestContext {
                 let created = kmem
                     .read_u64(at)
                     .map_err(|_| IdentifyError::Unreadable(at))?;
-                if created == id.thread.key.created {
+                // A Linux exec keeps the task and replaces its mm: a new process from the
+                // sample after it.
+                let space = match &self.os.layout {
+                    OsLayout::Linux(l) if !id.process.kernel => {
+                        let at = ptr.wrapping_add(u64::from(l.task_struct.mm));
+                        kmem.read_u64(at)
+                            .map_err(|_| IdentifyError::Unreadable(at))?
+                    }
+                    _ => id.process.key.space,
+                };
+                if created == id.thread.key.created && space == id.process.key.space {
                     self.since_recheck += 1;
                     self.stats.hits += 1;
                     return Ok(ptr);

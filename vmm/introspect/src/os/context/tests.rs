@@ -245,6 +245,9 @@ fn scripted_linux_samples_follow_switches_renames_execs_and_reuse() {
         g.switch(0, t);
         check(&g, &mut ctx, 3, 3);
         assert_ne!(g.tasks[3].identity.process.key, before);
+        // busybox execs ls while it runs: ls's from the next sample, with no switch between.
+        g.exec(3, "ls");
+        check(&g, &mut ctx, 3, 3);
         // sh's task_struct is freed and a new process takes it at once: same pointer.
         let new = g.reuse(3, 99, "seq");
         check(&g, &mut ctx, new, 3);

@@ -36,8 +36,8 @@ pub mod unwind_files;
 
 use introspect::cfi::SpaceUnwinder;
 use introspect::os::{
-    GuestContext, GuestOs, IdentifyError, Identity, LinuxLayout, OsLayout, SampleRegs, ThreadKey,
-    WindowsLayout,
+    GuestContext, GuestOs, IdentifyError, Identity, LinuxLayout, OsLayout, ProcessKey, SampleRegs,
+    ThreadKey, WindowsLayout,
 };
 use introspect::paging::Paging;
 use introspect::pe::CodeView;
@@ -149,7 +149,8 @@ enum Pending {
 /// What a vCPU's current thread is keyed by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Key {
-    Thread(ThreadKey),
+    /// A thread in its process: a Linux exec keeps the thread and makes a new process.
+    Thread(ThreadKey, ProcessKey),
     Space(u64),
 }
 
@@ -560,7 +561,7 @@ impl GuestAwareness {
                 let want = self.want_kernel_gs.get(v);
                 match context.identify(&mut kmem, &regs) {
                     Ok(id) => {
-                        let key = Key::Thread(id.thread.key);
+                        let key = Key::Thread(id.thread.key, id.process.key);
                         if !matches!(&g.current, Some(c) if c.key == key) {
                             let now = self.table.now_s();
                             if let Some(old) = &g.current {

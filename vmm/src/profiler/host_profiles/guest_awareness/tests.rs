@@ -551,3 +551,46 @@ fn user_pcs_are_checked_against_the_processes_mapped_ranges() {
         "another process's sample: none read, and process 3's note is not its"
     );
 }
+
+/// A thread that execs between two samples on one vCPU keeps its task_struct and gets a new
+/// mm: its next sample is the new program's process row, even with no switch in between (the
+/// old row would otherwise take the new program's samples, and read its mappings).
+#[test]
+fn a_linux_exec_between_two_samples_is_a_new_process() {
+    use introspect::testguest::linux::{test_layout, LinuxGuest};
+    let mut g = LinuxGuest::new(&test_layout(false));
+    let aware = GuestAwareness::new(1, Instant::now());
+    aware.set_types(GuestTypes::Linux(g.layout));
+    let mut v = VcpuGuest::default();
+    let awk = (g.tasks.iter())
+        .position(|t| t.identity.process.name == "awk")
+        .unwrap();
+    g.switch(0, g.tasks[awk].task);
+    let sampled = |g: &LinuxGuest, v: &mut VcpuGuest| {
+        let regs = g.regs(0, 0, true);
+        let cpu = CpuState {
+            cpl: 0,
+            paging: Paging {
+                cr3: g.tasks[awk].identity.process.cr3s[0],
+                ..g.kernel_paging()
+            },
+            gs_base: regs.gs_base,
+            kernel_gs_base: regs.kernel_gs_base,
+            ..CpuState::default()
+        };
+        let who = aware.identify(0, v, &guest_memory(&g.phys), &cpu).unwrap();
+        (who.at.process, who.process_name.clone())
+    };
+    let before = sampled(&g, &mut v);
+    assert_eq!(before.1, "awk");
+    g.exec(awk, "burn");
+    let after = sampled(&g, &mut v);
+    assert_eq!(after.1, "burn");
+    assert_ne!(after.0, before.0, "a new process row");
+    let rows = aware.table().rows().0;
+    let row = |p: u32| (rows[p as usize].name.as_str(), rows[p as usize].pid);
+    assert_eq!(
+        (row(before.0), row(after.0)),
+        (("awk", Some(57)), ("burn", Some(57)))
+    );
+}
