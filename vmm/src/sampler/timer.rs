@@ -42,7 +42,7 @@ impl SampleTimer {
         }
         let period = interval.map(interval_duration).unwrap_or_default();
         let ts = libc::timespec {
-            tv_sec: libc::time_t::try_from(period.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_sec: period.as_secs().try_into().unwrap_or(i64::MAX),
             tv_nsec: libc::c_long::from(period.subsec_nanos()),
         };
         let spec = libc::itimerspec {

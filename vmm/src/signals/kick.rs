@@ -7,6 +7,11 @@
 //! its first `KVM_RUN` and leaves it before it returns, and a kick is sent under the slot's
 //! lock, so no signal is ever sent to a thread that has finished. The table can only kick:
 //! holding it gives no power to pause, stop or reconfigure a vCPU.
+//!
+//! Threads are addressed by their thread id with the system calls glibc's `pthread_kill` and
+//! `pthread_sigqueue` make (`tgkill`, `rt_tgsigqueueinfo`), so the same calls are made, and
+//! allowed by the seccomp filters, whichever C library hvprof is linked with (musl has no
+//! `pthread_sigqueue`, and its `pthread_kill` calls `tkill`).
 
 use std::cell::Cell;
 use std::sync::Mutex;
@@ -38,7 +43,7 @@ pub(super) fn request_immediate_exit() {
 /// Where each vCPU thread can be kicked while it runs; one slot per vCPU.
 #[derive(Debug)]
 pub struct KickTable {
-    threads: Box<[Mutex<Option<libc::pthread_t>>]>,
+    threads: Box<[Mutex<Option<libc::pid_t>>]>,
 }
 
 impl KickTable {
@@ -65,8 +70,8 @@ impl KickTable {
     pub fn enter(&self, index: usize, page: *mut kvm_run) -> Entered<'_> {
         KVM_RUN_PAGE.with(|p| p.set(page));
         if let Some(slot) = self.threads.get(index) {
-            // SAFETY: pthread_self has no preconditions.
-            *lock(slot) = Some(unsafe { libc::pthread_self() });
+            // SAFETY: gettid has no preconditions.
+            *lock(slot) = Some(unsafe { libc::gettid() });
         }
         Entered { table: self, index }
     }
@@ -85,8 +90,8 @@ impl KickTable {
         }
     }
 
-    /// Queues `signal` with `value` to vCPU thread `index` (`pthread_sigqueue`); false as
-    /// for [`KickTable::signal`].
+    /// Queues `signal` with `value` to vCPU thread `index` (as `pthread_sigqueue` does);
+    /// false as for [`KickTable::signal`].
     pub fn queue(&self, index: usize, signal: i32, value: i32) -> bool {
         self.send(index, signal, Some(value))
     }
@@ -105,22 +110,75 @@ impl KickTable {
         let Some(thread) = *guard else {
             return false;
         };
-        let rc = match value {
-            // SAFETY: `thread` is a live thread: it entered this slot and leaves it (under
-            // this lock, which we hold) before it returns, so it has not finished.
-            None => unsafe { libc::pthread_kill(thread, signal) },
-            Some(v) => {
-                let value = libc::sigval {
-                    sival_ptr: usize::try_from(v).unwrap_or(0) as *mut libc::c_void,
-                };
-                // SAFETY: as above.
-                unsafe { libc::pthread_sigqueue(thread, signal, value) }
-            }
+        let sent = match value {
+            None => tgkill(thread, signal),
+            Some(v) => queue(thread, signal, usize::try_from(v).unwrap_or(0)),
         };
-        if rc != 0 {
-            log::debug!("signal {signal} to vCPU {index} failed: error {rc}");
+        if let Err(e) = &sent {
+            log::debug!("signal {signal} to vCPU {index} failed: {e}");
         }
-        rc == 0
+        sent.is_ok()
+    }
+}
+
+/// Sends `signal` to thread `tid` of this process. The caller holds the slot lock that keeps
+/// `tid` a live thread of this process (it leaves its slot under the lock before it returns).
+fn tgkill(tid: libc::pid_t, signal: i32) -> std::io::Result<()> {
+    // SAFETY: tgkill takes three integers and sends a signal; it touches no memory of ours.
+    let rc = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, signal) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The `siginfo_t` a queued signal carries (x86-64 layout, 128 bytes): the sender's pid and
+/// uid, and the value the handler reads as `si_value`, after `si_signo`, `si_errno`,
+/// `si_code` and padding to 8 bytes.
+#[repr(C)]
+struct QueuedInfo {
+    signo: i32,
+    errno: i32,
+    code: i32,
+    _pad: i32,
+    pid: libc::pid_t,
+    uid: libc::uid_t,
+    value: usize,
+    _rest: [u64; 12],
+}
+
+/// Queues `signal` with `value` to thread `tid` of this process; the same contract as
+/// [`tgkill`].
+pub(super) fn queue(tid: libc::pid_t, signal: i32, value: usize) -> std::io::Result<()> {
+    const _: () = assert!(std::mem::size_of::<QueuedInfo>() == 128);
+    // SAFETY: getpid and getuid have no preconditions.
+    let (pid, uid) = unsafe { (libc::getpid(), libc::getuid()) };
+    let info = QueuedInfo {
+        signo: signal,
+        errno: 0,
+        code: libc::SI_QUEUE,
+        _pad: 0,
+        pid,
+        uid,
+        value,
+        _rest: [0; 12],
+    };
+    // SAFETY: `info` is a siginfo_t-sized record the kernel only reads, alive for the call;
+    // its code is SI_QUEUE, which a process may send to its own threads.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_rt_tgsigqueueinfo,
+            pid,
+            tid,
+            signal,
+            std::ptr::addr_of!(info),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 

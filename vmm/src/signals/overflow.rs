@@ -181,14 +181,10 @@ mod tests {
         super::super::install_handlers().unwrap();
         std::thread::spawn(|| {
             let slot = watch(42).unwrap();
-            let value = libc::sigval {
-                sival_ptr: 42usize as *mut libc::c_void,
-            };
-            // SAFETY: queues a signal to this live thread; the handler is installed.
-            let rc = unsafe {
-                libc::pthread_sigqueue(libc::pthread_self(), super::super::overflow_signal(), value)
-            };
-            assert_eq!(rc, 0);
+            // Queued as a vCPU's tick is (kick.rs builds the siginfo_t the handler reads).
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() };
+            super::super::kick::queue(tid, super::super::overflow_signal(), 42).unwrap();
             assert_eq!((take(slot), stray()), (1, 0));
             unwatch(slot);
         })
