@@ -4,7 +4,8 @@
 //! The messages are written by hand with prost's derive macros (no protoc at build time);
 //! only the fields hvprof fills are declared, with profile.proto's numbers and types.
 //!
-//! Mapping: one sample type, `samples/count`; one Sample per nonzero bucket of every object
+//! Mapping: one sample type, `samples/count`; `time_nanos` the run's start (stores such as
+//! Pyroscope and Parca file a profile under it); one Sample per nonzero bucket of every object
 //! (value = count, labels `object` = its id and `scope` = its address-space restriction,
 //! `all processes` or `process 0x..`), at one Location per bucket start address; an object
 //! with per-thread counts gives one Sample per thread and bucket; an object with call stacks
@@ -160,6 +161,9 @@ pub struct PprofProfile {
     /// Every string; index 0 is "".
     #[prost(string, repeated, tag = "6")]
     pub string_table: Vec<String>,
+    /// When the run started, in nanoseconds since the Unix epoch.
+    #[prost(int64, tag = "9")]
+    pub time_nanos: i64,
     /// Run length in nanoseconds.
     #[prost(int64, tag = "10")]
     pub duration_nanos: i64,
@@ -296,6 +300,8 @@ pub fn build(profile: &Profile, symbols: &Symbols) -> PprofProfile {
             unit: strings.get("nanoseconds"),
         }),
         period: i64::from(profile.run.interval_100ns) * 100,
+        // Profile stores (Parca, Pyroscope) file a profile under its time.
+        time_nanos: profile.run.start_unix_ns().unwrap_or(0),
         // Wall times stay far below 2^63 ns.
         #[allow(clippy::cast_possible_truncation)]
         duration_nanos: (profile.run.wall_time_s * 1e9) as i64,
@@ -518,6 +524,8 @@ mod tests {
         let symbols = Symbols::from_module(module("m", 0x1000, &[(0x70, 0x30, "hot")]));
         let pb = decoded(&p, &symbols);
         let s = |i: i64| pb.string_table[usize::try_from(i).unwrap()].as_str();
+        assert_eq!(pb.time_nanos, p.run.start_unix_ns().unwrap());
+        assert!(pb.time_nanos > 0);
         assert_eq!(s(pb.sample_type[0].r#type), "samples");
         assert_eq!(s(pb.sample_type[0].unit), "count");
         assert_eq!(pb.string_table[0], "");

@@ -200,6 +200,47 @@ pub struct RunInfo {
     pub sampler: String,
 }
 
+impl RunInfo {
+    /// When the run started, in nanoseconds since the Unix epoch: `start_time` read back
+    /// (`YYYY-MM-DDTHH:MM:SS[.fraction]Z`), None when it is not in that form.
+    pub fn start_unix_ns(&self) -> Option<i64> {
+        let (date, time) = self.start_time.split_once('T')?;
+        let time = time.strip_suffix('Z')?;
+        let number = |s: &str, max: i64| -> Option<i64> {
+            let ok = !s.is_empty() && s.len() <= 4 && s.bytes().all(|b| b.is_ascii_digit());
+            ok.then(|| s.parse().ok()).flatten().filter(|&v| v <= max)
+        };
+        let mut d = date.split('-');
+        let (year, month, day) = (d.next()?, d.next()?, d.next()?);
+        let (year, month, day) = (number(year, 9999)?, number(month, 12)?, number(day, 31)?);
+        let (hms, fraction) = time.split_once('.').unwrap_or((time, ""));
+        let mut t = hms.split(':');
+        let (h, m, s) = (t.next()?, t.next()?, t.next()?);
+        let (h, m, s) = (number(h, 23)?, number(m, 59)?, number(s, 60)?);
+        if d.next().is_some() || t.next().is_some() || month == 0 || day == 0 {
+            return None;
+        }
+        if fraction.len() > 9 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let nanos = format!("{fraction:0<9}").parse::<i64>().ok()?;
+        let seconds = days_from_civil(year, month, day) * 86_400 + h * 3600 + m * 60 + s;
+        seconds.checked_mul(1_000_000_000)?.checked_add(nanos)
+    }
+}
+
+/// Days from 1970-01-01 to a date of the proleptic Gregorian calendar (month 1-12), counting
+/// in 400-year eras that start on 1 March, so leap days end a year.
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month_from_march = (month + 9) % 12;
+    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
 fn kick_sampler() -> String {
     "kick".to_string()
 }
@@ -663,6 +704,39 @@ pub fn source_name(source: u32) -> &'static str {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn a_start_time_reads_back_as_unix_nanoseconds() {
+        let at = |t: &str| {
+            let mut p = sample_profile(0);
+            p.run.start_time = t.to_string();
+            p.run.start_unix_ns()
+        };
+        assert_eq!(at("1970-01-01T00:00:00.000Z"), Some(0));
+        // What vmm::clock::rfc3339 writes for 1,700,000,000.123 s, and a leap day.
+        assert_eq!(
+            at("2023-11-14T22:13:20.123Z"),
+            Some(1_700_000_000_123_000_000)
+        );
+        assert_eq!(at("2000-02-29T00:00:00Z"), Some(951_782_400_000_000_000));
+        assert_eq!(
+            at("2026-12-31T23:59:59.999999999Z"),
+            Some(1_798_761_599_999_999_999)
+        );
+        for bad in [
+            "",
+            "2023-11-14",
+            "2023-11-14T22:13:20.123",
+            "2023-13-14T22:13:20Z",
+            "2023-11-14T24:13:20Z",
+            "2023-11-14T22:13:20.1234567890Z",
+            "2023-11-14T22:13:20.+1Z",
+            "+2023-11-14T22:13:20Z",
+            "2023-11-14-1T22:13:20Z",
+        ] {
+            assert_eq!(at(bad), None, "{bad}");
+        }
+    }
 
     /// Module `m` at 0x1000 whose `caller` (0x1040..0x1050) ends with a call, so that its
     /// return address 0x1050 is the first byte of `next`; `hot` at 0x1070..0x10a0.
