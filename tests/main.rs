@@ -45,6 +45,8 @@ mod profiling;
 mod qcow2;
 /// Guest RAM by the memory map: blocks and frames in 0xA0000-0xFFFFF, PVH and SeaBIOS.
 mod ramrule;
+/// The CI and Kubernetes recipes of docs/ci/: checked, and their hvprof lines run.
+mod recipes;
 /// The reference guest's scenarios.
 mod refguest;
 /// `hvprof demo --out` and `hvprof report` (`go tool pprof` needs Debian's golang-go).

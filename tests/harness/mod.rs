@@ -400,6 +400,21 @@ where
     }
 }
 
+/// Starts building a run of `script` by bash as CI runners run a step's script (`-eo
+/// pipefail`, no profile or rc file), bounded and reported as hvprof's runs are.
+pub fn bash(script: &str) -> Hvprof {
+    let mut cmd = Command::new("bash");
+    cmd.args(["--noprofile", "--norc", "-eo", "pipefail", "-c", script]);
+    cmd.env_remove("_NT_SYMBOL_PATH");
+    Hvprof {
+        cmd,
+        env: Vec::new(),
+        args: vec!["bash -c".to_string(), script.to_string()],
+        limit: DEFAULT_LIMIT,
+        note: None,
+    }
+}
+
 /// `hvprof run --kernel KERNEL` followed by `extra`.
 pub fn hvprof_run<S: AsRef<std::ffi::OsStr>>(kernel: &Path, extra: &[S]) -> Hvprof {
     let mut args: Vec<std::ffi::OsString> = vec!["run".into(), "--kernel".into(), kernel.into()];
@@ -431,6 +446,12 @@ impl Hvprof {
         self
     }
 
+    /// Runs it in `dir`.
+    pub fn current_dir(mut self, dir: &Path) -> Hvprof {
+        self.cmd.current_dir(dir);
+        self
+    }
+
     /// Starts hvprof without waiting for it.
     pub fn spawn(mut self) -> Running {
         self.cmd
@@ -441,7 +462,7 @@ impl Hvprof {
         let mut child = self
             .cmd
             .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", hvprof_bin().display()));
+            .unwrap_or_else(|e| panic!("starting {:?}: {e}", self.cmd.get_program()));
         let stdout = Arc::new(Mutex::new(Vec::new()));
         let stderr = Arc::new(Mutex::new(Vec::new()));
         let readers = vec![

@@ -38,7 +38,8 @@ const VERSION: &str = concat!(
 /// profiles for a significant regression (exit status 1) for automated regression runs;
 /// `hvprof merge` combines repeated runs into one profile.
 ///
-/// Exit statuses and what hvprof guarantees: docs/architecture.md.
+/// Exit statuses and what hvprof guarantees: docs/architecture.md (the package installs the
+/// docs in /usr/share/doc/hvprof/docs/; `man hvprof` and `man hvprof-SUBCOMMAND` too).
 #[derive(Parser)]
 #[command(name = "hvprof", version = VERSION)]
 struct Cli {
