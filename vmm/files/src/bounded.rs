@@ -217,13 +217,13 @@ mod tests {
     use std::os::unix::ffi::OsStrExt;
 
     use super::*;
+    use crate::testdir::TestDir;
 
-    fn temp(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("hvprof-bounded-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join(name);
-        let _ = std::fs::remove_file(&p);
-        p
+    /// A path `name` in a fresh directory, removed when the guard is dropped.
+    fn temp(name: &str) -> (TestDir, PathBuf) {
+        let dir = TestDir::new(&format!("bounded-{name}"));
+        let p = dir.path().join(name);
+        (dir, p)
     }
 
     const SMALL: Limit = Limit {
@@ -233,7 +233,7 @@ mod tests {
 
     #[test]
     fn a_regular_file_within_its_limit_reads_whole() {
-        let p = temp("ok");
+        let (_p, p) = temp("ok");
         std::fs::write(&p, b"12345678").unwrap();
         assert_eq!(read(&p, SMALL).unwrap(), b"12345678");
         std::fs::remove_file(&p).unwrap();
@@ -241,7 +241,7 @@ mod tests {
 
     #[test]
     fn a_file_above_its_limit_is_refused_naming_it_and_the_limit() {
-        let p = temp("big");
+        let (_p, p) = temp("big");
         std::fs::write(&p, b"123456789").unwrap();
         let e = read(&p, SMALL).unwrap_err();
         assert!(matches!(e, InputError::TooLarge { size: 9, .. }), "{e:?}");
@@ -253,7 +253,7 @@ mod tests {
     #[test]
     fn a_sparse_file_above_the_limit_is_refused_before_reading() {
         // 1 TiB of holes: reading it would take hours, refusing it takes an fstat.
-        let p = temp("sparse");
+        let (_p, p) = temp("sparse");
         File::create(&p).unwrap().set_len(1 << 40).unwrap();
         let e = read(&p, KERNEL).unwrap_err();
         assert!(
@@ -266,7 +266,7 @@ mod tests {
 
     #[test]
     fn a_file_that_grows_is_read_no_further_than_the_limit() {
-        let p = temp("grows");
+        let (_p, p) = temp("grows");
         std::fs::write(&p, b"1234").unwrap();
         let (file, size) = open(&p, SMALL, false).unwrap();
         std::fs::OpenOptions::new()
@@ -293,7 +293,7 @@ mod tests {
                 .ends_with("is a directory, not a regular file"),
             "{e}"
         );
-        let fifo = temp("fifo");
+        let (_fifo, fifo) = temp("fifo");
         let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
         // SAFETY: `c` is a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
@@ -321,7 +321,7 @@ mod tests {
 
     #[test]
     fn head_reads_the_first_bytes_and_leaves_the_file_to_read_whole() {
-        let p = temp("head");
+        let (_p, p) = temp("head");
         std::fs::write(&p, b"12345678").unwrap();
         let (file, size) = open(&p, SMALL, false).unwrap();
         assert_eq!(head(&file, &p, 3).unwrap(), b"123");

@@ -361,14 +361,15 @@ pub fn check_distinct(disks: &[DiskConfig]) -> Result<(), DiskError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::virtio::block::qcow2::tests::TestDir;
     use std::path::Path;
 
-    fn temp(name: &str, contents: &[u8]) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("hvprof-disk-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+    /// `contents` in a file `name` of a fresh directory, removed when the guard is dropped.
+    fn temp(name: &str, contents: &[u8]) -> (TestDir, PathBuf) {
+        let dir = crate::virtio::block::qcow2::tests::dir(&format!("disk-{name}"));
         let p = dir.join(name);
         std::fs::write(&p, contents).unwrap();
-        p
+        (dir, p)
     }
 
     fn cfg(path: &Path, readonly: bool) -> DiskConfig {
@@ -377,7 +378,7 @@ mod tests {
 
     #[test]
     fn a_raw_image_cannot_be_made_to_look_like_qcow2() {
-        let p = temp("magic.img", &[0u8; 1024]);
+        let (_p, p) = temp("magic.img", &[0u8; 1024]);
         let mut d = DiskImage::open(&cfg(&p, false)).unwrap();
         let mut sector = [0u8; 512];
         sector[..4].copy_from_slice(&QCOW2_MAGIC);
@@ -396,7 +397,7 @@ mod tests {
     #[test]
     fn a_file_zeroes_and_discards_in_place_keeping_its_size() {
         const LEN: usize = 64 * 1024;
-        let p = temp("holes.img", &[0xab; LEN]);
+        let (_p, p) = temp("holes.img", &[0xab; LEN]);
         let mut d = DiskImage::open(&cfg(&p, false)).unwrap();
         let read = |d: &mut DiskImage| {
             let mut b = vec![0u8; LEN];
@@ -431,7 +432,7 @@ mod tests {
 
     #[test]
     fn odd_sized_image_rounds_capacity_down() {
-        let p = temp("odd.img", &[0u8; 512 * 3 + 100]);
+        let (_p, p) = temp("odd.img", &[0u8; 512 * 3 + 100]);
         let d = DiskImage::open(&cfg(&p, false)).unwrap();
         assert_eq!(d.sectors, 3);
         assert!(!d.readonly);
@@ -444,7 +445,7 @@ mod tests {
         let e = DiskImage::open(&cfg(missing, true)).err().unwrap();
         assert!(matches!(e, DiskError::Open(..)));
         assert!(e.to_string().contains("/nonexistent/hvprof/disk.img"));
-        let p = temp("tiny.img", &[0u8; 100]);
+        let (_p, p) = temp("tiny.img", &[0u8; 100]);
         assert!(matches!(
             DiskImage::open(&cfg(&p, true)),
             Err(DiskError::TooSmall(_, 100))
@@ -458,7 +459,7 @@ mod tests {
 
     #[test]
     fn read_only_file_opens_read_only() {
-        let p = temp("ro.img", &[7u8; 1024]);
+        let (_p, p) = temp("ro.img", &[7u8; 1024]);
         let mut perms = std::fs::metadata(&p).unwrap().permissions();
         std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o444);
         std::fs::set_permissions(&p, perms).unwrap();
@@ -475,7 +476,7 @@ mod tests {
 
     #[test]
     fn a_read_write_image_is_locked_against_other_writers_and_readers_until_closed() {
-        let p = temp("locked.img", &[0u8; 1024]);
+        let (_p, p) = temp("locked.img", &[0u8; 1024]);
         let writer = DiskImage::open(&cfg(&p, false)).unwrap();
         // Another open file description conflicts, as another process's would.
         for readonly in [false, true] {
@@ -495,7 +496,7 @@ mod tests {
 
     #[test]
     fn read_only_images_are_shared_but_not_with_a_writer() {
-        let p = temp("shared.img", &[0u8; 1024]);
+        let (_p, p) = temp("shared.img", &[0u8; 1024]);
         let a = DiskImage::open(&cfg(&p, true)).unwrap();
         let b = DiskImage::open(&cfg(&p, true)).unwrap();
         let e = DiskImage::open(&cfg(&p, false)).err().unwrap();
@@ -507,12 +508,12 @@ mod tests {
 
     #[test]
     fn the_same_file_twice_is_refused_unless_every_use_is_read_only() {
-        let p = temp("twice.img", &[0u8; 1024]);
+        let (_p, p) = temp("twice.img", &[0u8; 1024]);
         // Another path to the same inode.
         let link = p.with_file_name("twice-link.img");
         let _ = std::fs::remove_file(&link);
         std::fs::hard_link(&p, &link).unwrap();
-        let other = temp("other.img", &[0u8; 1024]);
+        let (_other, other) = temp("other.img", &[0u8; 1024]);
         let ok = [cfg(&p, false), cfg(&other, false)];
         assert!(check_distinct(&ok).is_ok());
         assert!(check_distinct(&[cfg(&p, true), cfg(&link, true)]).is_ok());
