@@ -28,6 +28,63 @@ fn call(socket: &Path, method: &str, path: &str, body: &str) -> (u16, serde_json
     )
 }
 
+/// A read `?since=` the token of `whole` (a read whose buckets are `buckets`) gives what grew:
+/// the two add up to a later read's counts. Other query parameters are refused; the process
+/// table and the run's kernel are there to read.
+fn check_since(socket: &Path, id: u64, whole: &serde_json::Value, buckets: &[(u64, u64)]) {
+    let token = whole["token"].as_u64().expect("every read has a token");
+    let profile = format!("/v1/profiles/host/{id}");
+    eventually("more samples", || {
+        host_samples(socket, id) > whole["samples"].as_u64().unwrap()
+    });
+    let (status, grown) = call(socket, "GET", &format!("{profile}?since={token}"), "");
+    assert_eq!(
+        (status, grown["since"].as_u64()),
+        (200, Some(token)),
+        "{grown}"
+    );
+    let added = host_buckets(&grown, u64::MAX);
+    assert!(
+        added.iter().all(|&(_, n)| n > 0),
+        "increments only: {grown}"
+    );
+    let sum = |b: &[(u64, u64)]| b.iter().map(|(_, n)| n).sum::<u64>();
+    assert_eq!(
+        sum(buckets) + sum(&added),
+        grown["samples"].as_u64().unwrap(),
+        "what grew and what was there are the later read's counts: {grown}"
+    );
+    assert!(grown["token"].as_u64() > Some(token));
+    // Without a guest OS each address space is a row ([cr3 0x..]): every sample has one.
+    let per_thread: u64 = (grown["threads"].as_array().unwrap().iter())
+        .flat_map(|t| {
+            t[1].as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b[1].as_u64().unwrap())
+        })
+        .sum();
+    assert_eq!(per_thread, sum(&added), "{grown}");
+    let (status, _) = call(socket, "GET", &format!("{profile}?since=0"), "");
+    assert_eq!(status, 200);
+    for bad in ["?since=x", "?since=-1", "?until=3", "?since=1&x=2"] {
+        let (status, e) = call(socket, "GET", &format!("{profile}{bad}"), "");
+        assert_eq!(status, 400, "{bad}: {e}");
+    }
+    let (status, table) = call(socket, "GET", "/v1/processes", "");
+    assert_eq!(status, 200, "{table}");
+    assert!(
+        table["processes"].is_array() && table["threads"].is_array(),
+        "{table}"
+    );
+    let (_, vm) = call(socket, "GET", "/v1/vm", "");
+    assert_eq!(
+        vm["kernel"].as_str(),
+        Some(env!("HVPROF_REFGUEST_ELF")),
+        "{vm}"
+    );
+}
+
 fn wait_for_socket(path: &Path) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !path.exists() {
@@ -192,6 +249,7 @@ fn api_pauses_profiles_and_shuts_down_a_running_vm() {
         whole["samples"].as_u64().unwrap(),
         "{whole}"
     );
+    check_since(&socket, id, &whole, &buckets);
     let (hot, _) = *buckets.iter().max_by_key(|(_, c)| *c).expect("no buckets");
     // A profile of the hottest bucket's page, with its addresses as hex strings; it counts
     // only if they were read as hex.

@@ -63,6 +63,8 @@ mod structure;
 mod symserver;
 /// The run on a time axis: the reference guest's known phases against hvprof's timeline.
 mod timeline;
+/// `hvprof top` on a running reference guest.
+mod top;
 /// Timeline exports opened in speedscope in headless Chromium (Node.js, Debian's chromium).
 mod viewer;
 /// virtio-blk driven by a fixture kernel.

@@ -54,6 +54,8 @@ const VMM: Root = Root {
         // Handing a run to the report crate (a crate of its own, below everything here).
         ("report_input", 10),
         ("api", 11),
+        // Watching a run through the API (`hvprof top`).
+        ("top", 12),
     ],
     known: &[],
 };

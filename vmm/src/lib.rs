@@ -22,5 +22,6 @@ pub mod sampler;
 pub mod seccomp;
 pub mod session;
 pub mod signals;
+pub mod top;
 pub mod vcpu;
 pub mod vm;

@@ -14,6 +14,8 @@ pub struct Request {
     pub method: String,
     /// Path without the query string.
     pub path: String,
+    /// The query string, without its `?` (empty without one).
+    pub query: String,
     /// The body.
     pub body: Vec<u8>,
 }
@@ -85,11 +87,12 @@ pub fn parse(buf: &[u8]) -> Result<(Request, usize), ParseError> {
         .get(body_start..end)
         .ok_or(ParseError::Incomplete)?
         .to_vec();
-    let path = target.split('?').next().unwrap_or(target).to_string();
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
     Ok((
         Request {
             method: method.to_string(),
-            path,
+            path: path.to_string(),
+            query: query.to_string(),
             body,
         },
         end,
@@ -202,9 +205,11 @@ mod tests {
     }
 
     #[test]
-    fn query_string_is_dropped() {
-        let (r, _) = parse(b"GET /v1/stats?x=1 HTTP/1.1\r\n\r\n").unwrap();
-        assert_eq!(r.path, "/v1/stats");
+    fn the_query_string_is_kept_apart_from_the_path() {
+        let (r, _) = parse(b"GET /v1/stats?x=1&y HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!((r.path.as_str(), r.query.as_str()), ("/v1/stats", "x=1&y"));
+        let (r, _) = parse(b"GET /v1/stats HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!((r.path.as_str(), r.query.as_str()), ("/v1/stats", ""));
     }
 
     #[test]

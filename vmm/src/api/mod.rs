@@ -18,7 +18,10 @@
 //! connection waits for its deferred answer while the loop serves everyone else.
 
 mod addr;
+pub mod client;
+mod deltas;
 pub mod http;
+mod live;
 mod pause;
 mod routes;
 mod serve;
@@ -151,10 +154,11 @@ impl ApiSocket {
         Ok(socket)
     }
 
-    /// Serves requests until the VM's stop signal is requested; returns within 100 ms of it,
-    /// whatever the clients do.
-    pub fn serve(&self, control: VmControl) {
-        let mut state = routes::ApiState::new(control);
+    /// Serves requests about a run of `kernel` (as profile.json's `run.kernel` names it)
+    /// until the VM's stop signal is requested; returns within 100 ms of it, whatever the
+    /// clients do.
+    pub fn serve(&self, control: VmControl, kernel: String) {
+        let mut state = routes::ApiState::new(control).with_kernel(kernel);
         serve::serve(&self.listener, self.owner, &mut state, &serve::Limits::API);
     }
 }

@@ -66,6 +66,10 @@ impl HostProfileBody {
 /// The server's view of the VM.
 pub struct ApiState {
     pub control: VmControl,
+    /// The run's kernel as profile.json names it (`run.kernel`), for clients that symbolize.
+    kernel: String,
+    /// Each host profile's last reads, for reads of what grew since ([`super::deltas`]).
+    reads: super::deltas::Reads,
     started: Instant,
     shutdown_requested: bool,
     /// The pause whose answer is deferred until the vCPUs acknowledge it (one at a time: the
@@ -92,10 +96,18 @@ impl ApiState {
     pub fn new(control: VmControl) -> Self {
         ApiState {
             control,
+            kernel: String::new(),
+            reads: super::deltas::Reads::default(),
             started: Instant::now(),
             shutdown_requested: false,
             pausing: None,
         }
+    }
+
+    /// The state of a run of `kernel` (as profile.json's `run.kernel` names it).
+    pub fn with_kernel(mut self, kernel: String) -> Self {
+        self.kernel = kernel;
+        self
     }
 
     fn route(&mut self, req: &Request) -> Routed {
@@ -111,11 +123,17 @@ impl ApiState {
             ("GET", ["v1", "stats"]) => self.stats(),
             ("GET", ["v1", "profiles", "host"]) => self.host_list(),
             ("POST", ["v1", "profiles", "host"]) => self.host_start(&req.body),
-            ("GET", ["v1", "profiles", "host", id]) => self.host_get(id),
-            ("PUT", ["v1", "profiles", "host", id, "stop"]) => self.host_stop(id),
-            (_, ["v1", "vm" | "stats"] | ["v1", "vm", _] | ["v1", "profiles", "host", ..]) => {
-                Response::error(405, "method not allowed")
+            ("GET", ["v1", "profiles", "host", id]) => {
+                super::live::host_counts(&self.control.profiler, &mut self.reads, id, &req.query)
             }
+            ("GET", ["v1", "processes"]) => super::live::processes(&self.control.profiler),
+            ("PUT", ["v1", "profiles", "host", id, "stop"]) => self.host_stop(id),
+            (
+                _,
+                ["v1", "vm" | "stats" | "processes"]
+                | ["v1", "vm", _]
+                | ["v1", "profiles", "host", ..],
+            ) => Response::error(405, "method not allowed"),
             _ => Response::error(404, "no such resource"),
         })
     }
@@ -135,6 +153,7 @@ impl ApiState {
             "interval_100ns": self.control.profiler.time_interval(),
             "clock": self.control.profiler.sampling().clock().name(),
             "sampler": self.control.profiler.sampling().mode().name(),
+            "kernel": self.kernel,
         });
         Response::json(200, body.to_string())
     }
@@ -245,23 +264,6 @@ impl ApiState {
         }
     }
 
-    fn host_get(&self, id: &str) -> Response {
-        let Ok(id) = id.parse::<u32>() else {
-            return Response::error(404, "no such profile");
-        };
-        let Some(r) = self.control.profiler.host_result(id) else {
-            return Response::error(404, "no such profile");
-        };
-        // [index, count] with the index as a "0x..." string: a whole-space profile's indices
-        // pass 2^53, where readers of doubles round them.
-        let buckets: Vec<(Hex, u64)> = r.counts.iter().map(|(b, c)| (Hex(*b), *c)).collect();
-        let body = json!({
-            "id": r.id, "running": r.running, "samples": r.total(),
-            "start": Hex(r.spec.start), "bucket_shift": r.spec.bucket_shift, "buckets": buckets,
-        });
-        Response::json(200, body.to_string())
-    }
-
     fn host_stop(&self, id: &str) -> Response {
         let Ok(id) = id.parse::<u32>() else {
             return Response::error(404, "no such profile");
@@ -369,6 +371,7 @@ mod tests {
             let request = Request {
                 method: "POST".into(),
                 path: "/v1/profiles/host".into(),
+                query: String::new(),
                 body: br#"{"process": ["awk"]}"#.to_vec(),
             };
             let Answer::Now(r, _) = state.handle(&request) else {

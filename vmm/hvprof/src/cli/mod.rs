@@ -8,6 +8,7 @@ mod run;
 mod stdout;
 mod symbols;
 mod tools;
+mod top;
 
 use std::process::ExitCode;
 
@@ -68,6 +69,12 @@ enum Command {
     Compare(CompareArgs),
     /// Combine runs (repetitions or hosts) into one profile.json.
     Merge(MergeArgs),
+    /// Watch a running hvprof's hottest functions, processes and threads, live.
+    ///
+    /// Attaches to the control API of a run started with `--api-socket` and shows what its
+    /// host profile counted recently (each sample's weight halving every `--half-life`
+    /// seconds) and in all. `--batch` prints a screen of text every `--interval`.
+    Top(top::TopArgs),
     /// Measure hvprof's sample and hypercall paths against same-run baselines.
     Bench(BenchArgs),
     /// List the perf events hvprof can sample on this host and why the others are absent.
@@ -163,6 +170,7 @@ pub fn main() -> ExitCode {
         Command::Report(a) => tools::report(&a),
         Command::Compare(a) => tools::compare(&a),
         Command::Merge(a) => tools::merge(&a),
+        Command::Top(a) => top::top(&a),
         Command::Bench(a) => tools::bench(&a),
         Command::Events(a) => tools::events(&a),
         Command::Completions { shell } => docs::completions(shell),

@@ -46,9 +46,10 @@ fn config(
         })?;
         let socket = std::sync::Arc::new(socket);
         guard = Some(socket.clone());
+        let kernel = config.boot_image().display().to_string();
         hooks
             .controllers
-            .push(Box::new(move |control| socket.serve(control)));
+            .push(Box::new(move |control| socket.serve(control, kernel)));
     }
     Ok((config, hooks, guard))
 }

@@ -113,6 +113,12 @@ macro_rules! outln {
 
 pub(super) use {err, errln, out, outln};
 
+/// True once standard output can take no more (its reader went away, or a write failed): a
+/// command that only prints, such as `top --batch`, stops there.
+pub fn ended() -> bool {
+    *STDOUT.lock().unwrap_or_else(PoisonError::into_inner) != State::Open
+}
+
 /// The status a subcommand ends with: its own, or the host-failure status when it succeeded
 /// but a write to standard output failed (a reader that went away is no failure).
 pub fn status(code: ExitCode) -> ExitCode {
