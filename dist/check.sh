@@ -5,7 +5,7 @@
 #     with dpkg into an empty root; hvprof demo run from the installed files, its man page
 #     rendered, its bash completion sourced;
 #  3. the tarball: unpacked, its binary static (no interpreter, no shared library), hvprof demo,
-#     report, merge and compare run by it under its seccomp filters (musl's system calls),
+#     report, merge, compare and top run by it under its seccomp filters (musl's system calls),
 #     then demo and profile as an unprivileged user in /dev/kvm's group (.ci/unprivileged.sh);
 #  4. the container image (dist/Containerfile) built from the tarball's binary and run with
 #     /dev/kvm and no capability, when podman is installed.
@@ -91,8 +91,17 @@ rc=0
 "$static" compare "$work/static-demo/profile.json" "$work/static-demo-2/profile.json" \
     --junit "$work/compare.xml" --markdown "$work/compare.md" >"$work/compare.log" 2>&1 || rc=$?
 [ "$rc" -le 1 ] && [ -s "$work/compare.xml" ] || { cat "$work/compare.log"; fail "the static hvprof compare ended with $rc"; }
+# top attached to a running VM, under its own filter.
+"$static" profile --quiet --serial null --cmdline "scenario=shares shares.ms=4000" \
+    --api-socket "$work/api.sock" --out "$work/static-live" >"$work/live.log" 2>&1 &
+live=$!
+for _ in $(seq 100); do [ -S "$work/api.sock" ] && break; sleep 0.1; done
+"$static" top --api-socket "$work/api.sock" --batch --iterations 2 >"$work/top.log" 2>&1 ||
+    { cat "$work/top.log"; fail "the static hvprof top failed"; }
+grep -q "shares_f4" "$work/top.log" || { cat "$work/top.log"; fail "top named no shares_f4"; }
+wait "$live" || { cat "$work/live.log"; fail "the static hvprof profile under top failed"; }
 bash .ci/unprivileged.sh "$static"
-step "the static build is static and runs demo, report, merge and compare"
+step "the static build is static and runs demo, report, merge, compare and top"
 
 if ! command -v podman >/dev/null; then
     step "no podman here: the container image was not built"

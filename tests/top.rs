@@ -9,7 +9,7 @@ use crate::harness::{hvprof, status, TempDir};
 
 /// The rows of the last screen in `text`: (name, total %) of each.
 fn last_screen(text: &str) -> Vec<(String, f64)> {
-    let screen = text.rsplit("hvprof top: ").next().unwrap_or_default();
+    let screen = text.rsplit("\nview: ").next().unwrap_or_default();
     screen
         .lines()
         .filter_map(|l| {
@@ -118,4 +118,200 @@ fn a_socket_nobody_serves_is_the_users_error() {
     let top = hvprof(["top", "--api-socket", sock.to_str().unwrap(), "--batch"]).run();
     top.assert_status(status::USAGE);
     top.assert_stderr_contains("cannot connect to");
+}
+
+/// A tmux session of its own: a shell in a `width` x `height` terminal.
+struct Tmux {
+    name: String,
+}
+
+impl Tmux {
+    fn new(tag: &str, width: u16, height: u16) -> Tmux {
+        let name = format!("hvprof-{tag}-{}", std::process::id());
+        let size = [width.to_string(), height.to_string()];
+        let args = [
+            "new-session",
+            "-d",
+            "-s",
+            &name,
+            "-x",
+            &size[0],
+            "-y",
+            &size[1],
+        ];
+        crate::harness::tool(
+            "tmux",
+            "tmux",
+            &[&args[..], &["bash --norc --noprofile"]].concat(),
+        );
+        Tmux { name }
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let args = [&["send-keys", "-t", self.name.as_str()][..], keys].concat();
+        crate::harness::tool("tmux", "tmux", &args);
+    }
+
+    fn screen(&self) -> String {
+        let out = std::process::Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.name])
+            .output()
+            .expect("tmux capture-pane");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Waits (up to 30 s) until the screen shows what `holds` wants; returns that screen.
+    fn until(&self, what: &str, holds: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let s = self.screen();
+            if holds(&s) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what} within 30 s; the screen:\n{s}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("tmux")
+            .args(["kill-session", "-t", &self.name])
+            .output();
+    }
+}
+
+/// The run's state and samples, read through its API.
+fn vm(sock: &str) -> (String, u64) {
+    use std::io::{Read, Write};
+    let ask = |path: &str| -> serde_json::Value {
+        let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap_or("null")).unwrap()
+    };
+    let state = ask("/v1/vm")["state"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    (
+        state,
+        ask("/v1/stats")["total"]["samples"].as_u64().unwrap_or(0),
+    )
+}
+
+#[test]
+fn the_full_screen_view_switches_views_pauses_the_vm_and_gives_the_terminal_back() {
+    let dir = TempDir::new("top-screen");
+    let socket = dir.join("api.sock");
+    let sock = socket.to_str().unwrap();
+    let mut run = hvprof([
+        "profile",
+        "--cmdline",
+        "scenario=shares shares.ms=120000",
+        "--quiet",
+        "--api-socket",
+        sock,
+        "--out",
+        dir.join("out").to_str().unwrap(),
+    ])
+    .limit(Duration::from_secs(180))
+    .spawn();
+    wait_for(&socket);
+    run.wait_for_stdout("refguest: scenario shares start", Duration::from_secs(30));
+    // 80 x 24, the smallest terminal the view is laid out for.
+    let tmux = Tmux::new("top", 80, 24);
+    let bin = crate::harness::hvprof_bin();
+    let command = format!(
+        "{} top --api-socket {sock}; echo top-ended-$?",
+        bin.display()
+    );
+    tmux.keys(&["-l", &command]);
+    tmux.keys(&["Enter"]);
+    let s = tmux.until("the functions view with the three functions", |s| {
+        let rows = last_screen(s);
+        rows.len() >= 3 && rows.iter().take(3).all(|(n, _)| n.starts_with("shares_f"))
+    });
+    let names: Vec<String> = last_screen(&s)
+        .into_iter()
+        .take(3)
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(names, ["shares_f4", "shares_f2", "shares_f1"], "{s}");
+    assert!(s.contains("FUNCTION") && s.contains("? keys"), "{s}");
+
+    tmux.keys(&["p"]);
+    tmux.until("the processes view", |s| {
+        s.contains("PROCESS") && s.contains("[cr3 0x")
+    });
+    tmux.keys(&["?"]);
+    tmux.until("the keys", |s| {
+        s.contains(" keys ") && s.contains("pause or resume the VM")
+    });
+    tmux.keys(&["?"]);
+
+    // Space pauses the VM: its samples stop growing; again, it runs on.
+    tmux.keys(&["Space"]);
+    tmux.until("paused on the screen", |s| s.contains(": paused, up"));
+    let (state, a) = vm(sock);
+    std::thread::sleep(Duration::from_millis(300));
+    let (_, b) = vm(sock);
+    assert_eq!(
+        (state.as_str(), a),
+        ("paused", b),
+        "samples grew while paused"
+    );
+    tmux.keys(&["Space"]);
+    tmux.until("running again", |s| s.contains(": running, up"));
+    assert_eq!(vm(sock).0, "running");
+
+    // q: the shell's screen back, in cooked mode, and top's status 0.
+    tmux.keys(&["q"]);
+    let s = tmux.until("top's end", |s| s.contains("top-ended-"));
+    assert!(s.contains("top-ended-0"), "{s}");
+    assert!(
+        !s.contains("RECENT"),
+        "the view is left on the screen:\n{s}"
+    );
+    tmux.keys(&[
+        "-l",
+        "stty -a | tr ' ;' '\\n\\n' | grep -qx icanon && echo cooked-mode",
+    ]);
+    tmux.keys(&["Enter"]);
+    tmux.until("the terminal in cooked mode", |s| {
+        s.contains("\ncooked-mode")
+    });
+
+    // Ctrl-C, and a SIGTERM from outside, give the terminal back too.
+    for (n, how) in ["ctrl-c", "sigterm"].into_iter().enumerate() {
+        tmux.keys(&["-l", &format!("clear; {command}")]);
+        tmux.keys(&["Enter"]);
+        tmux.until("the view again", |s| s.contains("FUNCTION"));
+        if how == "ctrl-c" {
+            tmux.keys(&["C-c"]);
+        } else {
+            let pattern = format!("{} top --api-socket {sock}", bin.display());
+            crate::harness::tool("pkill", "procps", &["-TERM", "-f", &pattern]);
+        }
+        let s = tmux.until("top's end", |s| s.contains("top-ended-"));
+        assert!(
+            s.contains("top-ended-0") && !s.contains("RECENT"),
+            "{how}:\n{s}"
+        );
+        let marker = format!("cooked-{n}");
+        let check = format!("stty -a | tr ' ;' '\\n\\n' | grep -qx icanon && echo {marker}");
+        tmux.keys(&["-l", &check]);
+        tmux.keys(&["Enter"]);
+        tmux.until("cooked mode", |s| s.contains(&format!("\n{marker}")));
+    }
+
+    run.signal(libc::SIGTERM);
+    let end = run.wait();
+    assert!(dir.join("out/profile.json").is_file(), "{end}");
 }

@@ -34,6 +34,9 @@ pub enum ThreadKind {
     /// from their start), turning guest-derived data into reports: files, the symbol cache,
     /// symbol servers; never KVM, processes or anything else.
     Results,
+    /// `hvprof top`: the results' calls (it reads guest text from a run's API) and the
+    /// terminal's mode set and restored for its full-screen view.
+    Watch,
 }
 
 impl ThreadKind {
@@ -45,6 +48,7 @@ impl ThreadKind {
             ThreadKind::Controller => "controller",
             ThreadKind::Drain => "drain",
             ThreadKind::Results => "results",
+            ThreadKind::Watch => "watch",
         }
     }
 }
@@ -180,6 +184,7 @@ mod tests {
             ThreadKind::Controller,
             ThreadKind::Drain,
             ThreadKind::Results,
+            ThreadKind::Watch,
         ] {
             let p = program(kind).unwrap();
             assert!(!p.is_empty(), "{kind:?}");

@@ -53,6 +53,12 @@ const TCGETS: u64 = 0x5401;
 const TCSETS: u64 = 0x5402;
 const TCSETSW: u64 = 0x5403;
 const TIOCGWINSZ: u64 = 0x5413;
+/// The termios2 forms (`struct termios2`, 44 bytes) that crossterm's terminal calls (rustix's
+/// tcgetattr and tcsetattr) make: `_IOR('T', 0x2A, ..)`, `_IOW('T', 0x2B, ..)`, `_IOW('T',
+/// 0x2C, ..)`.
+const TCGETS2: u64 = 0x802c_542a;
+const TCSETS2: u64 = 0x402c_542b;
+const TCSETSW2: u64 = 0x402c_542c;
 const FIONBIO: u64 = 0x5421;
 
 /// `(system call, only with these values of its selecting argument)`: an empty list allows
@@ -119,7 +125,7 @@ fn common() -> Vec<Allow> {
 /// fall back to clone, whose flags the allow list checks (threads only, never a process).
 pub(super) fn refused_with_errno(kind: ThreadKind) -> (&'static [i64], i32) {
     match kind {
-        ThreadKind::Results => (&[libc::SYS_clone3], libc::ENOSYS),
+        ThreadKind::Results | ThreadKind::Watch => (&[libc::SYS_clone3], libc::ENOSYS),
         _ => (&[libc::SYS_open, libc::SYS_openat], libc::EACCES),
     }
 }
@@ -231,14 +237,20 @@ pub(super) fn allowed(kind: ThreadKind) -> Vec<Allow> {
             }
             // FIONBIO: std sets an accepted stream's blocking mode with it.
             v.push((libc::SYS_ioctl, vec![TCGETS, TIOCGWINSZ, FIONBIO]));
-            // Signals queued to a vCPU with a value (pthread_sigqueue, which also asks for the
-            // sender's uid): the benchmark's perf-overflow path.
+            // Signals queued to a vCPU with a value (rt_tgsigqueueinfo with the sender's uid,
+            // as signals::kick sends them): the benchmark's perf-overflow path.
             v.push((libc::SYS_rt_tgsigqueueinfo, vec![]));
             v.push((libc::SYS_getuid, vec![]));
         }
         // Memory the kernel and the guest share, counters: nothing beyond the common calls.
         ThreadKind::Drain => {}
         ThreadKind::Results => v.extend(results()),
+        ThreadKind::Watch => {
+            v.extend(results());
+            // Raw mode on and off (tcgetattr, tcsetattr) for the full-screen view.
+            let modes = vec![TCSETS, TCSETSW, TCGETS2, TCSETS2, TCSETSW2];
+            v.push((libc::SYS_ioctl, modes));
+        }
     }
     v
 }

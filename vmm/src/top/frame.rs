@@ -1,5 +1,6 @@
 //! A watch's screen as text, as `hvprof top --batch` prints one every interval (`top -b`):
-//! three lines about the run, then the view's rows with their recent and total shares.
+//! three lines about the run (the last starts `view: `), then the view's rows with their
+//! recent and total shares. The full-screen view shows the same lines and cells.
 
 use report::sanitize;
 
@@ -35,7 +36,7 @@ pub fn header(watch: &Watch, screen: &Screen) -> Vec<String> {
         .map_or(String::new(), |p| format!(", process {p} only"));
     vec![
         format!(
-            "hvprof top: {}, {}, up {:.1} s, {vcpus} vCPU{}, {hz}, sampler {}",
+            "{}: {}, up {:.1} s, {vcpus} vCPU{}, {hz}, {} sampler",
             sanitize::terminal(&s.kernel),
             s.state,
             s.uptime_s,
@@ -43,7 +44,7 @@ pub fn header(watch: &Watch, screen: &Screen) -> Vec<String> {
             s.sampler
         ),
         format!(
-            "host profile {} ({}): {} samples, {} lost; recent = each sample halved every {} s",
+            "host profile {} {}: {} samples, {} lost; recent: halved every {} s",
             watch.profile(),
             if s.profile_running {
                 "sampling"
@@ -65,8 +66,8 @@ pub fn header(watch: &Watch, screen: &Screen) -> Vec<String> {
     ]
 }
 
-/// The table's heading for `view`.
-pub fn heading(view: View) -> String {
+/// The columns' widths and titles for `view`: the shares, the samples, the name, the detail.
+pub fn heading_cells(view: View) -> (Vec<u16>, Vec<String>) {
     let (name, detail) = match view {
         View::Functions => ("FUNCTION", "MODULE"),
         View::Processes => ("PROCESS", "PID"),
@@ -74,16 +75,18 @@ pub fn heading(view: View) -> String {
         View::Modules => ("MODULE", ""),
         View::Vcpus => ("VCPU", ""),
     };
-    format!(
-        "{:>7} {:>7} {:>9}  {name:<40} {detail}",
-        "RECENT", "TOTAL", "SAMPLES"
-    )
-    .trim_end()
-    .to_string()
+    let titles = [
+        format!("{:>7}", "RECENT"),
+        format!("{:>7}", "TOTAL"),
+        format!("{:>9}", "SAMPLES"),
+        name.to_string(),
+        detail.to_string(),
+    ];
+    (vec![7, 7, 9, 40, 24], titles.to_vec())
 }
 
-/// The table's lines, without its heading.
-pub fn table(watch: &mut Watch, screen: &Screen) -> Vec<String> {
+/// Each row's cells, as [`heading_cells`] lists them: guest text sanitized.
+pub fn table_cells(watch: &mut Watch, screen: &Screen) -> Vec<Vec<String>> {
     let rows = watch.rows(
         screen.view,
         screen.order,
@@ -97,18 +100,48 @@ pub fn table(watch: &mut Watch, screen: &Screen) -> Vec<String> {
     let share = |n: f64, of: f64| if of > 0.0 { 100.0 * n / of } else { 0.0 };
     rows.iter()
         .map(|r| {
-            format!(
-                "{:>6.1}% {:>6.1}% {:>9}  {:<40} {}",
-                share(r.recent, recent),
-                share(r.total as f64, total as f64),
-                r.total,
+            vec![
+                format!("{:>6.1}%", share(r.recent, recent)),
+                format!("{:>6.1}%", share(r.total as f64, total as f64)),
+                format!("{:>9}", r.total),
                 // Guest text: no control character reaches the terminal.
-                sanitize::terminal(&r.name),
-                sanitize::terminal(&r.detail)
-            )
-            .trim_end()
-            .to_string()
+                sanitize::terminal(&r.name).into_owned(),
+                sanitize::terminal(&r.detail).into_owned(),
+            ]
         })
+        .collect()
+}
+
+/// Cells as one line: each padded to its width (numbers are right-aligned already), a space
+/// between two.
+fn line(widths: &[u16], cells: &[String]) -> String {
+    let mut out = String::new();
+    for (i, (w, c)) in widths.iter().zip(cells).enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        let w = usize::from(*w);
+        if i < 3 {
+            out.push_str(&format!("{c:>w$}"));
+        } else {
+            out.push_str(&format!("{c:<w$}"));
+        }
+    }
+    out.trim_end().to_string()
+}
+
+/// The table's heading for `view`, as text.
+pub fn heading(view: View) -> String {
+    let (widths, titles) = heading_cells(view);
+    line(&widths, &titles)
+}
+
+/// The table's lines, as text, without its heading.
+pub fn table(watch: &mut Watch, screen: &Screen) -> Vec<String> {
+    let (widths, _) = heading_cells(screen.view);
+    table_cells(watch, screen)
+        .iter()
+        .map(|cells| line(&widths, cells))
         .collect()
 }
 

@@ -127,7 +127,13 @@ pub fn fail_write(e: report::ReportError) -> ExitCode {
 /// Filters the calling thread's system calls for the results ([`ThreadKind::Results`]): from
 /// here on it handles data a guest wrote. The error is the exit code to return.
 pub fn results_filter(mode: vmm::seccomp::Seccomp) -> Result<(), ExitCode> {
-    vmm::seccomp::install(ThreadKind::Results, mode).map_err(|e| {
+    thread_filter(ThreadKind::Results, mode)
+}
+
+/// Filters the calling thread's system calls as a thread of `kind`. The error is the exit
+/// code to return.
+pub fn thread_filter(kind: ThreadKind, mode: vmm::seccomp::Seccomp) -> Result<(), ExitCode> {
+    vmm::seccomp::install(kind, mode).map_err(|e| {
         let status = e.fault().exit_status();
         fail(e, status)
     })

@@ -1,17 +1,23 @@
-//! `hvprof top`: a running hvprof's samples, watched through its control API (vmm::top).
+//! `hvprof top`: a running hvprof's samples, watched through its control API (vmm::top): the
+//! full-screen view on a terminal (screen.rs), screens of text otherwise or with `--batch`.
+
+mod screen;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
+use std::io::IsTerminal;
 use vmm::outcome::{STATUS_CONFIG_ERROR, STATUS_HOST_ERROR};
+
 use vmm::top::frame::{render, Screen};
 use vmm::top::{Order, TopError, View, Watch, WatchOptions};
 
 use super::args::FilterArgs;
 use super::stdout::{self, out};
-use super::{fail, results_filter};
+use super::{fail, thread_filter};
+use vmm::seccomp::ThreadKind;
 
 /// `hvprof top`.
 #[derive(Args)]
@@ -19,7 +25,8 @@ pub struct TopArgs {
     /// The control API socket of the run to watch (`--api-socket` of run, demo or profile).
     #[arg(long)]
     pub api_socket: PathBuf,
-    /// Print a screen of text every interval (as `top -b`).
+    /// Print a screen of text every interval (as `top -b`); the default when standard output
+    /// is not a terminal.
     #[arg(long)]
     pub batch: bool,
     /// Seconds between two screens (0.2 to 60).
@@ -96,9 +103,20 @@ pub fn top(a: &TopArgs) -> ExitCode {
             STATUS_CONFIG_ERROR,
         );
     }
+    // The full-screen view on a terminal: the terminal is taken before the filter.
+    let full_screen = !a.batch && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+    let tty = match full_screen.then(screen::Tty::open).transpose() {
+        Ok(t) => t,
+        Err(e) => {
+            return fail(
+                anyhow::Error::new(e).context("the terminal"),
+                STATUS_HOST_ERROR,
+            )
+        }
+    };
     // The answers carry guest text (process, thread and function names): read under the
-    // results' filter, as saved profiles are.
-    if let Err(code) = results_filter(a.filter.seccomp.into()) {
+    // results' filter, as saved profiles are, which may also set the terminal's mode.
+    if let Err(code) = thread_filter(ThreadKind::Watch, a.filter.seccomp.into()) {
         return code;
     }
     let options = WatchOptions {
@@ -110,6 +128,7 @@ pub fn top(a: &TopArgs) -> ExitCode {
     let mut watch = match Watch::attach(&options) {
         Ok(w) => w,
         Err(e) => {
+            drop(tty);
             let status = attach_status(&e);
             return fail(e, status);
         }
@@ -122,6 +141,16 @@ pub fn top(a: &TopArgs) -> ExitCode {
         width: 200,
     };
     let interval = Duration::from_secs_f64(a.interval);
+    if let Some(tty) = tty {
+        return match screen::run(tty, &mut watch, screen, interval) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(screen::Failed::Watch(e)) => ended(e),
+            Err(screen::Failed::Terminal(e)) => fail(
+                anyhow::Error::new(e).context("the terminal"),
+                STATUS_HOST_ERROR,
+            ),
+        };
+    }
     let mut shown = 0u64;
     loop {
         let next = Instant::now() + interval;
@@ -132,14 +161,19 @@ pub fn top(a: &TopArgs) -> ExitCode {
         }
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
         if let Err(e) = watch.refresh() {
-            // The run ended (its socket is gone): what was shown stands.
-            if matches!(e, TopError::Api(vmm::api::client::ClientError::Connect(..))) {
-                super::stdout::eprint("hvprof: the run ended\n");
-                return ExitCode::SUCCESS;
-            }
-            return fail(e, STATUS_HOST_ERROR);
+            return ended(e);
         }
     }
+}
+
+/// The end of a watch whose refresh failed: the run ended (its socket is gone), and what was
+/// shown stands; or the API failed.
+fn ended(e: TopError) -> ExitCode {
+    if matches!(e, TopError::Api(vmm::api::client::ClientError::Connect(..))) {
+        super::stdout::eprint("hvprof: the run ended\n");
+        return ExitCode::SUCCESS;
+    }
+    fail(e, STATUS_HOST_ERROR)
 }
 
 /// The status of a watch that could not start: a socket nobody serves or a profile the run
