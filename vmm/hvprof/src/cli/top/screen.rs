@@ -288,7 +288,9 @@ fn draw(f: &mut Frame, watch: &mut Watch, keys: &mut Keys, note: &str) {
 
 fn help(f: &mut Frame, area: Rect) {
     let width = 72.min(area.width);
-    let height = u16::try_from(KEYS.len() + 2).unwrap_or(u16::MAX).min(area.height);
+    let height = u16::try_from(KEYS.len() + 2)
+        .unwrap_or(u16::MAX)
+        .min(area.height);
     let at = Rect {
         x: area.x + (area.width - width) / 2,
         y: area.y + (area.height - height) / 2,
