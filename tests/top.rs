@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use crate::harness::{hvprof, status, TempDir};
 
-/// The rows of the last screen in `text`: (name, total %) of each.
-fn last_screen(text: &str) -> Vec<(String, f64)> {
+/// The rows of the last screen in `text`: (name, total %, samples) of each.
+fn last_screen(text: &str) -> Vec<(String, f64, u64)> {
     let screen = text.rsplit("\nview: ").next().unwrap_or_default();
     screen
         .lines()
@@ -16,8 +16,8 @@ fn last_screen(text: &str) -> Vec<(String, f64)> {
             let mut w = l.split_whitespace();
             let _recent = w.next()?.strip_suffix('%')?.parse::<f64>().ok()?;
             let total = w.next()?.strip_suffix('%')?.parse::<f64>().ok()?;
-            let _samples = w.next()?.parse::<u64>().ok()?;
-            Some((w.next()?.to_string(), total))
+            let samples = w.next()?.parse::<u64>().ok()?;
+            Some((w.next()?.to_string(), total, samples))
         })
         .collect()
 }
@@ -66,11 +66,11 @@ fn batch_screens_rank_the_shares_functions_four_two_one() {
     let share = |f: &str| {
         screen
             .iter()
-            .find(|(name, _)| name == f)
+            .find(|(name, ..)| name == f)
             .unwrap_or_else(|| panic!("no {f} on the last screen\n{top}"))
             .1
     };
-    let names: Vec<&str> = screen.iter().take(3).map(|(n, _)| n.as_str()).collect();
+    let names: Vec<&str> = screen.iter().take(3).map(|(n, ..)| n.as_str()).collect();
     assert_eq!(names, ["shares_f4", "shares_f2", "shares_f1"], "{top}");
     // 4:2:1 of the three functions' samples (57.1%, 28.6%, 14.3%): three seconds of 1 kHz
     // sampling give thousands of samples, so each share is within 6 points however they fall.
@@ -185,6 +185,15 @@ impl Drop for Tmux {
     }
 }
 
+/// top's exit status as the shell printed it: a line `top-ended-N` (the command line typed
+/// holds `top-ended-$?`, which may wrap to the start of a line too).
+fn top_status(screen: &str) -> Option<&str> {
+    screen.lines().find_map(|l| {
+        let status = l.trim_end().strip_prefix("top-ended-")?;
+        (!status.is_empty() && status.bytes().all(|b| b.is_ascii_digit())).then_some(status)
+    })
+}
+
 /// The run's state and samples, read through its API.
 fn vm(sock: &str) -> (String, u64) {
     use std::io::{Read, Write};
@@ -234,15 +243,16 @@ fn the_full_screen_view_switches_views_pauses_the_vm_and_gives_the_terminal_back
     );
     tmux.keys(&["-l", &command]);
     tmux.keys(&["Enter"]);
+    // Once the three functions have 1,500 samples between them their order is the shares'
+    // whatever the noise (f2's expected lead over f1 is then some 12 standard deviations).
     let s = tmux.until("the functions view with the three functions", |s| {
         let rows = last_screen(s);
-        rows.len() >= 3 && rows.iter().take(3).all(|(n, _)| n.starts_with("shares_f"))
+        let three = rows.iter().take(3);
+        rows.len() >= 3
+            && three.clone().all(|(n, ..)| n.starts_with("shares_f"))
+            && three.map(|r| r.2).sum::<u64>() >= 1500
     });
-    let names: Vec<String> = last_screen(&s)
-        .into_iter()
-        .take(3)
-        .map(|(n, _)| n)
-        .collect();
+    let names: Vec<String> = last_screen(&s).into_iter().take(3).map(|r| r.0).collect();
     assert_eq!(names, ["shares_f4", "shares_f2", "shares_f1"], "{s}");
     assert!(s.contains("FUNCTION") && s.contains("? keys"), "{s}");
 
@@ -273,8 +283,8 @@ fn the_full_screen_view_switches_views_pauses_the_vm_and_gives_the_terminal_back
 
     // q: the shell's screen back, in cooked mode, and top's status 0.
     tmux.keys(&["q"]);
-    let s = tmux.until("top's end", |s| s.contains("top-ended-"));
-    assert!(s.contains("top-ended-0"), "{s}");
+    let s = tmux.until("top's end", |s| top_status(s).is_some());
+    assert_eq!(top_status(&s), Some("0"), "{s}");
     assert!(
         !s.contains("RECENT"),
         "the view is left on the screen:\n{s}"
@@ -299,9 +309,9 @@ fn the_full_screen_view_switches_views_pauses_the_vm_and_gives_the_terminal_back
             let pattern = format!("{} top --api-socket {sock}", bin.display());
             crate::harness::tool("pkill", "procps", &["-TERM", "-f", &pattern]);
         }
-        let s = tmux.until("top's end", |s| s.contains("top-ended-"));
+        let s = tmux.until("top's end", |s| top_status(s).is_some());
         assert!(
-            s.contains("top-ended-0") && !s.contains("RECENT"),
+            top_status(&s) == Some("0") && !s.contains("RECENT"),
             "{how}:\n{s}"
         );
         let marker = format!("cooked-{n}");

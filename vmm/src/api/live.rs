@@ -24,7 +24,7 @@ pub(super) fn host_counts(
         Ok(s) => s,
         Err(e) => return Response::error(400, &e),
     };
-    let Some(r) = profiler.host_result(id) else {
+    let Some(r) = profiler.host_counts(id) else {
         return Response::error(404, "no such profile");
     };
     let samples = r.total();

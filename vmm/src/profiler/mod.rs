@@ -335,6 +335,12 @@ impl Profiler {
         self.host.result(id)
     }
 
+    /// Host profile `id`'s counts so far, per guest thread too, without its stacks (what the
+    /// API's reads copy), or None when there is no such profile.
+    pub fn host_counts(&self, id: u32) -> Option<HostProfileResult> {
+        self.host.counts_now(id)
+    }
+
     /// Every host profile's id, spec, state and sample total, without copying its counts.
     pub fn host_summaries(&self) -> Vec<HostProfileSummary> {
         self.host.summaries()

@@ -374,6 +374,14 @@ impl HostProfiles {
             .map(HostProfile::result)
     }
 
+    /// Host profile `id`'s counts, per thread too, without its stacks.
+    pub fn counts_now(&self, id: u32) -> Option<HostProfileResult> {
+        self.read()
+            .iter()
+            .find(|p| p.id == id)
+            .map(HostProfile::counts_now)
+    }
+
     /// Every host profile's id, spec, state and sample total, without copying its counts.
     pub fn summaries(&self) -> Vec<HostProfileSummary> {
         self.read()

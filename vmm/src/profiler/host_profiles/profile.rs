@@ -427,6 +427,21 @@ impl HostProfile {
         }
     }
 
+    /// Its id, spec, state and merged counts, per thread too, without its stacks: what a
+    /// client polling a running profile reads (each vCPU's lock is held only while its counts
+    /// are merged, never while its stack table would be).
+    pub(super) fn counts_now(&self) -> HostProfileResult {
+        HostProfileResult {
+            id: self.id,
+            spec: self.spec.clone(),
+            running: self.running,
+            counts: self.counts(),
+            threads: self.thread_counts(),
+            stacks: StackCounts::default(),
+            from_ring: 0,
+        }
+    }
+
     /// Samples counted on every vCPU (the sum of [`counts`](Self::counts)), without copying
     /// the counts.
     pub(super) fn total(&self) -> u64 {
