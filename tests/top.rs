@@ -30,25 +30,33 @@ fn wait_for(path: &Path) {
     }
 }
 
-#[test]
-fn batch_screens_rank_the_shares_functions_four_two_one() {
-    let dir = TempDir::new("top-batch");
+/// A `profile` run of the reference guest's shares scenario for `seconds`, its API at
+/// DIR/api.sock and its outputs in DIR/out, once the scenario has started.
+fn shares_run(tag: &str, seconds: u64) -> (TempDir, crate::harness::Running) {
+    let dir = TempDir::new(tag);
     let socket = dir.join("api.sock");
-    let sock = socket.to_str().unwrap();
     let mut run = hvprof([
-        "profile",
-        "--cmdline",
-        "scenario=shares shares.ms=60000",
-        "--quiet",
-        "--api-socket",
-        sock,
-        "--out",
-        dir.join("out").to_str().unwrap(),
+        "profile".to_string(),
+        "--cmdline".to_string(),
+        format!("scenario=shares shares.ms={}", seconds * 1000),
+        "--quiet".to_string(),
+        "--api-socket".to_string(),
+        socket.display().to_string(),
+        "--out".to_string(),
+        dir.join("out").display().to_string(),
     ])
-    .limit(Duration::from_secs(120))
+    .limit(Duration::from_secs(seconds + 60))
     .spawn();
     wait_for(&socket);
     run.wait_for_stdout("refguest: scenario shares start", Duration::from_secs(30));
+    (dir, run)
+}
+
+#[test]
+fn batch_screens_rank_the_shares_functions_four_two_one() {
+    let (dir, run) = shares_run("top-batch", 60);
+    let socket = dir.join("api.sock");
+    let sock = socket.to_str().unwrap();
     let top = hvprof([
         "top",
         "--api-socket",
@@ -217,23 +225,9 @@ fn vm(sock: &str) -> (String, u64) {
 
 #[test]
 fn the_full_screen_view_switches_views_pauses_the_vm_and_gives_the_terminal_back() {
-    let dir = TempDir::new("top-screen");
+    let (dir, run) = shares_run("top-screen", 120);
     let socket = dir.join("api.sock");
     let sock = socket.to_str().unwrap();
-    let mut run = hvprof([
-        "profile",
-        "--cmdline",
-        "scenario=shares shares.ms=120000",
-        "--quiet",
-        "--api-socket",
-        sock,
-        "--out",
-        dir.join("out").to_str().unwrap(),
-    ])
-    .limit(Duration::from_secs(180))
-    .spawn();
-    wait_for(&socket);
-    run.wait_for_stdout("refguest: scenario shares start", Duration::from_secs(30));
     // 80 x 24, the smallest terminal the view is laid out for.
     let tmux = Tmux::new("top", 80, 24);
     let bin = crate::harness::hvprof_bin();

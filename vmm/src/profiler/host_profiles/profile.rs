@@ -413,17 +413,13 @@ impl HostProfile {
     /// Its id, spec, state and merged counts.
     pub(super) fn result(&self) -> HostProfileResult {
         HostProfileResult {
-            id: self.id,
-            spec: self.spec.clone(),
-            running: self.running,
-            counts: self.counts(),
-            threads: self.thread_counts(),
             stacks: self.stacks(),
             from_ring: self
                 .per_vcpu
                 .iter()
                 .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()).from_ring)
                 .sum(),
+            ..self.counts_now()
         }
     }
 
