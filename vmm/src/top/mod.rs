@@ -274,11 +274,7 @@ impl Watch {
             .map(|v| v["samples"].as_u64().unwrap_or(0))
             .collect();
         self.state.lost = stats["total"]["lost"].as_u64().unwrap_or(0);
-        let factor = if elapsed > 0.0 && self.half_life_s > 0.0 {
-            0.5f64.powf(elapsed / self.half_life_s)
-        } else {
-            1.0
-        };
+        let factor = tally::decay(elapsed, self.half_life_s);
         self.vcpus.resize(per.len(), (0, 0.0));
         for (v, &now) in self.vcpus.iter_mut().zip(&per) {
             let added = now.saturating_sub(v.0);

@@ -24,13 +24,22 @@ pub struct Cell {
 /// Recent weights below this are dropped with their cell's total kept.
 const NEGLIGIBLE: f64 = 1e-6;
 
+/// What a recent weight is multiplied by after `elapsed_s` with a half life of `half_life_s`
+/// (1 when no time passed or there is no half life).
+pub fn decay(elapsed_s: f64, half_life_s: f64) -> f64 {
+    if elapsed_s <= 0.0 || half_life_s <= 0.0 {
+        return 1.0;
+    }
+    0.5f64.powf(elapsed_s / half_life_s)
+}
+
 impl Tally {
     /// Ages every recent weight by `elapsed_s` with a half life of `half_life_s`.
     pub fn age(&mut self, elapsed_s: f64, half_life_s: f64) {
-        if elapsed_s <= 0.0 || half_life_s <= 0.0 {
+        let factor = decay(elapsed_s, half_life_s);
+        if factor == 1.0 {
             return;
         }
-        let factor = 0.5f64.powf(elapsed_s / half_life_s);
         for c in self.cells.values_mut() {
             c.recent *= factor;
             if c.recent < NEGLIGIBLE {
